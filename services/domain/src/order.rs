@@ -1,0 +1,363 @@
+//! The order aggregate: `decide` turns a command into events against the
+//! current state, `evolve` folds one event into the state. An order's state
+//! is exactly the fold of its events; the `orders` table is a cache of it.
+
+use crate::money::{Currency, Money, MoneyError};
+use crate::stock::{Quantity, Sku};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// Most lines one order may have.
+pub const MAX_LINES: usize = 100;
+
+/// Where an order is in the saga.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OrderState {
+    PaymentPending,
+    Confirmed,
+    PaymentFailed,
+    Cancelled,
+    Expired,
+    Refunded,
+}
+
+impl OrderState {
+    /// The wire and column name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrderState::PaymentPending => "payment_pending",
+            OrderState::Confirmed => "confirmed",
+            OrderState::PaymentFailed => "payment_failed",
+            OrderState::Cancelled => "cancelled",
+            OrderState::Expired => "expired",
+            OrderState::Refunded => "refunded",
+        }
+    }
+
+    /// Whether the order's units sit in the `reserved` bucket.
+    pub fn holds_reservation(self) -> bool {
+        self == OrderState::PaymentPending
+    }
+}
+
+impl std::fmt::Display for OrderState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One line of an order, priced from the catalogue when it was placed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderLine {
+    pub sku: Sku,
+    pub quantity: Quantity,
+    pub unit_price_minor: i64,
+}
+
+/// A delivery address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Shipping {
+    pub name: String,
+    pub line1: String,
+    pub city: String,
+    pub postal_code: String,
+    pub country: String,
+}
+
+/// The payment that settled an order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PaymentRef {
+    pub payment_id: String,
+    pub amount_minor: i64,
+}
+
+/// The state every event of one order folds into.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Order {
+    pub id: Uuid,
+    pub account_id: Uuid,
+    pub state: OrderState,
+    pub lines: Vec<OrderLine>,
+    pub currency: Currency,
+    pub total_minor: i64,
+    pub shipping: Option<Shipping>,
+    pub expires_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub payment: Option<PaymentRef>,
+    /// How many events the order has: the version the next one must follow.
+    pub version: i32,
+}
+
+/// The command that opens an order; prices come from the catalogue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlaceOrder {
+    pub order_id: Uuid,
+    pub account_id: Uuid,
+    pub lines: Vec<(Sku, Quantity, Money)>,
+    pub shipping: Option<Shipping>,
+    pub placed_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// What can be asked of an order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Place(PlaceOrder),
+    /// The PSP charged the order while its units were reserved.
+    Confirm { payment_id: String, amount_minor: i64, at: DateTime<Utc> },
+    /// The PSP charged an expired or cancelled order and its units were reserved again.
+    Reactivate { payment_id: String, amount_minor: i64, at: DateTime<Utc> },
+    /// The PSP declined: final.
+    FailPayment { payment_id: Option<String>, reason: String, at: DateTime<Utc> },
+    Cancel { at: DateTime<Utc> },
+    Expire { at: DateTime<Utc> },
+    /// A late payment whose units were gone was refunded.
+    Refund { payment_id: String, amount_minor: i64, at: DateTime<Utc> },
+}
+
+/// Something that happened to an order. The serde tag is the event's stable
+/// type name and version; it never changes once shipped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "data")]
+pub enum Event {
+    #[serde(rename = "order.placed.v1")]
+    Placed {
+        order_id: Uuid,
+        account_id: Uuid,
+        lines: Vec<OrderLine>,
+        currency: Currency,
+        total_minor: i64,
+        shipping: Option<Shipping>,
+        expires_at: DateTime<Utc>,
+        at: DateTime<Utc>,
+    },
+    #[serde(rename = "order.confirmed.v1")]
+    Confirmed { payment_id: String, amount_minor: i64, reactivated: bool, at: DateTime<Utc> },
+    #[serde(rename = "order.payment_failed.v1")]
+    PaymentFailed { payment_id: Option<String>, reason: String, at: DateTime<Utc> },
+    #[serde(rename = "order.cancelled.v1")]
+    Cancelled { at: DateTime<Utc> },
+    #[serde(rename = "order.expired.v1")]
+    Expired { at: DateTime<Utc> },
+    #[serde(rename = "order.refunded.v1")]
+    Refunded { payment_id: String, amount_minor: i64, at: DateTime<Utc> },
+}
+
+impl Event {
+    /// The stable type name with its version, e.g. `order.placed.v1`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Event::Placed { .. } => "order.placed.v1",
+            Event::Confirmed { .. } => "order.confirmed.v1",
+            Event::PaymentFailed { .. } => "order.payment_failed.v1",
+            Event::Cancelled { .. } => "order.cancelled.v1",
+            Event::Expired { .. } => "order.expired.v1",
+            Event::Refunded { .. } => "order.refunded.v1",
+        }
+    }
+
+    /// The bus subject stem: `order.placed` for `order.placed.v1`.
+    pub fn subject_stem(&self) -> &'static str {
+        let t = self.type_name();
+        t.rsplit_once('.').map_or(t, |(stem, _)| stem)
+    }
+
+    /// The event's payload without its tag, as stored in `events.data`.
+    pub fn data(&self) -> serde_json::Value {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(mut m)) => m.remove("data").unwrap_or_default(),
+            _ => serde_json::Value::Null,
+        }
+    }
+
+    /// Rebuilds an event from its stored type name and payload.
+    pub fn from_parts(type_name: &str, data: serde_json::Value) -> Result<Event, serde_json::Error> {
+        serde_json::from_value(serde_json::json!({ "type": type_name, "data": data }))
+    }
+
+    /// When the event happened.
+    pub fn at(&self) -> DateTime<Utc> {
+        match self {
+            Event::Placed { at, .. }
+            | Event::Confirmed { at, .. }
+            | Event::PaymentFailed { at, .. }
+            | Event::Cancelled { at }
+            | Event::Expired { at }
+            | Event::Refunded { at, .. } => *at,
+        }
+    }
+}
+
+/// Why a command was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DomainError {
+    #[error("an order needs 1 to {MAX_LINES} lines, got {0}")]
+    LineCount(usize),
+    #[error("sku {0} appears on more than one line")]
+    DuplicateSku(Sku),
+    #[error("{0}")]
+    Money(#[from] MoneyError),
+    #[error("the order already exists")]
+    AlreadyExists,
+    #[error("the order does not exist")]
+    NotFound,
+    #[error("cannot {action} an order that is {from}")]
+    IllegalTransition { from: OrderState, action: &'static str },
+    #[error("payment of {paid} does not match the order total {total}")]
+    AmountMismatch { paid: i64, total: i64 },
+    #[error("the reservation does not expire until {0}")]
+    NotYetExpired(DateTime<Utc>),
+    #[error("the order was already settled by payment {0}")]
+    OtherPayment(String),
+}
+
+/// Decides which events a command produces against the current state.
+pub fn decide(state: Option<&Order>, command: Command) -> Result<Vec<Event>, DomainError> {
+    let Command::Place(place) = command else {
+        let order = state.ok_or(DomainError::NotFound)?;
+        return decide_existing(order, command);
+    };
+    if state.is_some() {
+        return Err(DomainError::AlreadyExists);
+    }
+    if place.lines.is_empty() || place.lines.len() > MAX_LINES {
+        return Err(DomainError::LineCount(place.lines.len()));
+    }
+    let currency = place.lines[0].2.currency;
+    let mut total = Money::zero(currency);
+    let mut lines: Vec<OrderLine> = Vec::with_capacity(place.lines.len());
+    for (sku, quantity, price) in place.lines {
+        if lines.iter().any(|l| l.sku == sku) {
+            return Err(DomainError::DuplicateSku(sku));
+        }
+        total = total.checked_add(price.checked_mul(quantity.get())?)?;
+        lines.push(OrderLine { sku, quantity, unit_price_minor: price.minor });
+    }
+    lines.sort_by(|a, b| a.sku.cmp(&b.sku));
+    Ok(vec![Event::Placed {
+        order_id: place.order_id,
+        account_id: place.account_id,
+        lines,
+        currency,
+        total_minor: total.minor,
+        shipping: place.shipping,
+        expires_at: place.expires_at,
+        at: place.placed_at,
+    }])
+}
+
+fn decide_existing(order: &Order, command: Command) -> Result<Vec<Event>, DomainError> {
+    use OrderState::*;
+    let illegal = |action| Err(DomainError::IllegalTransition { from: order.state, action });
+    match (order.state, command) {
+        (_, Command::Place(_)) => Err(DomainError::AlreadyExists),
+        (PaymentPending, Command::Confirm { payment_id, amount_minor, at }) => {
+            check_amount(order, amount_minor)?;
+            Ok(vec![Event::Confirmed { payment_id, amount_minor, reactivated: false, at }])
+        }
+        (Confirmed, Command::Confirm { payment_id, .. } | Command::Reactivate { payment_id, .. }) => {
+            match &order.payment {
+                Some(p) if p.payment_id == payment_id => Ok(vec![]),
+                Some(p) => Err(DomainError::OtherPayment(p.payment_id.clone())),
+                None => illegal("confirm"),
+            }
+        }
+        (Expired | Cancelled, Command::Reactivate { payment_id, amount_minor, at }) => {
+            check_amount(order, amount_minor)?;
+            Ok(vec![Event::Confirmed { payment_id, amount_minor, reactivated: true, at }])
+        }
+        (Expired | Cancelled, Command::Refund { payment_id, amount_minor, at }) => {
+            check_amount(order, amount_minor)?;
+            Ok(vec![Event::Refunded { payment_id, amount_minor, at }])
+        }
+        (Refunded, Command::Refund { payment_id, .. }) => match &order.payment {
+            Some(p) if p.payment_id == payment_id => Ok(vec![]),
+            _ => illegal("refund"),
+        },
+        (PaymentPending, Command::FailPayment { payment_id, reason, at }) => {
+            Ok(vec![Event::PaymentFailed { payment_id, reason, at }])
+        }
+        (PaymentFailed, Command::FailPayment { .. }) => Ok(vec![]),
+        (PaymentPending, Command::Cancel { at }) => Ok(vec![Event::Cancelled { at }]),
+        (PaymentPending, Command::Expire { at }) => {
+            if at < order.expires_at {
+                return Err(DomainError::NotYetExpired(order.expires_at));
+            }
+            Ok(vec![Event::Expired { at }])
+        }
+        (_, Command::Confirm { .. }) => illegal("confirm"),
+        (_, Command::Reactivate { .. }) => illegal("reactivate"),
+        (_, Command::Refund { .. }) => illegal("refund"),
+        (_, Command::FailPayment { .. }) => illegal("fail the payment of"),
+        (_, Command::Cancel { .. }) => illegal("cancel"),
+        (_, Command::Expire { .. }) => illegal("expire"),
+    }
+}
+
+fn check_amount(order: &Order, paid: i64) -> Result<(), DomainError> {
+    if paid != order.total_minor {
+        return Err(DomainError::AmountMismatch { paid, total: order.total_minor });
+    }
+    Ok(())
+}
+
+/// Folds one event into the state. Events are facts: `evolve` never refuses.
+pub fn evolve(state: Option<Order>, event: &Event) -> Option<Order> {
+    if let Event::Placed {
+        order_id,
+        account_id,
+        lines,
+        currency,
+        total_minor,
+        shipping,
+        expires_at,
+        at,
+    } = event
+    {
+        return Some(Order {
+            id: *order_id,
+            account_id: *account_id,
+            state: OrderState::PaymentPending,
+            lines: lines.clone(),
+            currency: *currency,
+            total_minor: *total_minor,
+            shipping: shipping.clone(),
+            expires_at: *expires_at,
+            created_at: *at,
+            updated_at: *at,
+            payment: None,
+            version: 1,
+        });
+    }
+    let mut order = state?;
+    order.state = match event {
+        Event::Placed { .. } => order.state,
+        Event::Confirmed { payment_id, amount_minor, .. } => {
+            order.payment = Some(PaymentRef { payment_id: payment_id.clone(), amount_minor: *amount_minor });
+            OrderState::Confirmed
+        }
+        Event::Refunded { payment_id, amount_minor, .. } => {
+            order.payment = Some(PaymentRef { payment_id: payment_id.clone(), amount_minor: *amount_minor });
+            OrderState::Refunded
+        }
+        Event::PaymentFailed { .. } => OrderState::PaymentFailed,
+        Event::Cancelled { .. } => OrderState::Cancelled,
+        Event::Expired { .. } => OrderState::Expired,
+    };
+    order.updated_at = event.at();
+    order.version += 1;
+    Some(order)
+}
+
+/// The state of an order with these events, in recorded order.
+pub fn fold<'a>(events: impl IntoIterator<Item = &'a Event>) -> Option<Order> {
+    events.into_iter().fold(None, evolve)
+}
+
+#[cfg(test)]
+#[path = "order_tests.rs"]
+mod tests;

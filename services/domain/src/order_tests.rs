@@ -1,0 +1,181 @@
+use super::*;
+use chrono::TimeZone;
+
+fn t(secs: i64) -> DateTime<Utc> {
+    Utc.timestamp_opt(1_800_000_000 + secs, 0).single().expect("valid time")
+}
+
+fn brl(minor: i64) -> Money {
+    Money::new(minor, "BRL".parse().expect("currency")).expect("money")
+}
+
+fn line(sku: &str, q: i64, price: i64) -> (Sku, Quantity, Money) {
+    (Sku::parse(sku).expect("sku"), Quantity::new(q).expect("quantity"), brl(price))
+}
+
+fn place(lines: Vec<(Sku, Quantity, Money)>) -> Command {
+    Command::Place(PlaceOrder {
+        order_id: Uuid::nil(),
+        account_id: Uuid::nil(),
+        lines,
+        shipping: None,
+        placed_at: t(0),
+        expires_at: t(900),
+    })
+}
+
+/// `given(events).when(command)` yields the events or the error `then` expects.
+struct Given(Vec<Event>);
+
+fn given(events: Vec<Event>) -> Given {
+    Given(events)
+}
+
+impl Given {
+    fn when(self, command: Command) -> Result<Vec<Event>, DomainError> {
+        decide(fold(&self.0).as_ref(), command)
+    }
+}
+
+fn placed() -> Event {
+    decide(None, place(vec![line("B", 2, 500), line("A", 1, 1000)])).expect("placed").remove(0)
+}
+
+fn confirm(p: &str) -> Command {
+    Command::Confirm { payment_id: p.into(), amount_minor: 2000, at: t(10) }
+}
+
+fn confirmed(p: &str) -> Event {
+    Event::Confirmed { payment_id: p.into(), amount_minor: 2000, reactivated: false, at: t(10) }
+}
+
+fn fail() -> Command {
+    Command::FailPayment { payment_id: None, reason: "declined".into(), at: t(10) }
+}
+
+#[test]
+fn placing_prices_from_the_catalogue_and_sorts_lines_by_sku() {
+    let Event::Placed { lines, total_minor, .. } = placed() else { panic!("not placed") };
+    assert_eq!(total_minor, 2 * 500 + 1000);
+    let skus: Vec<_> = lines.iter().map(|l| l.sku.as_str().to_owned()).collect();
+    assert_eq!(skus, ["A", "B"]);
+    assert_eq!(fold(&[placed()]).expect("order").state, OrderState::PaymentPending);
+}
+
+#[test]
+fn placing_refuses_bad_line_sets() {
+    assert_eq!(given(vec![]).when(place(vec![])), Err(DomainError::LineCount(0)));
+    let many = (0..=MAX_LINES).map(|i| line(&format!("S{i}"), 1, 1)).collect();
+    assert_eq!(given(vec![]).when(place(many)), Err(DomainError::LineCount(MAX_LINES + 1)));
+    assert!(matches!(
+        given(vec![]).when(place(vec![line("A", 1, 1), line("A", 2, 1)])),
+        Err(DomainError::DuplicateSku(_))
+    ));
+    assert_eq!(
+        given(vec![]).when(place(vec![line("A", 2, i64::MAX)])),
+        Err(DomainError::Money(MoneyError::Overflow))
+    );
+    let usd = (Sku::parse("U").expect("sku"), Quantity::new(1).expect("q"), Money::new(1, "USD".parse().expect("c")).expect("m"));
+    assert!(matches!(
+        given(vec![]).when(place(vec![line("A", 1, 1), usd])),
+        Err(DomainError::Money(MoneyError::CurrencyMismatch(_, _)))
+    ));
+    assert_eq!(given(vec![placed()]).when(place(vec![line("A", 1, 1)])), Err(DomainError::AlreadyExists));
+}
+
+#[test]
+fn a_pending_order_moves_to_each_of_its_outcomes() {
+    assert_eq!(given(vec![placed()]).when(confirm("p1")), Ok(vec![confirmed("p1")]));
+    assert_eq!(
+        given(vec![placed()]).when(fail()),
+        Ok(vec![Event::PaymentFailed { payment_id: None, reason: "declined".into(), at: t(10) }])
+    );
+    assert_eq!(given(vec![placed()]).when(Command::Cancel { at: t(5) }), Ok(vec![Event::Cancelled { at: t(5) }]));
+    assert_eq!(given(vec![placed()]).when(Command::Expire { at: t(900) }), Ok(vec![Event::Expired { at: t(900) }]));
+}
+
+#[test]
+fn an_order_cannot_expire_before_its_deadline() {
+    assert_eq!(given(vec![placed()]).when(Command::Expire { at: t(899) }), Err(DomainError::NotYetExpired(t(900))));
+}
+
+#[test]
+fn a_payment_for_the_wrong_amount_is_refused() {
+    let cmd = Command::Confirm { payment_id: "p".into(), amount_minor: 1999, at: t(1) };
+    assert_eq!(given(vec![placed()]).when(cmd), Err(DomainError::AmountMismatch { paid: 1999, total: 2000 }));
+}
+
+#[test]
+fn repeating_a_settlement_is_a_no_op_but_a_second_payment_is_refused() {
+    assert_eq!(given(vec![placed(), confirmed("p1")]).when(confirm("p1")), Ok(vec![]));
+    assert_eq!(
+        given(vec![placed(), confirmed("p1")]).when(confirm("p2")),
+        Err(DomainError::OtherPayment("p1".into()))
+    );
+    let failed = Event::PaymentFailed { payment_id: None, reason: "x".into(), at: t(1) };
+    assert_eq!(given(vec![placed(), failed]).when(fail()), Ok(vec![]));
+}
+
+#[test]
+fn a_late_payment_reactivates_or_refunds_an_ended_order() {
+    for ended in [Event::Expired { at: t(900) }, Event::Cancelled { at: t(3) }] {
+        let reactivate = Command::Reactivate { payment_id: "p".into(), amount_minor: 2000, at: t(901) };
+        let then = given(vec![placed(), ended.clone()]).when(reactivate).expect("reactivated");
+        assert!(matches!(&then[..], [Event::Confirmed { reactivated: true, .. }]));
+        let refund = Command::Refund { payment_id: "p".into(), amount_minor: 2000, at: t(901) };
+        let then = given(vec![placed(), ended]).when(refund).expect("refunded");
+        let order = fold(&[placed(), Event::Expired { at: t(900) }, then[0].clone()]).expect("order");
+        assert_eq!(order.state, OrderState::Refunded);
+        assert_eq!(order.payment.expect("payment").payment_id, "p");
+    }
+}
+
+#[test]
+fn every_illegal_transition_is_an_error() {
+    use OrderState::*;
+    let ended = |e: Event| vec![placed(), e];
+    let histories = [
+        (Confirmed, ended(confirmed("p1"))),
+        (PaymentFailed, ended(Event::PaymentFailed { payment_id: None, reason: "x".into(), at: t(1) })),
+        (Cancelled, ended(Event::Cancelled { at: t(1) })),
+        (Expired, ended(Event::Expired { at: t(900) })),
+    ];
+    for (state, history) in histories {
+        assert_eq!(fold(&history).expect("order").state, state);
+        for (action, cmd) in [("cancel", Command::Cancel { at: t(1000) }), ("expire", Command::Expire { at: t(1000) })] {
+            assert_eq!(
+                given(history.clone()).when(cmd),
+                Err(DomainError::IllegalTransition { from: state, action }),
+                "{action} from {state}"
+            );
+        }
+        if state != PaymentFailed {
+            assert!(given(history.clone()).when(fail()).is_err(), "fail from {state}");
+        }
+        if !matches!(state, Confirmed) {
+            assert!(given(history.clone()).when(confirm("p9")).is_err(), "confirm from {state}");
+        }
+    }
+    let reactivate = Command::Reactivate { payment_id: "p".into(), amount_minor: 2000, at: t(1) };
+    assert!(given(vec![placed()]).when(reactivate).is_err());
+    let refund = Command::Refund { payment_id: "p".into(), amount_minor: 2000, at: t(1) };
+    assert!(given(vec![placed()]).when(refund).is_err());
+    assert_eq!(given(vec![]).when(Command::Cancel { at: t(1) }), Err(DomainError::NotFound));
+}
+
+#[test]
+fn events_round_trip_through_their_stored_parts() {
+    for e in [placed(), confirmed("p"), Event::Expired { at: t(1) }] {
+        let back = Event::from_parts(e.type_name(), e.data()).expect("parse");
+        assert_eq!(back, e);
+    }
+    assert_eq!(placed().subject_stem(), "order.placed");
+    assert!(Event::from_parts("order.placed.v9", placed().data()).is_err());
+}
+
+#[test]
+fn the_version_counts_events() {
+    let order = fold(&[placed(), Event::Cancelled { at: t(2) }]).expect("order");
+    assert_eq!(order.version, 2);
+    assert_eq!(order.updated_at, t(2));
+}
