@@ -1,1 +1,4 @@
+//! soldonce's end-to-end tests, one binary: real PostgreSQL and NATS
+//! servers started privately by the harness, the real services in-process.
 
+mod checkout;

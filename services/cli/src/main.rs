@@ -1,1 +1,94 @@
-fn main(){}
+//! `soldonce`: the operator and engineer command line — migrate, catalogue
+//! and stock administration, accounts, and a load generator. Bad input is
+//! one line on stderr and exit code 2; a failure at run time is exit 1.
+
+mod admin;
+mod load;
+mod output;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// soldonce: every unit sold once, every payment charged once, every order ends.
+#[derive(Debug, Parser)]
+#[command(name = "soldonce", version, about)]
+struct Cli {
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Commands,
+}
+
+#[derive(Debug, Subcommand)]
+enum Commands {
+    /// Apply the database migrations (reads DATABASE_URL).
+    Migrate,
+    /// Manage the catalogue.
+    #[command(subcommand)]
+    Product(admin::ProductCommand),
+    /// Receive, adjust and show stock (every change is a ledger entry).
+    #[command(subcommand)]
+    Stock(admin::StockCommand),
+    /// Manage API accounts.
+    #[command(subcommand)]
+    Account(admin::AccountCommand),
+    /// Drive load at a running checkout and check the result against the database.
+    Load(load::LoadArgs),
+}
+
+/// How a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The user asked for something invalid: exit 2.
+    #[error("{0}")]
+    Usage(String),
+    /// Something failed while running: exit 1.
+    #[error("{0:#}")]
+    Failed(#[from] anyhow::Error),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let text = e.to_string();
+            let line = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+            eprintln!("soldonce: {line} (see soldonce --help)");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("soldonce: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(CliError::Usage(msg)) => {
+            eprintln!("soldonce: {msg}");
+            ExitCode::from(2)
+        }
+        Err(CliError::Failed(e)) => {
+            eprintln!("soldonce: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode, CliError> {
+    let out = output::Output { json: cli.json };
+    match cli.command {
+        Commands::Migrate => admin::migrate(&out).await,
+        Commands::Product(cmd) => admin::product(cmd, &out).await,
+        Commands::Stock(cmd) => admin::stock(cmd, &out).await,
+        Commands::Account(cmd) => admin::account(cmd, &out).await,
+        Commands::Load(args) => load::run(args, &out).await,
+    }
+}

@@ -8,7 +8,7 @@ pub mod order;
 pub mod stock;
 
 pub use money::{Currency, Money, MoneyError};
-pub use order::{
+pub use order::{PaymentRef, 
     decide, evolve, fold, Command, DomainError, Event, Order, OrderLine, OrderState, PlaceOrder,
     Shipping,
 };

@@ -1,1 +1,13 @@
-//! placeholder
+//! Runtime pieces every soldonce service shares: configuration from the
+//! environment with one-line errors, JSON telemetry, the shutdown signal,
+//! the operations endpoints (`/healthz`, `/readyz`, `/metrics`) and RFC 9457
+//! problem responses. This crate must never know about orders or stock.
+
+pub mod config;
+pub mod ops;
+pub mod problem;
+pub mod shutdown;
+pub mod telemetry;
+
+pub use config::ConfigError;
+pub use problem::Problem;

@@ -1,1 +1,66 @@
-//! x
+//! soldonce's PostgreSQL store: the event store with the orders projection,
+//! stock buckets with their ledger, idempotency keys, accounts and the
+//! outbox. PostgreSQL is the authority; every state change here commits in
+//! one transaction with its events, ledger rows and outbox rows. This crate
+//! must never publish to the bus or call out over the network.
+
+pub mod accounts;
+pub mod catalog;
+pub mod envelope;
+pub mod idempotency;
+pub mod orders;
+mod stock_moves;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The schema, embedded once.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+/// Infrastructure failures, kept apart from the domain's refusals.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    #[error("another writer changed order {0} first")]
+    Conflict(uuid::Uuid),
+}
+
+impl StoreError {
+    /// Whether the error is a lost race a caller may retry.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, StoreError::Conflict(_))
+    }
+}
+
+/// Opens a pool of at most `max_connections`: the bound on database
+/// concurrency that keeps the hot row's queue short.
+pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+    let options = PgConnectOptions::from_str(url)?.application_name("soldonce");
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_with(options)
+        .await
+}
+
+/// Applies every pending migration.
+pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    MIGRATOR.run(pool).await
+}
+
+/// The name of the constraint a database error violated, if any.
+pub(crate) fn violated_constraint(err: &sqlx::Error) -> Option<&str> {
+    err.as_database_error().and_then(|e| e.constraint())
+}
+
+/// The current time at the database's precision (microseconds), so an order
+/// folded from its events equals the projection row to the byte.
+pub fn now() -> chrono::DateTime<chrono::Utc> {
+    use chrono::SubsecRound;
+    chrono::Utc::now().trunc_subsecs(6)
+}

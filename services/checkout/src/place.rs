@@ -1,0 +1,144 @@
+//! `POST /v1/orders`: validate, price from the catalogue, then one
+//! transaction claims the idempotency key, records the order and reserves
+//! its units. Out of stock is a stored answer too, so a retry hears it again.
+
+use crate::auth::Account;
+use crate::error::ApiError;
+use crate::request;
+use crate::view::OrderView;
+use crate::AppState;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use domain::{Command, Money, PlaceOrder};
+use platform::Problem;
+use store::envelope::Metadata;
+use store::idempotency::{Claim, KeyedRequest, StoredResponse};
+use store::orders::PlaceOutcome;
+use uuid::Uuid;
+
+/// Places an order.
+#[tracing::instrument(skip_all, fields(account_id = %account))]
+pub(crate) async fn place_order(
+    State(state): State<AppState>,
+    Account(account): Account,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let outcome = place(&state, account, &headers, body).await;
+    let label = match &outcome {
+        Ok((_, label)) => *label,
+        Err(ApiError::Invalid(_) | ApiError::Malformed(_) | ApiError::TooLarge | ApiError::UnsupportedMediaType) => "invalid",
+        Err(ApiError::Unavailable(_)) => "unavailable",
+        Err(_) => "error",
+    };
+    metrics::counter!("soldonce_checkout_requests_total", "outcome" => label).increment(1);
+    outcome.map(|(response, _)| response)
+}
+
+async fn place(
+    state: &AppState,
+    account_id: Uuid,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(Response, &'static str), ApiError> {
+    let body = body.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge
+        } else {
+            ApiError::Malformed(r.body_text())
+        }
+    })?;
+    request::check_content_type(headers)?;
+    let key = request::idempotency_key(headers)?;
+    let req = request::parse(&body)?;
+
+    let skus: Vec<&str> = req.lines.iter().map(|(s, _)| s.as_str()).collect();
+    let prices = store::catalog::prices(&state.pool, &skus).await?;
+    let mut lines = Vec::with_capacity(req.lines.len());
+    for (sku, quantity) in &req.lines {
+        let price = prices.get(sku.as_str()).ok_or_else(|| ApiError::Invalid(format!("unknown sku {sku}")))?;
+        let money = Money::new(price.minor, price.currency).map_err(|e| ApiError::Internal(e.to_string()))?;
+        lines.push((sku.clone(), *quantity, money));
+    }
+
+    let now = store::now();
+    let order_id = Uuid::now_v7();
+    let command = Command::Place(PlaceOrder {
+        order_id,
+        account_id,
+        lines,
+        shipping: req.shipping,
+        placed_at: now,
+        expires_at: now + state.ttl,
+    });
+    let events = domain::decide(None, command).map_err(|e| ApiError::Invalid(e.to_string()))?;
+    let order = domain::fold(&events).ok_or_else(|| ApiError::Internal("placing produced no order".into()))?;
+    let accepted = StoredResponse {
+        status: 202,
+        body: serde_json::to_value(OrderView::from(&order)).map_err(|e| ApiError::Internal(e.to_string()))?,
+        order_id: Some(order_id),
+    };
+    let keyed = KeyedRequest { account_id, key: &key, fingerprint: req.fingerprint };
+    let meta = Metadata {
+        correlation_id: order_id,
+        causation_id: Uuid::now_v7(),
+        source: "checkout".into(),
+        traceparent: headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned),
+    };
+
+    match store::orders::place(&state.pool, &keyed, &accepted, &order, &events, &meta).await? {
+        PlaceOutcome::Placed => Ok((stored_response(&accepted, false), "placed")),
+        PlaceOutcome::Claim(claim) => claim_response(claim),
+        PlaceOutcome::OutOfStock(sku) => {
+            let problem = Problem::new(StatusCode::CONFLICT, "out-of-stock", "Out of stock", format!("not enough {sku} in stock"))
+                .with("sku", sku.as_str());
+            let rejected = StoredResponse { status: 409, body: problem.to_json(), order_id: None };
+            match store::idempotency::record(&state.pool, &keyed, &rejected).await? {
+                Claim::Claimed => Ok((stored_response(&rejected, false), "out_of_stock")),
+                other => claim_response(other),
+            }
+        }
+    }
+}
+
+fn claim_response(claim: Claim) -> Result<(Response, &'static str), ApiError> {
+    let problem = match claim {
+        Claim::Replay(stored) => return Ok((stored_response(&stored, true), "replayed")),
+        Claim::Claimed => return Err(ApiError::Internal("claim reported after the fact".into())),
+        Claim::InFlight => Problem::new(
+            StatusCode::CONFLICT,
+            "idempotency-key-in-flight",
+            "Request in progress",
+            "a request with this Idempotency-Key is still being processed; retry later",
+        ),
+        Claim::Mismatch => Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency-key-reused",
+            "Idempotency-Key reused",
+            "this Idempotency-Key was used for a different request",
+        ),
+    };
+    let label = if problem.status == 409 { "key_in_flight" } else { "key_mismatch" };
+    Ok((problem.into_response(), label))
+}
+
+/// Renders a stored answer: its status, body and, for an order, Location.
+fn stored_response(stored: &StoredResponse, replayed: bool) -> Response {
+    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let content_type = if status.is_success() { "application/json" } else { "application/problem+json" };
+    let mut response = (status, serde_json::to_vec(&stored.body).unwrap_or_default()).into_response();
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if let Some(id) = stored.order_id.filter(|_| status.is_success()) {
+        if let Ok(location) = HeaderValue::from_str(&format!("/v1/orders/{id}")) {
+            h.insert(header::LOCATION, location);
+        }
+    }
+    if replayed {
+        h.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    response
+}

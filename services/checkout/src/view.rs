@@ -1,0 +1,62 @@
+//! The order as the API shows it; `POST`, `GET` and cancel return this shape.
+
+use chrono::{DateTime, Utc};
+use domain::{Order, Shipping};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// One line as shown to clients.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LineView {
+    pub sku: String,
+    pub quantity: i64,
+    pub unit_price_minor: i64,
+}
+
+/// The payment that settled the order, once there is one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PaymentView {
+    pub state: String,
+    pub amount_minor: i64,
+    pub psp_payment_id: String,
+}
+
+/// The order resource.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderView {
+    pub id: Uuid,
+    pub state: String,
+    pub lines: Vec<LineView>,
+    pub total_minor: i64,
+    pub currency: String,
+    pub shipping: Option<Shipping>,
+    pub payment: Option<PaymentView>,
+    pub expires_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<&Order> for OrderView {
+    fn from(o: &Order) -> Self {
+        OrderView {
+            id: o.id,
+            state: o.state.as_str().to_owned(),
+            lines: o
+                .lines
+                .iter()
+                .map(|l| LineView { sku: l.sku.to_string(), quantity: l.quantity.get(), unit_price_minor: l.unit_price_minor })
+                .collect(),
+            total_minor: o.total_minor,
+            currency: o.currency.to_string(),
+            shipping: o.shipping.clone(),
+            payment: o.payment.as_ref().map(|p| PaymentView {
+                state: if o.state == domain::OrderState::Refunded { "refunded" } else { "succeeded" }.into(),
+                amount_minor: p.amount_minor,
+                psp_payment_id: p.payment_id.clone(),
+            }),
+            expires_at: o.expires_at,
+            created_at: o.created_at,
+            updated_at: o.updated_at,
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Migrations, catalogue, stock and accounts.
+
+use crate::output::Output;
+use crate::CliError;
+use anyhow::Context;
+use clap::Subcommand;
+use domain::{Currency, Sku};
+use sqlx::PgPool;
+use std::process::ExitCode;
+use store::catalog::{CatalogError, StockRow};
+
+#[derive(Debug, Subcommand)]
+pub enum ProductCommand {
+    /// Add a product to the catalogue (with empty stock).
+    Add {
+        #[arg(long)]
+        sku: String,
+        #[arg(long)]
+        name: String,
+        /// Price in integer minor units (cents).
+        #[arg(long)]
+        price_minor: i64,
+        /// ISO 4217 code, e.g. BRL.
+        #[arg(long)]
+        currency: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StockCommand {
+    /// Goods in: add units to `available` (a `receive` ledger entry).
+    Receive {
+        #[arg(long)]
+        sku: String,
+        #[arg(long)]
+        quantity: i64,
+    },
+    /// Correct `available` by a signed delta (an `adjust` ledger entry with its reason).
+    Adjust {
+        #[arg(long)]
+        sku: String,
+        #[arg(long, allow_hyphen_values = true)]
+        delta: i64,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Show the available, reserved and sold buckets.
+    Show {
+        #[arg(long)]
+        sku: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AccountCommand {
+    /// Create an account; prints its id and its API token (shown once).
+    Add {
+        #[arg(long)]
+        name: String,
+    },
+}
+
+/// Connects using DATABASE_URL.
+pub async fn pool() -> Result<PgPool, CliError> {
+    let url = platform::config::database_url().map_err(|e| CliError::Usage(e.to_string()))?;
+    Ok(store::connect(&url, 4).await.context("connecting to DATABASE_URL")?)
+}
+
+fn sku(s: &str) -> Result<Sku, CliError> {
+    Sku::parse(s).map_err(|e| CliError::Usage(format!("--sku {s:?}: {e}")))
+}
+
+fn catalog_error(e: CatalogError) -> CliError {
+    match e {
+        CatalogError::Store(s) => CliError::Failed(s.into()),
+        other => CliError::Usage(other.to_string()),
+    }
+}
+
+pub async fn migrate(out: &Output) -> Result<ExitCode, CliError> {
+    let pool = pool().await?;
+    store::migrate(&pool).await.context("applying migrations")?;
+    out.print(&serde_json::json!({ "migrated": true }), || "migrations applied".into());
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn product(cmd: ProductCommand, out: &Output) -> Result<ExitCode, CliError> {
+    let ProductCommand::Add { sku: s, name, price_minor, currency } = cmd;
+    let sku = sku(&s)?;
+    let currency: Currency = currency.parse().map_err(|e| CliError::Usage(format!("--currency: {e}")))?;
+    if price_minor < 0 {
+        return Err(CliError::Usage("--price-minor must not be negative".into()));
+    }
+    if name.trim().is_empty() || name.chars().count() > 200 {
+        return Err(CliError::Usage("--name must be 1-200 characters".into()));
+    }
+    let pool = pool().await?;
+    store::catalog::add_product(&pool, &sku, &name, price_minor, currency).await.map_err(catalog_error)?;
+    let value = serde_json::json!({ "sku": sku, "name": name, "price_minor": price_minor, "currency": currency });
+    out.print(&value, || format!("added {sku} ({name}) at {price_minor} {currency}"));
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn stock(cmd: StockCommand, out: &Output) -> Result<ExitCode, CliError> {
+    match cmd {
+        StockCommand::Receive { sku: s, quantity } => {
+            let sku = sku(&s)?;
+            if quantity <= 0 {
+                return Err(CliError::Usage("--quantity must be at least 1".into()));
+            }
+            let row = store::catalog::receive(&pool().await?, &sku, quantity).await.map_err(catalog_error)?;
+            print_rows(out, &[row], false);
+        }
+        StockCommand::Adjust { sku: s, delta, reason } => {
+            let sku = sku(&s)?;
+            if delta == 0 || reason.trim().is_empty() {
+                return Err(CliError::Usage("--delta must not be 0 and --reason must not be empty".into()));
+            }
+            let row = store::catalog::adjust(&pool().await?, &sku, delta, &reason).await.map_err(catalog_error)?;
+            print_rows(out, &[row], false);
+        }
+        StockCommand::Show { sku: s } => {
+            let sku = s.as_deref().map(sku).transpose()?;
+            let rows = store::catalog::show(&pool().await?, sku.as_ref()).await.context("reading stock")?;
+            if let Some(sku) = &sku {
+                if rows.is_empty() {
+                    return Err(CliError::Usage(format!("unknown sku {sku}")));
+                }
+            }
+            print_rows(out, &rows, sku.is_none());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_rows(out: &Output, rows: &[StockRow], as_list: bool) {
+    let text = || {
+        let mut t = format!("{:<24} {:>12} {:>12} {:>12}", "SKU", "AVAILABLE", "RESERVED", "SOLD");
+        for r in rows {
+            t.push_str(&format!("\n{:<24} {:>12} {:>12} {:>12}", r.sku, r.available, r.reserved, r.sold));
+        }
+        t
+    };
+    match (as_list, rows.first()) {
+        (false, Some(row)) => out.print(row, text),
+        _ => out.print(&rows, text),
+    }
+}
+
+pub async fn account(cmd: AccountCommand, _out: &Output) -> Result<ExitCode, CliError> {
+    let AccountCommand::Add { name } = cmd;
+    if name.trim().is_empty() || name.chars().count() > 200 {
+        return Err(CliError::Usage("--name must be 1-200 characters".into()));
+    }
+    let account = store::accounts::create(&pool().await?, &name).await.context("creating the account")?;
+    // Always JSON: the token is meant to be captured by a script.
+    println!("{}", serde_json::to_string(&account).unwrap_or_default());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,254 @@
+//! `soldonce load`: a closed-loop or open-loop load generator against a
+//! running checkout. Each request carries its own Idempotency-Key; latency
+//! is measured from the intended send time (no coordinated omission); the
+//! accepted orders are then counted in the database.
+
+use crate::output::Output;
+use crate::CliError;
+use anyhow::Context;
+use clap::Args;
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// checkout's base URL.
+    #[arg(long, env = "CHECKOUT_URL", default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// An account's API token (see `soldonce account add`).
+    #[arg(long, env = "SOLDONCE_TOKEN")]
+    token: String,
+    /// The SKU to buy; with --sku-count N > 1, SKUs `<sku>-0` … `<sku>-(N-1)` at random.
+    #[arg(long, default_value = "DEMO-TSHIRT")]
+    sku: String,
+    #[arg(long, default_value_t = 1)]
+    sku_count: u32,
+    /// Units per order.
+    #[arg(long, default_value_t = 1)]
+    quantity: i64,
+    /// Closed loop: concurrent connections, each sending its next request when the last answered.
+    #[arg(long, conflicts_with = "rate")]
+    connections: Option<usize>,
+    /// Closed loop: total requests.
+    #[arg(long, requires = "connections")]
+    requests: Option<u64>,
+    /// Open loop: requests per second (e.g. 300 or 300/s), sent on schedule whatever the latency.
+    #[arg(long, requires = "duration")]
+    rate: Option<String>,
+    /// Open loop: how long to send, e.g. 30s.
+    #[arg(long)]
+    duration: Option<humantime::Duration>,
+    /// Skip counting accepted orders in the database (DATABASE_URL).
+    #[arg(long)]
+    no_verify: bool,
+}
+
+/// The run's figures.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub mode: String,
+    pub requests: u64,
+    pub by_status: BTreeMap<String, u64>,
+    pub accepted: u64,
+    pub transport_errors: u64,
+    pub seconds: f64,
+    pub requests_per_second: f64,
+    pub accepted_per_second: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+    /// Accepted orders found in the database, when verified.
+    pub orders_in_database: Option<u64>,
+}
+
+struct Tally {
+    latency: Histogram<u64>,
+    by_status: BTreeMap<String, u64>,
+    accepted_ids: Vec<Uuid>,
+    errors: u64,
+}
+
+fn parse_rate(s: &str) -> Result<f64, CliError> {
+    let n = s.trim().trim_end_matches("/s").trim();
+    n.parse::<f64>()
+        .ok()
+        .filter(|r| *r > 0.0 && r.is_finite())
+        .ok_or_else(|| CliError::Usage(format!("--rate {s:?}: expected requests per second such as 300 or 300/s")))
+}
+
+pub async fn run(args: LoadArgs, out: &Output) -> Result<ExitCode, CliError> {
+    if args.sku_count == 0 || args.quantity <= 0 {
+        return Err(CliError::Usage("--sku-count and --quantity must be at least 1".into()));
+    }
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(4096)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .context("building the HTTP client")?;
+    let latency = Histogram::new_with_bounds(1, 60_000_000, 3).context("histogram")?;
+    let tally = Arc::new(Mutex::new(Tally { latency, by_status: BTreeMap::new(), accepted_ids: vec![], errors: 0 }));
+    let shared = Arc::new(Shared { client, args_url: args.url.trim_end_matches('/').to_owned(), token: args.token.clone(), sku: args.sku.clone(), sku_count: args.sku_count, quantity: args.quantity, tally: tally.clone() });
+    let started = Instant::now();
+    let mode = match (args.connections, args.requests, &args.rate, args.duration) {
+        (Some(c), Some(m), None, _) if c > 0 => {
+            closed_loop(shared.clone(), c, m).await;
+            format!("closed loop, {c} connections, {m} requests")
+        }
+        (None, None, Some(rate), Some(d)) => {
+            let rate = parse_rate(rate)?;
+            open_loop(shared.clone(), rate, d.into()).await;
+            format!("open loop, {rate}/s for {d}")
+        }
+        _ => {
+            return Err(CliError::Usage(
+                "choose --connections N --requests M (closed loop) or --rate R/s --duration D (open loop)".into(),
+            ))
+        }
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    let tally = std::mem::replace(
+        &mut *tally.lock().map_err(|_| anyhow::anyhow!("tally poisoned"))?,
+        Tally { latency: Histogram::new(3).context("histogram")?, by_status: BTreeMap::new(), accepted_ids: vec![], errors: 0 },
+    );
+    let orders_in_database = if args.no_verify { None } else { Some(count_orders(&tally.accepted_ids).await?) };
+    let requests: u64 = tally.by_status.values().sum::<u64>() + tally.errors;
+    let accepted = tally.accepted_ids.len() as u64;
+    let ms = |q: f64| tally.latency.value_at_quantile(q) as f64 / 1000.0;
+    let report = Report {
+        mode,
+        requests,
+        by_status: tally.by_status,
+        accepted,
+        transport_errors: tally.errors,
+        seconds,
+        requests_per_second: requests as f64 / seconds,
+        accepted_per_second: accepted as f64 / seconds,
+        p50_ms: ms(0.5),
+        p99_ms: ms(0.99),
+        p999_ms: ms(0.999),
+        max_ms: tally.latency.max() as f64 / 1000.0,
+        orders_in_database,
+    };
+    out.print(&report, || render(&report));
+    let consistent = report.orders_in_database.is_none_or(|n| n == accepted);
+    if !consistent {
+        eprintln!("soldonce: {accepted} orders were accepted but the database holds {orders_in_database:?} of them");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn render(r: &Report) -> String {
+    let statuses: Vec<String> = r.by_status.iter().map(|(s, n)| format!("{s}: {n}")).collect();
+    let db = r.orders_in_database.map_or("not checked".to_owned(), |n| {
+        if n == r.accepted { format!("{n} (matches)") } else { format!("{n} (MISMATCH)") }
+    });
+    format!(
+        "{}\nrequests     {} in {:.2}s ({:.0} req/s)\nby status    {}\naccepted     {} ({:.0}/s)\nerrors       {}\nlatency      p50 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  max {:.2} ms\nin database  {}",
+        r.mode, r.requests, r.seconds, r.requests_per_second, statuses.join(", "), r.accepted, r.accepted_per_second,
+        r.transport_errors, r.p50_ms, r.p99_ms, r.p999_ms, r.max_ms, db
+    )
+}
+
+struct Shared {
+    client: reqwest::Client,
+    args_url: String,
+    token: String,
+    sku: String,
+    sku_count: u32,
+    quantity: i64,
+    tally: Arc<Mutex<Tally>>,
+}
+
+impl Shared {
+    fn pick_sku(&self) -> String {
+        if self.sku_count <= 1 {
+            return self.sku.clone();
+        }
+        let i = Uuid::new_v4().as_u128() % u128::from(self.sku_count);
+        format!("{}-{i}", self.sku)
+    }
+
+    /// Sends one order; `intended` is when it should have gone out.
+    async fn one(&self, intended: Instant) {
+        let body = serde_json::json!({ "lines": [{ "sku": self.pick_sku(), "quantity": self.quantity }] });
+        let sent = self
+            .client
+            .post(format!("{}/v1/orders", self.args_url))
+            .bearer_auth(&self.token)
+            .header("idempotency-key", Uuid::new_v4().to_string())
+            .json(&body)
+            .send()
+            .await;
+        let outcome = match sent {
+            Ok(r) => {
+                let status = r.status().as_u16();
+                let id = if status == 202 {
+                    r.json::<serde_json::Value>().await.ok().and_then(|b| b["id"].as_str().and_then(|s| s.parse().ok()))
+                } else {
+                    let _ = r.bytes().await;
+                    None
+                };
+                Some((status, id))
+            }
+            Err(_) => None,
+        };
+        let micros = u64::try_from(intended.elapsed().as_micros()).unwrap_or(u64::MAX);
+        if let Ok(mut t) = self.tally.lock() {
+            let _ = t.latency.record(micros.max(1));
+            match outcome {
+                Some((status, id)) => {
+                    *t.by_status.entry(status.to_string()).or_default() += 1;
+                    if let Some(id) = id {
+                        t.accepted_ids.push(id);
+                    }
+                }
+                None => t.errors += 1,
+            }
+        }
+    }
+}
+
+async fn closed_loop(shared: Arc<Shared>, connections: usize, requests: u64) {
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let workers: Vec<_> = (0..connections)
+        .map(|_| {
+            let (shared, next) = (shared.clone(), next.clone());
+            tokio::spawn(async move {
+                while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < requests {
+                    shared.one(Instant::now()).await;
+                }
+            })
+        })
+        .collect();
+    futures::future::join_all(workers).await;
+}
+
+async fn open_loop(shared: Arc<Shared>, rate: f64, duration: Duration) {
+    let total = (rate * duration.as_secs_f64()).round() as u64;
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
+    for i in 0..total {
+        let at = start + Duration::from_secs_f64(i as f64 / rate);
+        tokio::time::sleep_until(at.into()).await;
+        let shared = shared.clone();
+        tasks.push(tokio::spawn(async move { shared.one(at).await }));
+    }
+    futures::future::join_all(tasks).await;
+}
+
+async fn count_orders(ids: &[Uuid]) -> Result<u64, CliError> {
+    let pool = crate::admin::pool().await?;
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM orders WHERE id = ANY($1)")
+        .bind(ids)
+        .fetch_one(&pool)
+        .await
+        .context("counting accepted orders")?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}

@@ -1,0 +1,201 @@
+//! A private PostgreSQL cluster: `initdb` into a directory, `postgres` on a
+//! free port of 127.0.0.1 with its socket in that directory. PostgreSQL
+//! refuses to run as root, so under root it runs as the `postgres` user (or
+//! `SOLDONCE_PG_USER`).
+
+use crate::process::{self, Watched};
+use crate::Error;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+const HINT: &str = "install PostgreSQL (Debian: apt-get install postgresql) and put its bin directory on PATH";
+
+/// How the cluster is tuned.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// Keep fsync on. Tests turn it off: their data is disposable.
+    pub durable: bool,
+    pub max_connections: u32,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions { durable: false, max_connections: 400 }
+    }
+}
+
+/// A running private PostgreSQL server.
+pub struct Postgres {
+    port: u16,
+    dir: PathBuf,
+    user: Option<String>,
+    options: PgOptions,
+    server: Option<Watched>,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl Postgres {
+    /// Creates a cluster in a temporary directory and starts it.
+    pub fn start_temporary(options: PgOptions) -> Result<Self, Error> {
+        let temp = tempfile::Builder::new().prefix("soldonce-pg-").tempdir()?;
+        let mut pg = Postgres::start_in(temp.path(), options)?;
+        pg._temp = Some(temp);
+        Ok(pg)
+    }
+
+    /// Starts the cluster kept in `dir`, creating it on first use.
+    pub fn start_in(dir: &Path, options: PgOptions) -> Result<Self, Error> {
+        process::which("initdb", HINT)?;
+        process::which("postgres", HINT)?;
+        let user = server_user()?;
+        std::fs::create_dir_all(dir)?;
+        if let Some(u) = &user {
+            chown_to(dir, u)?;
+        }
+        let mut pg = Postgres { port: crate::free_port()?, dir: dir.to_owned(), user, options, server: None, _temp: None };
+        if !pg.data_dir().join("PG_VERSION").exists() {
+            pg.initdb()?;
+        }
+        pg.launch()?;
+        Ok(pg)
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn initdb(&self) -> Result<(), Error> {
+        let mut c = self.command("initdb");
+        c.arg("-D").arg(self.data_dir()).args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"]);
+        process::run(c, "initdb").map(|_| ())
+    }
+
+    fn command(&self, binary: &str) -> Command {
+        match &self.user {
+            Some(u) => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", u, "--", binary]);
+                c
+            }
+            None => Command::new(binary),
+        }
+    }
+
+    fn launch(&mut self) -> Result<(), Error> {
+        let durable = if self.options.durable { "on" } else { "off" };
+        let argv: Vec<String> = vec![
+            "postgres".into(),
+            "-D".into(),
+            self.data_dir().to_string_lossy().into_owned(),
+            "-p".into(),
+            self.port.to_string(),
+            "-k".into(),
+            self.dir.to_string_lossy().into_owned(),
+            "-c".into(),
+            "listen_addresses=127.0.0.1".into(),
+            "-c".into(),
+            format!("max_connections={}", self.options.max_connections),
+            "-c".into(),
+            format!("fsync={durable}"),
+            "-c".into(),
+            format!("full_page_writes={durable}"),
+            "-c".into(),
+            format!("synchronous_commit={durable}"),
+            "-c".into(),
+            "shared_buffers=256MB".into(),
+        ];
+        let log = self.dir.join("postgres.log");
+        let mut server = Watched::spawn(&argv, self.user.as_deref(), &log, "INT")?;
+        process::wait_for_port(self.port, Duration::from_secs(60), &mut server, "postgres", &log)?;
+        self.server = Some(server);
+        self.wait_until_accepting()
+    }
+
+    /// The server accepts TCP before it accepts queries; ask `psql`-free: retry
+    /// a startup handshake until it stops saying "starting up".
+    fn wait_until_accepting(&mut self) -> Result<(), Error> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let log = self.dir.join("postgres.log");
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.contains("database system is ready to accept connections") {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(Error::Failed { what: "starting postgres".into(), detail: "not ready within 60 s".into() });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A URL for database `db` as the superuser `postgres`.
+    pub fn url(&self, db: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// Stops the server (fast shutdown); the data stays.
+    pub fn stop(&mut self) {
+        if let Some(mut s) = self.server.take() {
+            s.stop();
+        }
+    }
+
+    /// Starts a stopped server again on the same port and data.
+    pub fn restart(&mut self) -> Result<(), Error> {
+        self.stop();
+        let _ = std::fs::write(self.dir.join("postgres.log"), "");
+        self.launch()
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Who runs the server: ourselves, unless we are root.
+fn server_user() -> Result<Option<String>, Error> {
+    let uid = process::run(
+        {
+            let mut c = Command::new("id");
+            c.arg("-u");
+            c
+        },
+        "id -u",
+    )?;
+    if uid.trim() != "0" {
+        return Ok(None);
+    }
+    process::which("runuser", "install util-linux (runuser), needed to run PostgreSQL as a non-root user")?;
+    let user = std::env::var("SOLDONCE_PG_USER").unwrap_or_else(|_| "postgres".into());
+    Ok(Some(user))
+}
+
+fn chown_to(dir: &Path, user: &str) -> Result<(), Error> {
+    let mut c = Command::new("chown");
+    c.arg("-R").arg(format!("{user}:")).arg(dir);
+    process::run(c, &format!("chown {user} {}", dir.display()))?;
+    // Let the server user reach a directory below a private temp dir.
+    let mut p = dir.parent();
+    while let Some(parent) = p {
+        if parent == std::env::temp_dir() || parent.parent().is_none() {
+            break;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = std::fs::metadata(parent) {
+            let mode = meta.permissions().mode();
+            if mode & 0o001 == 0 {
+                let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(mode | 0o011));
+            }
+        }
+        p = parent.parent();
+    }
+    Ok(())
+}

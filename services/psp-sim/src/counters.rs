@@ -1,0 +1,215 @@
+//! Counters for `/metrics`, one set per application (tests run several apps in one process, so
+//! no global recorder), rendered by hand in the Prometheus text format.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::model::PaymentStatus;
+
+/// A fault the simulator injected on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// A POST answered 503 because of `fail_first`.
+    FailFirst,
+    /// A payment declined because of `decline_rate`.
+    Decline,
+    /// A reply withheld because of `lose_reply_rate`.
+    LoseReply,
+    /// A webhook never sent because of `drop_webhook_rate`.
+    DropWebhook,
+    /// An extra copy of a webhook because of `webhook_duplicates`.
+    DuplicateWebhook,
+    /// A batch of webhooks sent newest first because of `webhook_reorder`.
+    ReorderWebhooks,
+}
+
+impl Fault {
+    const ALL: [Fault; 6] = [
+        Fault::FailFirst,
+        Fault::Decline,
+        Fault::LoseReply,
+        Fault::DropWebhook,
+        Fault::DuplicateWebhook,
+        Fault::ReorderWebhooks,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Fault::FailFirst => "fail_first",
+            Fault::Decline => "decline",
+            Fault::LoseReply => "lose_reply",
+            Fault::DropWebhook => "drop_webhook",
+            Fault::DuplicateWebhook => "duplicate_webhook",
+            Fault::ReorderWebhooks => "reorder_webhooks",
+        }
+    }
+}
+
+/// Monotonic counters behind `/metrics`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    payments_succeeded: AtomicU64,
+    payments_failed: AtomicU64,
+    payment_replays: AtomicU64,
+    refunds: AtomicU64,
+    refund_replays: AtomicU64,
+    webhooks_acknowledged: AtomicU64,
+    webhooks_abandoned: AtomicU64,
+    webhook_attempts_ok: AtomicU64,
+    webhook_attempts_failed: AtomicU64,
+    faults: [AtomicU64; Fault::ALL.len()],
+}
+
+fn bump(counter: &AtomicU64, by: u64) {
+    counter.fetch_add(by, Ordering::Relaxed);
+}
+
+fn read(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+impl Counters {
+    /// A new payment with this outcome.
+    pub fn payment_created(&self, status: PaymentStatus) {
+        match status {
+            PaymentStatus::Succeeded => bump(&self.payments_succeeded, 1),
+            PaymentStatus::Failed => bump(&self.payments_failed, 1),
+        }
+    }
+
+    /// A payment POST answered from an earlier key.
+    pub fn payment_replayed(&self) {
+        bump(&self.payment_replays, 1);
+    }
+
+    /// A new refund.
+    pub fn refund_created(&self) {
+        bump(&self.refunds, 1);
+    }
+
+    /// A refund POST answered from an earlier key.
+    pub fn refund_replayed(&self) {
+        bump(&self.refund_replays, 1);
+    }
+
+    /// One webhook delivery attempt and whether the receiver answered 2xx.
+    pub fn webhook_attempted(&self, acknowledged: bool) {
+        if acknowledged {
+            bump(&self.webhook_attempts_ok, 1);
+        } else {
+            bump(&self.webhook_attempts_failed, 1);
+        }
+    }
+
+    /// A webhook delivery ended: acknowledged, or given up after the retry budget.
+    pub fn webhook_finished(&self, acknowledged: bool) {
+        if acknowledged {
+            bump(&self.webhooks_acknowledged, 1);
+        } else {
+            bump(&self.webhooks_abandoned, 1);
+        }
+    }
+
+    /// `times` injections of this fault.
+    pub fn fault_injected(&self, fault: Fault, times: u64) {
+        if let Some(index) = Fault::ALL.iter().position(|f| *f == fault) {
+            bump(&self.faults[index], times);
+        }
+    }
+
+    /// The Prometheus text exposition of every counter.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        family(
+            &mut out,
+            "psp_sim_payments_total",
+            "Payments created, by outcome.",
+            &[
+                ("status=\"succeeded\"", read(&self.payments_succeeded)),
+                ("status=\"failed\"", read(&self.payments_failed)),
+            ],
+        );
+        family(
+            &mut out,
+            "psp_sim_idempotent_replays_total",
+            "POSTs answered from an earlier idempotency key.",
+            &[
+                ("resource=\"payment\"", read(&self.payment_replays)),
+                ("resource=\"refund\"", read(&self.refund_replays)),
+            ],
+        );
+        family(
+            &mut out,
+            "psp_sim_refunds_total",
+            "Refunds created.",
+            &[("", read(&self.refunds))],
+        );
+        family(
+            &mut out,
+            "psp_sim_webhooks_total",
+            "Webhook deliveries finished, by outcome.",
+            &[
+                ("outcome=\"acknowledged\"", read(&self.webhooks_acknowledged)),
+                ("outcome=\"abandoned\"", read(&self.webhooks_abandoned)),
+            ],
+        );
+        family(
+            &mut out,
+            "psp_sim_webhook_attempts_total",
+            "Webhook delivery attempts, by result.",
+            &[
+                ("result=\"acknowledged\"", read(&self.webhook_attempts_ok)),
+                ("result=\"failed\"", read(&self.webhook_attempts_failed)),
+            ],
+        );
+        let faults: Vec<(String, u64)> = Fault::ALL
+            .iter()
+            .zip(&self.faults)
+            .map(|(fault, count)| (format!("fault=\"{}\"", fault.label()), read(count)))
+            .collect();
+        let faults: Vec<(&str, u64)> = faults.iter().map(|(l, v)| (l.as_str(), *v)).collect();
+        family(
+            &mut out,
+            "psp_sim_faults_injected_total",
+            "Faults injected on purpose, by kind.",
+            &faults,
+        );
+        out
+    }
+}
+
+fn family(out: &mut String, name: &str, help: &str, samples: &[(&str, u64)]) {
+    // Writing to a String cannot fail.
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} counter");
+    for (labels, value) in samples {
+        if labels.is_empty() {
+            let _ = writeln!(out, "{name} {value}");
+        } else {
+            let _ = writeln!(out, "{name}{{{labels}}} {value}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_render_as_prometheus_text() {
+        let counters = Counters::default();
+        counters.payment_created(PaymentStatus::Succeeded);
+        counters.payment_created(PaymentStatus::Succeeded);
+        counters.fault_injected(Fault::DuplicateWebhook, 2);
+        counters.refund_created();
+        let text = counters.render();
+        assert!(text.contains("psp_sim_payments_total{status=\"succeeded\"} 2\n"), "{text}");
+        assert!(text.contains("psp_sim_payments_total{status=\"failed\"} 0\n"), "{text}");
+        assert!(text.contains("psp_sim_refunds_total 1\n"), "{text}");
+        assert!(
+            text.contains("psp_sim_faults_injected_total{fault=\"duplicate_webhook\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE psp_sim_webhooks_total counter\n"), "{text}");
+    }
+}

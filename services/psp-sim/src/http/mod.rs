@@ -1,0 +1,94 @@
+//! The HTTP surface: routes, shared state, and the latency fault applied to every `/v1` call.
+
+mod admin;
+mod ops;
+mod payments;
+mod refunds;
+mod reply;
+mod request;
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use tokio::sync::watch;
+
+use crate::counters::Counters;
+use crate::faults::FaultSwitch;
+use crate::ledger::Ledger;
+use crate::problem::ApiError;
+use crate::webhook::WebhookQueue;
+
+/// What every handler shares.
+pub(crate) struct AppState {
+    ledger: Mutex<Ledger>,
+    faults: Arc<FaultSwitch>,
+    counters: Arc<Counters>,
+    webhooks: WebhookQueue,
+    /// Turns true when the application stops, releasing replies held by `lose_reply_rate`.
+    stop: watch::Receiver<bool>,
+}
+
+impl AppState {
+    pub(crate) fn new(
+        faults: Arc<FaultSwitch>,
+        counters: Arc<Counters>,
+        webhooks: WebhookQueue,
+        stop: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            ledger: Mutex::new(Ledger::default()),
+            faults,
+            counters,
+            webhooks,
+            stop,
+        }
+    }
+
+    fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        // Ledger methods check before they write, so a panicking holder leaves it consistent.
+        self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+type SharedState = State<Arc<AppState>>;
+
+/// Every route of the simulator.
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    let api = Router::new()
+        .route("/v1/payments", post(payments::create).get(payments::find))
+        .route("/v1/payments/{id}", get(payments::show))
+        .route("/v1/payments/{id}/refunds", post(refunds::create))
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            inject_latency,
+        ));
+    Router::new()
+        .route("/healthz", get(ops::health))
+        .route("/metrics", get(ops::metrics))
+        .route("/admin/faults", get(admin::show).put(admin::replace))
+        .merge(api)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+async fn inject_latency(State(state): SharedState, request: Request, next: Next) -> Response {
+    let latency_ms = state.faults.current().latency_ms;
+    if latency_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+    }
+    next.run(request).await
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("no such route".to_owned())
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}

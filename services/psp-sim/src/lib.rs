@@ -1,0 +1,130 @@
+//! psp-sim: a fake payment service provider for soldonce's tests and demos. It is a real HTTP
+//! server with its own in-memory state: idempotent payments and refunds, lookups by key and by
+//! reference, Standard Webhooks-signed `payment.*` / `refund.*` webhooks retried until
+//! acknowledged, and fault knobs (declines, latency, 503s, lost replies, dropped, duplicated,
+//! delayed and reordered webhooks) set from `PSP_FAULTS` or `PUT /admin/faults`.
+//!
+//! It stands in for another company's system, so it must never depend on soldonce's crates,
+//! never persist anything, and never be pointed at real money: it charges nothing.
+
+pub mod counters;
+pub mod faults;
+mod http;
+pub mod ledger;
+pub mod model;
+pub mod problem;
+pub mod settings;
+pub mod signature;
+pub mod webhook;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use faults::Faults;
+pub use settings::{Settings, SettingsError, WebhookTarget};
+
+use counters::Counters;
+use faults::FaultSwitch;
+use webhook::{Deliverer, Dispatcher, WebhookQueue};
+
+/// Why the simulator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The listening address could not be bound.
+    #[error("could not listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// Why binding failed.
+        source: std::io::Error,
+    },
+    /// The webhook client could not be built.
+    #[error(transparent)]
+    WebhookClient(#[from] webhook::BuildClientError),
+}
+
+/// A bound, ready-to-run simulator.
+pub struct Application {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    router: Router,
+    dispatcher: Option<Dispatcher>,
+    stop: watch::Sender<bool>,
+}
+
+impl Application {
+    /// Binds the listener and wires state; nothing is served until [`Self::run_until_stopped`].
+    pub async fn build(settings: Settings) -> Result<Self, BuildError> {
+        let addr = settings.addr;
+        let bind_error = |source| BuildError::Bind { addr, source };
+        let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+        let local_addr = listener.local_addr().map_err(bind_error)?;
+
+        let counters = Arc::new(Counters::default());
+        let faults = Arc::new(FaultSwitch::new(settings.faults));
+        let (stop, stopped) = watch::channel(false);
+        let (queue, dispatcher) = match settings.webhook {
+            Some(target) => {
+                let deliverer = Deliverer::new(target, Arc::clone(&counters))?;
+                let (queue, events) = WebhookQueue::channel();
+                let dispatcher = Dispatcher::new(
+                    events,
+                    deliverer,
+                    Arc::clone(&faults),
+                    Arc::clone(&counters),
+                    stopped.clone(),
+                );
+                (queue, Some(dispatcher))
+            }
+            None => (WebhookQueue::disabled(), None),
+        };
+        let state = http::AppState::new(faults, counters, queue, stopped);
+        Ok(Self {
+            listener,
+            local_addr,
+            router: http::router(Arc::new(state)),
+            dispatcher,
+            stop,
+        })
+    }
+
+    /// The bound port (useful when `PSP_SIM_ADDR` asked for port 0).
+    pub fn port(&self) -> u16 {
+        self.local_addr.port()
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serves until `shutdown` resolves, then stops accepting, releases held replies, stops the
+    /// webhook dispatcher (abandoning pending retries) and waits for in-flight requests.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let dispatcher = self.dispatcher.map(|d| tokio::spawn(d.run()));
+        let stop = self.stop;
+        let signal = async move {
+            shutdown.await;
+            tracing::info!("psp-sim stopping");
+            stop.send_replace(true);
+        };
+        // If serving fails, dropping `signal` drops the sender, which stops the dispatcher too.
+        let served = axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(signal)
+            .await;
+        if let Some(dispatcher) = dispatcher {
+            if let Err(error) = dispatcher.await {
+                tracing::error!(%error, "webhook dispatcher ended abnormally");
+            }
+        }
+        served
+    }
+}

@@ -1,0 +1,173 @@
+//! The one HTTP error type: every failure renders as RFC 9457 `application/problem+json`.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+
+use crate::faults::FaultsError;
+use crate::ledger::LedgerError;
+use crate::model::InvalidRequest;
+
+/// Media type of every error body.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// An RFC 9457 problem details body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Problem {
+    /// `urn:psp-sim:problem:<slug>`, stable per kind of failure.
+    #[serde(rename = "type")]
+    pub problem_type: String,
+    /// Short summary of the kind of failure.
+    pub title: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// What went wrong with this request.
+    pub detail: String,
+}
+
+/// Everything an API call can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// No `Idempotency-Key` header on a POST that needs one.
+    #[error("the Idempotency-Key header is required")]
+    MissingIdempotencyKey,
+    /// The `Idempotency-Key` header is empty, too long or not visible ASCII.
+    #[error("the Idempotency-Key header must be 1 to 255 visible ASCII characters")]
+    InvalidIdempotencyKey,
+    /// The body is not JSON.
+    #[error("{0}")]
+    MalformedBody(String),
+    /// The body is JSON of the wrong shape, or breaks a rule.
+    #[error("{0}")]
+    InvalidBody(String),
+    /// The query string is wrong.
+    #[error("{0}")]
+    InvalidQuery(String),
+    /// The fault configuration was refused.
+    #[error("{0}")]
+    InvalidFaults(#[from] FaultsError),
+    /// The books refused the request.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// Nothing lives at this path or id.
+    #[error("{0}")]
+    NotFound(String),
+    /// The route exists but not for this method.
+    #[error("method not allowed on this path")]
+    MethodNotAllowed,
+    /// `fail_first` answered instead of the PSP.
+    #[error("injected failure (fail_first): nothing was done, try again")]
+    InjectedFailure,
+}
+
+impl From<InvalidRequest> for ApiError {
+    fn from(invalid: InvalidRequest) -> Self {
+        ApiError::InvalidBody(invalid.to_string())
+    }
+}
+
+impl ApiError {
+    fn kind(&self) -> (StatusCode, &'static str, &'static str) {
+        match self {
+            ApiError::MissingIdempotencyKey => (
+                StatusCode::BAD_REQUEST,
+                "idempotency-key-missing",
+                "Idempotency-Key header missing",
+            ),
+            ApiError::InvalidIdempotencyKey => (
+                StatusCode::BAD_REQUEST,
+                "idempotency-key-invalid",
+                "Idempotency-Key header invalid",
+            ),
+            ApiError::MalformedBody(_) => {
+                (StatusCode::BAD_REQUEST, "malformed-body", "Body is not valid JSON")
+            }
+            ApiError::InvalidBody(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid-body",
+                "Body does not match the schema",
+            ),
+            ApiError::InvalidQuery(_) => {
+                (StatusCode::BAD_REQUEST, "invalid-query", "Query string invalid")
+            }
+            ApiError::InvalidFaults(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid-faults",
+                "Fault configuration refused",
+            ),
+            ApiError::Ledger(LedgerError::KeyReused) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency-key-reused",
+                "Idempotency key reused with a different request",
+            ),
+            ApiError::Ledger(LedgerError::PaymentNotFound(_)) => {
+                (StatusCode::NOT_FOUND, "payment-not-found", "Payment not found")
+            }
+            ApiError::Ledger(LedgerError::PaymentFailed(_)) => (
+                StatusCode::CONFLICT,
+                "payment-not-refundable",
+                "Payment cannot be refunded",
+            ),
+            ApiError::Ledger(LedgerError::ExceedsRemaining { .. }) => (
+                StatusCode::CONFLICT,
+                "refund-exceeds-remaining",
+                "Refund exceeds the amount left",
+            ),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
+            ApiError::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+                "Method not allowed",
+            ),
+            ApiError::InjectedFailure => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "injected-failure",
+                "Service unavailable",
+            ),
+        }
+    }
+
+    /// The problem body this error renders as.
+    pub fn problem(&self) -> Problem {
+        let (status, slug, title) = self.kind();
+        Problem {
+            problem_type: format!("urn:psp-sim:problem:{slug}"),
+            title: title.to_owned(),
+            status: status.as_u16(),
+            detail: self.to_string(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, _, _) = self.kind();
+        let mut response = (status, Json(self.problem())).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(PROBLEM_JSON),
+        );
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reused_key_is_a_422_problem() {
+        let response = ApiError::Ledger(LedgerError::KeyReused).into_response();
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
+    }
+
+    #[test]
+    fn the_problem_carries_type_title_status_and_detail() {
+        let problem = ApiError::MissingIdempotencyKey.problem();
+        assert_eq!(problem.problem_type, "urn:psp-sim:problem:idempotency-key-missing");
+        assert_eq!(problem.status, 400);
+        assert_eq!(problem.detail, "the Idempotency-Key header is required");
+    }
+}

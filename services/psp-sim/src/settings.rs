@@ -1,0 +1,197 @@
+//! Configuration from the environment, validated at start; every error names its variable.
+
+use std::net::SocketAddr;
+
+use reqwest::Url;
+
+use crate::faults::{Faults, FaultsError};
+use crate::signature::{SecretError, WebhookSecret};
+
+/// Where the simulator listens unless `PSP_SIM_ADDR` says otherwise.
+pub const DEFAULT_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8090);
+
+/// Everything the simulator needs to start.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `PSP_SIM_ADDR`: where to listen; port 0 picks a free port.
+    pub addr: SocketAddr,
+    /// `PSP_WEBHOOK_URL` + `WEBHOOK_SECRET`: where to send signed webhooks; `None` sends none.
+    pub webhook: Option<WebhookTarget>,
+    /// `PSP_FAULTS`: the faults in force at start.
+    pub faults: Faults,
+}
+
+/// A webhook receiver and the secret its webhooks are signed with.
+#[derive(Debug, Clone)]
+pub struct WebhookTarget {
+    /// Plain `http://` URL receiving the POSTs.
+    pub url: Url,
+    /// Signing secret shared with the receiver.
+    pub secret: WebhookSecret,
+}
+
+/// A configuration problem, shown as one line starting with the variable's name.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// `PSP_SIM_ADDR` is not `host:port`.
+    #[error("PSP_SIM_ADDR: {0:?} is not an IP socket address such as 127.0.0.1:8090")]
+    Addr(String),
+    /// `PSP_WEBHOOK_URL` is not a plain http URL.
+    #[error("PSP_WEBHOOK_URL: {value:?} {problem}")]
+    WebhookUrl {
+        /// The value given.
+        value: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// `PSP_WEBHOOK_URL` is set but `WEBHOOK_SECRET` is not.
+    #[error("WEBHOOK_SECRET: required when PSP_WEBHOOK_URL is set (format whsec_<base64>)")]
+    MissingSecret,
+    /// `WEBHOOK_SECRET` is malformed.
+    #[error("WEBHOOK_SECRET: {0}")]
+    Secret(SecretError),
+    /// `PSP_FAULTS` is not a valid fault object.
+    #[error("PSP_FAULTS: {0}")]
+    Faults(FaultsError),
+    /// A variable holds bytes that are not UTF-8.
+    #[error("{0}: not valid UTF-8")]
+    NotUnicode(&'static str),
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            addr: DEFAULT_ADDR,
+            webhook: None,
+            faults: Faults::default(),
+        }
+    }
+}
+
+const VARIABLES: [&str; 4] = [
+    "PSP_SIM_ADDR",
+    "PSP_WEBHOOK_URL",
+    "WEBHOOK_SECRET",
+    "PSP_FAULTS",
+];
+
+impl Settings {
+    /// Reads `PSP_SIM_ADDR`, `PSP_WEBHOOK_URL`, `WEBHOOK_SECRET` and `PSP_FAULTS`.
+    pub fn from_env() -> Result<Self, SettingsError> {
+        let mut values = Vec::with_capacity(VARIABLES.len());
+        for name in VARIABLES {
+            match std::env::var(name) {
+                Ok(value) => values.push((name, value)),
+                Err(std::env::VarError::NotPresent) => {}
+                Err(std::env::VarError::NotUnicode(_)) => {
+                    return Err(SettingsError::NotUnicode(name))
+                }
+            }
+        }
+        Self::from_vars(|wanted| {
+            values
+                .iter()
+                .find(|(name, _)| *name == wanted)
+                .map(|(_, value)| value.clone())
+        })
+    }
+
+    /// Builds settings from any variable lookup; empty values count as unset.
+    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
+        let get = |name: &str| lookup(name).filter(|value| !value.trim().is_empty());
+        let addr = match get("PSP_SIM_ADDR") {
+            Some(text) => text
+                .trim()
+                .parse()
+                .map_err(|_| SettingsError::Addr(text.clone()))?,
+            None => DEFAULT_ADDR,
+        };
+        let webhook = match get("PSP_WEBHOOK_URL") {
+            Some(url) => {
+                let secret = get("WEBHOOK_SECRET").ok_or(SettingsError::MissingSecret)?;
+                Some(WebhookTarget {
+                    url: parse_webhook_url(url.trim())?,
+                    secret: WebhookSecret::parse(secret.trim()).map_err(SettingsError::Secret)?,
+                })
+            }
+            None => None,
+        };
+        let faults = match get("PSP_FAULTS") {
+            Some(json) => Faults::from_json(&json).map_err(SettingsError::Faults)?,
+            None => Faults::default(),
+        };
+        Ok(Self {
+            addr,
+            webhook,
+            faults,
+        })
+    }
+}
+
+fn parse_webhook_url(text: &str) -> Result<Url, SettingsError> {
+    let refuse = |problem| SettingsError::WebhookUrl {
+        value: text.to_owned(),
+        problem,
+    };
+    let url = Url::parse(text).map_err(|_| refuse("is not a URL"))?;
+    match url.scheme() {
+        "http" => Ok(url),
+        "https" => Err(refuse("uses https, which this build cannot send; use http")),
+        _ => Err(refuse("is not an http URL")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(vars: &[(&str, &str)]) -> Result<Settings, SettingsError> {
+        Settings::from_vars(|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| (*v).to_owned())
+        })
+    }
+
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+    #[test]
+    fn nothing_set_means_the_defaults() {
+        let settings = settings(&[]).unwrap();
+        assert_eq!(settings.addr, DEFAULT_ADDR);
+        assert!(settings.webhook.is_none());
+        assert_eq!(settings.faults, Faults::default());
+    }
+
+    #[test]
+    fn port_zero_and_a_webhook_target_are_accepted() {
+        let settings = settings(&[
+            ("PSP_SIM_ADDR", "127.0.0.1:0"),
+            ("PSP_WEBHOOK_URL", "http://127.0.0.1:8080/v1/psp/webhooks"),
+            ("WEBHOOK_SECRET", SECRET),
+            ("PSP_FAULTS", r#"{"decline_rate": 0.25}"#),
+        ])
+        .unwrap();
+        assert_eq!(settings.addr.port(), 0);
+        assert!(settings.webhook.is_some());
+        assert_eq!(settings.faults.decline_rate, 0.25);
+    }
+
+    #[test]
+    fn each_error_starts_with_the_variable_name() {
+        let message = |vars: &[(&str, &str)]| settings(vars).unwrap_err().to_string();
+        assert!(message(&[("PSP_SIM_ADDR", "nowhere")]).starts_with("PSP_SIM_ADDR: "));
+        assert!(message(&[("PSP_WEBHOOK_URL", "http://x")]).starts_with("WEBHOOK_SECRET: "));
+        assert!(message(&[("PSP_WEBHOOK_URL", "x"), ("WEBHOOK_SECRET", SECRET)])
+            .starts_with("PSP_WEBHOOK_URL: "));
+        assert!(
+            message(&[("PSP_WEBHOOK_URL", "http://x"), ("WEBHOOK_SECRET", "s")])
+                .starts_with("WEBHOOK_SECRET: ")
+        );
+        assert_eq!(
+            message(&[("PSP_FAULTS", r#"{"chaos": 1}"#)]),
+            "PSP_FAULTS: chaos: unknown field"
+        );
+    }
+}

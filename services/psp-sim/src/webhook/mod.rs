@@ -1,0 +1,142 @@
+//! Webhooks: the events the simulator announces, the queue handlers put them on, and the
+//! background dispatcher that applies the webhook faults and delivers them signed.
+
+mod deliver;
+mod dispatch;
+
+use std::fmt;
+
+use axum::body::Bytes;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use crate::model::{Payment, PaymentStatus, Refund};
+
+pub use deliver::{BuildClientError, Deliverer};
+pub use dispatch::Dispatcher;
+
+/// The kinds of event announced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventType {
+    /// A payment was created and succeeded.
+    #[serde(rename = "payment.succeeded")]
+    PaymentSucceeded,
+    /// A payment was created and failed.
+    #[serde(rename = "payment.failed")]
+    PaymentFailed,
+    /// A refund was created.
+    #[serde(rename = "refund.succeeded")]
+    RefundSucceeded,
+}
+
+impl EventType {
+    /// The wire name, e.g. `payment.succeeded`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::PaymentSucceeded => "payment.succeeded",
+            EventType::PaymentFailed => "payment.failed",
+            EventType::RefundSucceeded => "refund.succeeded",
+        }
+    }
+
+    /// The event announcing a new payment with this outcome.
+    pub fn for_payment(status: PaymentStatus) -> Self {
+        match status {
+            PaymentStatus::Succeeded => EventType::PaymentSucceeded,
+            PaymentStatus::Failed => EventType::PaymentFailed,
+        }
+    }
+}
+
+impl fmt::Display for EventType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A webhook body: `{"type", "timestamp", "data"}`, where data is a payment or a refund.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WebhookPayload<T> {
+    /// What happened.
+    #[serde(rename = "type")]
+    pub event_type: EventType,
+    /// When it happened (RFC 3339).
+    pub timestamp: DateTime<Utc>,
+    /// The payment or refund as it was then.
+    pub data: T,
+}
+
+/// One event to deliver: its id and body are fixed, so every retry and duplicate is identical.
+#[derive(Debug, Clone)]
+pub struct WebhookEvent {
+    /// `msg_<32 hex digits>`, sent as `webhook-id`.
+    pub id: String,
+    /// What happened.
+    pub event_type: EventType,
+    /// The JSON body.
+    pub body: Bytes,
+}
+
+impl WebhookEvent {
+    fn new<T: Serialize>(event_type: EventType, data: &T) -> Result<Self, serde_json::Error> {
+        let payload = WebhookPayload {
+            event_type,
+            timestamp: Utc::now(),
+            data,
+        };
+        Ok(Self {
+            id: format!("msg_{}", Uuid::new_v4().simple()),
+            event_type,
+            body: Bytes::from(serde_json::to_vec(&payload)?),
+        })
+    }
+}
+
+/// Where handlers put events; a no-op when no webhook URL is configured.
+#[derive(Debug, Clone)]
+pub struct WebhookQueue {
+    sender: Option<mpsc::UnboundedSender<WebhookEvent>>,
+}
+
+impl WebhookQueue {
+    /// A queue that discards everything (no `PSP_WEBHOOK_URL`).
+    pub fn disabled() -> Self {
+        Self { sender: None }
+    }
+
+    /// A queue feeding a dispatcher.
+    pub fn channel() -> (Self, mpsc::UnboundedReceiver<WebhookEvent>) {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        (
+            Self {
+                sender: Some(sender),
+            },
+            receiver,
+        )
+    }
+
+    /// Announces a new payment.
+    pub fn payment_created(&self, payment: &Payment) {
+        self.publish(EventType::for_payment(payment.status), payment);
+    }
+
+    /// Announces a new refund.
+    pub fn refund_created(&self, refund: &Refund) {
+        self.publish(EventType::RefundSucceeded, refund);
+    }
+
+    fn publish<T: Serialize>(&self, event_type: EventType, data: &T) {
+        let Some(sender) = &self.sender else { return };
+        match WebhookEvent::new(event_type, data) {
+            Ok(event) => {
+                tracing::debug!(webhook_id = %event.id, %event_type, "webhook queued");
+                if sender.send(event).is_err() {
+                    tracing::warn!(%event_type, "webhook dispatcher has stopped; event not sent");
+                }
+            }
+            Err(error) => tracing::error!(%error, %event_type, "could not encode webhook"),
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! Products and the stock operations operators perform: receive, adjust,
+//! show. Buckets change only with a ledger row beside them.
+
+use crate::StoreError;
+use domain::{Currency, Sku};
+use serde::Serialize;
+use sqlx::{PgPool, Postgres, Transaction};
+use std::collections::HashMap;
+
+/// A product's catalogue price.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Price {
+    pub minor: i64,
+    pub currency: Currency,
+}
+
+/// One SKU's three buckets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct StockRow {
+    pub sku: String,
+    pub available: i64,
+    pub reserved: i64,
+    pub sold: i64,
+}
+
+/// Why an operator's stock command was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("product {0} already exists")]
+    DuplicateSku(String),
+    #[error("unknown sku {0}")]
+    UnknownSku(String),
+    #[error("available stock of {sku} would go below zero ({available} available, delta {delta})")]
+    BelowZero { sku: String, available: i64, delta: i64 },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<sqlx::Error> for CatalogError {
+    fn from(e: sqlx::Error) -> Self {
+        CatalogError::Store(e.into())
+    }
+}
+
+/// Adds a product with empty stock buckets.
+pub async fn add_product(pool: &PgPool, sku: &Sku, name: &str, price_minor: i64, currency: Currency) -> Result<(), CatalogError> {
+    let mut tx = pool.begin().await?;
+    let inserted = sqlx::query("INSERT INTO products (sku, name, price_minor, currency) VALUES ($1, $2, $3, $4)")
+        .bind(sku.as_str())
+        .bind(name)
+        .bind(price_minor)
+        .bind(currency.as_str())
+        .execute(&mut *tx)
+        .await;
+    if let Err(e) = &inserted {
+        if crate::violated_constraint(e) == Some("products_pkey") {
+            return Err(CatalogError::DuplicateSku(sku.to_string()));
+        }
+    }
+    inserted?;
+    sqlx::query("INSERT INTO stock (sku) VALUES ($1)").bind(sku.as_str()).execute(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Catalogue prices of the SKUs that exist among `skus`.
+pub async fn prices(pool: &PgPool, skus: &[&str]) -> Result<HashMap<String, Price>, StoreError> {
+    let rows: Vec<(String, i64, String)> =
+        sqlx::query_as("SELECT sku, price_minor, currency FROM products WHERE sku = ANY($1)")
+            .bind(skus)
+            .fetch_all(pool)
+            .await?;
+    rows.into_iter()
+        .map(|(sku, minor, currency)| {
+            let currency = currency.parse().map_err(|_| StoreError::Corrupt(format!("currency of {sku}")))?;
+            Ok((sku, Price { minor, currency }))
+        })
+        .collect()
+}
+
+/// Goods in: `quantity` more units available, with a `receive` ledger row.
+pub async fn receive(pool: &PgPool, sku: &Sku, quantity: i64) -> Result<StockRow, CatalogError> {
+    move_available(pool, sku, quantity, "receive", None).await
+}
+
+/// A signed correction of `available` (shrinkage, recount) with its reason.
+pub async fn adjust(pool: &PgPool, sku: &Sku, delta: i64, reason: &str) -> Result<StockRow, CatalogError> {
+    move_available(pool, sku, delta, "adjust", Some(reason)).await
+}
+
+async fn move_available(pool: &PgPool, sku: &Sku, delta: i64, movement: &str, reason: Option<&str>) -> Result<StockRow, CatalogError> {
+    let mut tx: Transaction<'_, Postgres> = pool.begin().await?;
+    let row: Option<StockRow> = sqlx::query_as(
+        "UPDATE stock SET available = available + $2 WHERE sku = $1 AND available + $2 >= 0 \
+         RETURNING sku, available, reserved, sold",
+    )
+    .bind(sku.as_str())
+    .bind(delta)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(row) = row else {
+        let current = show(pool, Some(sku)).await?;
+        return Err(match current.first() {
+            Some(s) => CatalogError::BelowZero { sku: sku.to_string(), available: s.available, delta },
+            None => CatalogError::UnknownSku(sku.to_string()),
+        });
+    };
+    sqlx::query(
+        "INSERT INTO stock_ledger (sku, movement, d_available, d_reserved, d_sold, reason) VALUES ($1, $2, $3, 0, 0, $4)",
+    )
+    .bind(sku.as_str())
+    .bind(movement)
+    .bind(delta)
+    .bind(reason)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(row)
+}
+
+/// The buckets of one SKU, or of all SKUs in SKU order.
+pub async fn show(pool: &PgPool, sku: Option<&Sku>) -> Result<Vec<StockRow>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT sku, available, reserved, sold FROM stock WHERE $1::text IS NULL OR sku = $1 ORDER BY sku",
+    )
+    .bind(sku.map(Sku::as_str))
+    .fetch_all(pool)
+    .await?)
+}

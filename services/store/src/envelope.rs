@@ -1,0 +1,58 @@
+//! The CloudEvents 1.0 envelope every event travels in on the bus, and the
+//! metadata stored beside each event.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// Why an event happened: the request or message that caused it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Metadata {
+    /// Shared by every event of one saga (the order id's first request).
+    pub correlation_id: Uuid,
+    /// The event or request that directly caused this one.
+    pub causation_id: Uuid,
+    /// The service that recorded the event, e.g. `checkout`.
+    pub source: String,
+    /// W3C trace context, when the cause carried one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+}
+
+/// A CloudEvents 1.0 structured-mode JSON event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CloudEvent {
+    pub specversion: String,
+    pub id: Uuid,
+    pub source: String,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub subject: String,
+    pub time: DateTime<Utc>,
+    pub datacontenttype: String,
+    pub correlationid: Uuid,
+    pub causationid: Uuid,
+    pub data: serde_json::Value,
+}
+
+/// The bus subject of an order event: `soldonce.order.placed.<order_id>`.
+pub fn subject(event: &domain::Event, order_id: Uuid) -> String {
+    format!("soldonce.{}.{order_id}", event.subject_stem())
+}
+
+/// Wraps a recorded order event for the bus.
+pub fn wrap(event_id: Uuid, order_id: Uuid, event: &domain::Event, meta: &Metadata) -> CloudEvent {
+    CloudEvent {
+        specversion: "1.0".into(),
+        id: event_id,
+        source: format!("soldonce/{}", meta.source),
+        event_type: format!("soldonce.{}", event.type_name()),
+        subject: order_id.to_string(),
+        time: event.at(),
+        datacontenttype: "application/json".into(),
+        correlationid: meta.correlation_id,
+        causationid: meta.causation_id,
+        data: event.data(),
+    }
+}

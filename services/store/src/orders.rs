@@ -1,0 +1,304 @@
+//! Orders: the event store, its orders projection, and the transactions
+//! that change them. Each commits the events, the projection, the stock
+//! movements with their ledger rows and the outbox rows together.
+
+use crate::envelope::{self, Metadata};
+use crate::idempotency::{self, Claim, KeyedRequest, StoredResponse};
+use crate::stock_moves::{self, Movement};
+use crate::StoreError;
+use chrono::{DateTime, Utc};
+use domain::{Command, DomainError, Event, Order, OrderLine, OrderState, Sku};
+use serde::Serialize;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+/// What became of a checkout.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PlaceOutcome {
+    Placed,
+    OutOfStock(Sku),
+    Claim(Claim),
+}
+
+/// Places an order in one transaction: claim the idempotency key (storing
+/// `response`), append the events with projection and outbox rows, and only
+/// then reserve the lines, in SKU order — the hot stock rows are locked for
+/// as short a time as possible.
+#[tracing::instrument(skip_all, fields(order_id = %order.id))]
+pub async fn place(
+    pool: &PgPool,
+    key: &KeyedRequest<'_>,
+    response: &StoredResponse,
+    order: &Order,
+    events: &[Event],
+    meta: &Metadata,
+) -> Result<PlaceOutcome, StoreError> {
+    let mut tx = pool.begin().await?;
+    let claim = idempotency::claim(&mut tx, key, response).await?;
+    if claim != Claim::Claimed {
+        return Ok(PlaceOutcome::Claim(claim));
+    }
+    append(&mut tx, None, order, events, meta).await?;
+    if let Some(sku) = stock_moves::apply(&mut tx, order.id, &order.lines, Movement::Reserve).await? {
+        tx.rollback().await?;
+        return Ok(PlaceOutcome::OutOfStock(sku));
+    }
+    tx.commit().await?;
+    Ok(PlaceOutcome::Placed)
+}
+
+/// What became of a command on an existing order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transition {
+    /// Events were recorded; the order as it is now.
+    Applied(Order),
+    /// The command was already in effect: nothing recorded.
+    Unchanged(Order),
+    Refused(DomainError),
+    NotFound,
+    /// The units the command needed are gone (a late payment's reclaim).
+    StockShort(Sku),
+}
+
+/// Runs `command` against an order under a row lock: decide, move stock,
+/// append. `account` scopes the lookup to one account's orders.
+#[tracing::instrument(skip_all, fields(order_id = %order_id))]
+pub async fn transition(
+    pool: &PgPool,
+    order_id: Uuid,
+    account: Option<Uuid>,
+    meta: &Metadata,
+    command: impl FnOnce(&Order) -> Command,
+) -> Result<Transition, StoreError> {
+    let mut tx = pool.begin().await?;
+    let Some(order) = load_locked(&mut tx, order_id, account).await? else {
+        return Ok(Transition::NotFound);
+    };
+    let events = match domain::decide(Some(&order), command(&order)) {
+        Ok(events) => events,
+        Err(e) => return Ok(Transition::Refused(e)),
+    };
+    if events.is_empty() {
+        return Ok(Transition::Unchanged(order));
+    }
+    let mut next = order.clone();
+    for event in &events {
+        if let Some(sku) = stock_moves::apply_event(&mut tx, &order, event).await? {
+            tx.rollback().await?;
+            return Ok(Transition::StockShort(sku));
+        }
+        next = domain::evolve(Some(next), event).ok_or_else(|| StoreError::Corrupt("fold lost the order".into()))?;
+    }
+    append(&mut tx, Some(&order), &next, &events, meta).await?;
+    tx.commit().await?;
+    Ok(Transition::Applied(next))
+}
+
+/// Appends `events` (which turn `before` into `after`) with their outbox rows
+/// and writes the projection. The version fence turns a concurrent writer
+/// into `StoreError::Conflict`.
+async fn append(
+    conn: &mut PgConnection,
+    before: Option<&Order>,
+    after: &Order,
+    events: &[Event],
+    meta: &Metadata,
+) -> Result<(), StoreError> {
+    let first_version = before.map_or(1, |o| o.version + 1);
+    let mut ids = Vec::with_capacity(events.len());
+    let mut versions = Vec::with_capacity(events.len());
+    let mut types = Vec::with_capacity(events.len());
+    let mut datas = Vec::with_capacity(events.len());
+    let mut times = Vec::with_capacity(events.len());
+    let mut subjects = Vec::with_capacity(events.len());
+    let mut payloads = Vec::with_capacity(events.len());
+    for (i, event) in events.iter().enumerate() {
+        let id = Uuid::now_v7();
+        let envelope = envelope::wrap(id, after.id, event, meta);
+        ids.push(id);
+        versions.push(first_version + i32::try_from(i).unwrap_or(i32::MAX));
+        types.push(event.type_name());
+        datas.push(envelope.data.clone());
+        times.push(event.at());
+        subjects.push(envelope::subject(event, after.id));
+        payloads.push(serde_json::to_value(&envelope).map_err(|e| StoreError::Corrupt(e.to_string()))?);
+    }
+    let metadata = serde_json::to_value(meta).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let headers = serde_json::json!({ "traceparent": meta.traceparent });
+    let appended = sqlx::query(
+        "WITH e AS (INSERT INTO events (event_id, stream_id, version, type, data, metadata, recorded_at) \
+                    SELECT id, $2, v, t, d, $7, at FROM unnest($1::uuid[], $3::int[], $4::text[], $5::jsonb[], $6::timestamptz[]) AS x(id, v, t, d, at)) \
+         INSERT INTO outbox (id, stream_id, subject, payload, headers) \
+         SELECT id, $2, s, p, $10 FROM unnest($1::uuid[], $8::text[], $9::jsonb[]) AS y(id, s, p)",
+    )
+    .bind(&ids)
+    .bind(after.id)
+    .bind(&versions)
+    .bind(&types)
+    .bind(&datas)
+    .bind(&times)
+    .bind(&metadata)
+    .bind(&subjects)
+    .bind(&payloads)
+    .bind(&headers)
+    .execute(&mut *conn)
+    .await;
+    if let Err(e) = &appended {
+        if crate::violated_constraint(e) == Some("events_stream_version") {
+            return Err(StoreError::Conflict(after.id));
+        }
+    }
+    appended?;
+    write_projection(conn, before, after).await
+}
+
+async fn write_projection(conn: &mut PgConnection, before: Option<&Order>, o: &Order) -> Result<(), StoreError> {
+    let shipping = o.shipping.as_ref().map(serde_json::to_value).transpose().map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let written = sqlx::query(
+        "INSERT INTO orders (id, account_id, state, currency, total_minor, shipping, payment_id, paid_minor, version, expires_at, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+         ON CONFLICT (id) DO UPDATE SET state = $3, payment_id = $7, paid_minor = $8, version = $9, updated_at = $12 \
+         WHERE orders.version = $13",
+    )
+    .bind(o.id)
+    .bind(o.account_id)
+    .bind(o.state.as_str())
+    .bind(o.currency.as_str())
+    .bind(o.total_minor)
+    .bind(shipping)
+    .bind(o.payment.as_ref().map(|p| p.payment_id.as_str()))
+    .bind(o.payment.as_ref().map(|p| p.amount_minor))
+    .bind(o.version)
+    .bind(o.expires_at)
+    .bind(o.created_at)
+    .bind(o.updated_at)
+    .bind(before.map_or(0, |b| b.version))
+    .execute(&mut *conn)
+    .await?;
+    if written.rows_affected() != 1 {
+        return Err(StoreError::Conflict(o.id));
+    }
+    if before.is_none() {
+        let skus: Vec<&str> = o.lines.iter().map(|l| l.sku.as_str()).collect();
+        let qs: Vec<i64> = o.lines.iter().map(|l| l.quantity.get()).collect();
+        let prices: Vec<i64> = o.lines.iter().map(|l| l.unit_price_minor).collect();
+        sqlx::query(
+            "INSERT INTO order_lines (order_id, sku, quantity, unit_price_minor) \
+             SELECT $1, s, q, p FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS l(s, q, p)",
+        )
+        .bind(o.id)
+        .bind(&skus)
+        .bind(&qs)
+        .bind(&prices)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+#[derive(sqlx::FromRow)]
+struct OrderRow {
+    id: Uuid,
+    account_id: Uuid,
+    state: String,
+    currency: String,
+    total_minor: i64,
+    shipping: Option<serde_json::Value>,
+    payment_id: Option<String>,
+    paid_minor: Option<i64>,
+    version: i32,
+    expires_at: DateTime<Utc>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    lines: serde_json::Value,
+}
+
+const SELECT_ORDER: &str = "SELECT o.id, o.account_id, o.state, o.currency, o.total_minor, o.shipping, o.payment_id, o.paid_minor, \
+        o.version, o.expires_at, o.created_at, o.updated_at, \
+        (SELECT coalesce(jsonb_agg(jsonb_build_object('sku', l.sku, 'quantity', l.quantity, 'unit_price_minor', l.unit_price_minor) ORDER BY l.sku), '[]') \
+           FROM order_lines l WHERE l.order_id = o.id) AS lines \
+   FROM orders o WHERE o.id = $1 AND ($2::uuid IS NULL OR o.account_id = $2)";
+
+impl TryFrom<OrderRow> for Order {
+    type Error = StoreError;
+    fn try_from(r: OrderRow) -> Result<Order, StoreError> {
+        let corrupt = |what: &str| StoreError::Corrupt(format!("order {}: {what}", r.id));
+        let state: OrderState =
+            serde_json::from_value(serde_json::Value::String(r.state.clone())).map_err(|_| corrupt("state"))?;
+        let lines: Vec<OrderLine> = serde_json::from_value(r.lines.clone()).map_err(|_| corrupt("lines"))?;
+        let shipping = r.shipping.clone().map(serde_json::from_value).transpose().map_err(|_| corrupt("shipping"))?;
+        Ok(Order {
+            id: r.id,
+            account_id: r.account_id,
+            state,
+            lines,
+            currency: r.currency.parse().map_err(|_| corrupt("currency"))?,
+            total_minor: r.total_minor,
+            shipping,
+            expires_at: r.expires_at,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            payment: r.payment_id.map(|payment_id| domain::order::PaymentRef {
+                payment_id,
+                amount_minor: r.paid_minor.unwrap_or_default(),
+            }),
+            version: r.version,
+        })
+    }
+}
+
+/// The order as the projection holds it; `account` scopes the lookup.
+pub async fn load(pool: &PgPool, order_id: Uuid, account: Option<Uuid>) -> Result<Option<Order>, StoreError> {
+    let row: Option<OrderRow> =
+        sqlx::query_as(SELECT_ORDER).bind(order_id).bind(account).fetch_optional(pool).await?;
+    row.map(Order::try_from).transpose()
+}
+
+async fn load_locked(conn: &mut PgConnection, order_id: Uuid, account: Option<Uuid>) -> Result<Option<Order>, StoreError> {
+    let sql = format!("{SELECT_ORDER} FOR UPDATE OF o");
+    let row: Option<OrderRow> = sqlx::query_as(&sql).bind(order_id).bind(account).fetch_optional(&mut *conn).await?;
+    row.map(Order::try_from).transpose()
+}
+
+/// One recorded event of an order's history.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct RecordedEvent {
+    pub event_id: Uuid,
+    pub position: i64,
+    pub version: i32,
+    #[serde(rename = "type")]
+    #[sqlx(rename = "type")]
+    pub event_type: String,
+    pub data: serde_json::Value,
+    pub recorded_at: DateTime<Utc>,
+}
+
+/// An order's events in recorded order, or `None` if the order is not the
+/// account's.
+pub async fn history(pool: &PgPool, order_id: Uuid, account: Option<Uuid>) -> Result<Option<Vec<RecordedEvent>>, StoreError> {
+    let owned: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM orders WHERE id = $1 AND ($2::uuid IS NULL OR account_id = $2)")
+        .bind(order_id)
+        .bind(account)
+        .fetch_optional(pool)
+        .await?;
+    if owned.is_none() {
+        return Ok(None);
+    }
+    let events = sqlx::query_as(
+        "SELECT event_id, position, version, type, data, recorded_at FROM events WHERE stream_id = $1 ORDER BY version",
+    )
+    .bind(order_id)
+    .fetch_all(pool)
+    .await?;
+    Ok(Some(events))
+}
+
+/// Folds an order's recorded events: the state the projection must equal.
+pub fn fold_history(events: &[RecordedEvent]) -> Result<Option<Order>, StoreError> {
+    let parsed: Vec<Event> = events
+        .iter()
+        .map(|e| Event::from_parts(&e.event_type, e.data.clone()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| StoreError::Corrupt(format!("event: {e}")))?;
+    Ok(domain::fold(&parsed))
+}

@@ -1,0 +1,96 @@
+//! The first promise: the last unit is sold once, however many buyers press "buy".
+
+use futures::stream::{self, StreamExt};
+use soldonce_tests::app::Buckets;
+use soldonce_tests::TestApp;
+use std::sync::Arc;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_buyers_of_the_last_unit_get_one_202_and_299_409s_twenty_times() {
+    let app = Arc::new(TestApp::spawn().await);
+    for round in 0..20 {
+        let sku = format!("TSHIRT-{round}");
+        app.add_product(&sku, 4990, 1).await;
+        let tasks: Vec<_> = (0..300)
+            .map(|_| {
+                let (app, sku) = (app.clone(), sku.clone());
+                tokio::spawn(async move { app.buy(&sku, 1).await })
+            })
+            .collect();
+        let mut accepted = 0;
+        let mut sold_out = 0;
+        for t in tasks {
+            let reply = t.await.expect("buyer task");
+            match reply.status {
+                202 => accepted += 1,
+                409 => {
+                    assert_eq!(reply.body["sku"], sku.as_str(), "the 409 names the SKU");
+                    sold_out += 1;
+                }
+                other => panic!("round {round}: unexpected {other}: {}", reply.body),
+            }
+        }
+        assert_eq!((accepted, sold_out), (1, 299), "round {round}: responses");
+        let orders = app
+            .count(&format!("SELECT count(*) FROM order_lines WHERE sku = '{sku}'"))
+            .await;
+        assert_eq!(orders, 1, "round {round}: order rows");
+        assert_eq!(app.buckets(&sku).await, Buckets { available: 0, reserved: 1, sold: 0 }, "round {round}");
+        assert_eq!(app.ledger(&sku).await, app.buckets(&sku).await, "round {round}: ledger balances buckets");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_buyers_with_500_in_flight_get_exactly_the_100_units() {
+    let app = Arc::new(TestApp::spawn().await);
+    app.add_product("DROP", 1000, 100).await;
+    let statuses: Vec<u16> = stream::iter(0..10_000)
+        .map(|_| {
+            let app = app.clone();
+            async move { app.buy("DROP", 1).await.status }
+        })
+        .buffer_unordered(500)
+        .collect()
+        .await;
+    let accepted = statuses.iter().filter(|s| **s == 202).count();
+    let rejected = statuses.iter().filter(|s| **s == 409).count();
+    assert_eq!((accepted, rejected), (100, 9_900), "every reply is 202 or 409");
+    assert_eq!(app.count("SELECT count(*) FROM orders").await, 100);
+    assert_eq!(app.buckets("DROP").await, Buckets { available: 0, reserved: 100, sold: 0 });
+    assert_eq!(app.ledger("DROP").await, app.buckets("DROP").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_multi_line_orders_in_opposite_line_orders_never_deadlock() {
+    let app = Arc::new(TestApp::spawn().await);
+    for sku in ["A", "B", "C"] {
+        app.add_product(sku, 100, 150).await;
+    }
+    let shapes: [&[&str]; 4] = [&["A", "B", "C"], &["C", "B", "A"], &["B", "A"], &["C", "A"]];
+    let tasks: Vec<_> = (0..400)
+        .map(|i| {
+            let app = app.clone();
+            let skus = shapes[i % shapes.len()];
+            let lines: Vec<_> = skus.iter().map(|s| serde_json::json!({ "sku": s, "quantity": 1 })).collect();
+            tokio::spawn(async move {
+                let body = serde_json::json!({ "lines": lines });
+                app.place(&app.token, &uuid::Uuid::new_v4().to_string(), &body).await.status
+            })
+        })
+        .collect();
+    for t in tasks {
+        let status = t.await.expect("task");
+        assert!(status == 202 || status == 409, "a client saw {status}");
+    }
+    for sku in ["A", "B", "C"] {
+        let held = app
+            .count(&format!(
+                "SELECT coalesce(sum(l.quantity), 0)::bigint FROM order_lines l JOIN orders o ON o.id = l.order_id WHERE l.sku = '{sku}'"
+            ))
+            .await;
+        let b = app.buckets(sku).await;
+        assert_eq!(b.reserved, held, "{sku}: reserved equals the units on accepted orders");
+        assert_eq!(b.available + b.reserved, 150, "{sku}: no unit created or lost");
+        assert_eq!(app.ledger(sku).await, b, "{sku}: ledger balances");
+    }
+}

@@ -1,0 +1,130 @@
+//! Idempotency-Key behaviour per the IETF draft, scoped per account.
+
+use serde_json::json;
+use soldonce_tests::app::Buckets;
+use soldonce_tests::{eventually, TestApp};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn one(sku: &str, quantity: i64) -> serde_json::Value {
+    json!({ "lines": [{ "sku": sku, "quantity": quantity }] })
+}
+
+#[tokio::test]
+async fn a_retry_with_the_same_key_and_body_gets_the_same_answer_and_moves_stock_once() {
+    let app = TestApp::spawn().await;
+    app.add_product("MUG", 2500, 10).await;
+    let first = app.place(&app.token, "key-1", &one("MUG", 2)).await;
+    let second = app.place(&app.token, "key-1", &one("MUG", 2)).await;
+    assert_eq!(first.status, 202, "{}", first.body);
+    assert_eq!(second.status, 202);
+    assert_eq!(first.body, second.body, "the same body");
+    assert_eq!(first.header("location"), second.header("location"));
+    assert_eq!(second.header("idempotent-replayed"), Some("true"));
+    assert_eq!(app.count("SELECT count(*) FROM orders").await, 1);
+    assert_eq!(app.buckets("MUG").await, Buckets { available: 8, reserved: 2, sold: 0 });
+    assert_eq!(app.count("SELECT count(*) FROM stock_ledger WHERE movement = 'reserve'").await, 1);
+}
+
+#[tokio::test]
+async fn an_out_of_stock_answer_is_replayed_too() {
+    let app = TestApp::spawn().await;
+    app.add_product("MUG", 2500, 1).await;
+    let first = app.place(&app.token, "k", &one("MUG", 2)).await;
+    first.assert_problem(409);
+    app.add_product("OTHER", 1, 0).await;
+    store::catalog::receive(&app.pool, &domain::Sku::parse("MUG").expect("sku"), 5).await.expect("receive");
+    let retry = app.place(&app.token, "k", &one("MUG", 2)).await;
+    assert_eq!((retry.status, &retry.body), (409, &first.body), "the stored answer, not a new attempt");
+    assert_eq!(app.count("SELECT count(*) FROM orders").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_racing_retries_make_exactly_one_order() {
+    let app = Arc::new(TestApp::spawn().await);
+    app.add_product("MUG", 2500, 100).await;
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move { app.place(&app.token, "race", &one("MUG", 1)).await })
+        })
+        .collect();
+    let mut ids = std::collections::HashSet::new();
+    for t in tasks {
+        let r = t.await.expect("task");
+        match r.status {
+            202 => {
+                ids.insert(r.body["id"].as_str().expect("id").to_owned());
+            }
+            409 => assert_eq!(r.body["type"], "urn:soldonce:problem:idempotency-key-in-flight"),
+            s => panic!("unexpected {s}: {}", r.body),
+        }
+    }
+    assert_eq!(ids.len(), 1, "every 202 names the same order");
+    assert_eq!(app.count("SELECT count(*) FROM orders").await, 1);
+    assert_eq!(app.buckets("MUG").await.reserved, 1);
+}
+
+#[tokio::test]
+async fn the_same_key_with_a_different_body_is_422() {
+    let app = TestApp::spawn().await;
+    app.add_product("MUG", 2500, 10).await;
+    assert_eq!(app.place(&app.token, "k", &one("MUG", 1)).await.status, 202);
+    let other = app.place(&app.token, "k", &one("MUG", 3)).await;
+    other.assert_problem(422);
+    assert_eq!(other.body["type"], "urn:soldonce:problem:idempotency-key-reused");
+    assert_eq!(app.buckets("MUG").await.reserved, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_key_while_the_first_is_in_flight_is_409() {
+    let app = Arc::new(TestApp::spawn().await);
+    app.add_product("MUG", 2500, 10).await;
+    // Hold the stock row so the first request stops at its reservation.
+    let mut blocker = app.pool.begin().await.expect("begin");
+    sqlx::query("SELECT * FROM stock WHERE sku = 'MUG' FOR UPDATE").execute(&mut *blocker).await.expect("lock");
+    let first = {
+        let app = app.clone();
+        tokio::spawn(async move { app.place(&app.token, "slow", &one("MUG", 1)).await })
+    };
+    eventually("the first request to wait on the stock row", Duration::from_secs(10), || async {
+        let waiting = app
+            .count("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH m AS (UPDATE stock%'")
+            .await;
+        (waiting == 1).then_some(())
+    })
+    .await;
+    let second = app.place(&app.token, "slow", &one("MUG", 1)).await;
+    second.assert_problem(409);
+    assert_eq!(second.body["type"], "urn:soldonce:problem:idempotency-key-in-flight");
+    blocker.rollback().await.expect("release");
+    let first = first.await.expect("task");
+    assert_eq!(first.status, 202);
+    let third = app.place(&app.token, "slow", &one("MUG", 1)).await;
+    assert_eq!((third.status, &third.body), (202, &first.body));
+    assert_eq!(app.count("SELECT count(*) FROM orders").await, 1);
+}
+
+#[tokio::test]
+async fn the_same_key_from_another_account_is_an_independent_request() {
+    let app = TestApp::spawn().await;
+    app.add_product("MUG", 2500, 10).await;
+    let (_, other) = app.new_account("someone else").await;
+    let mine = app.place(&app.token, "shared-key", &one("MUG", 1)).await;
+    let theirs = app.place(&other, "shared-key", &one("MUG", 1)).await;
+    assert_eq!((mine.status, theirs.status), (202, 202));
+    assert_ne!(mine.body["id"], theirs.body["id"]);
+    assert_eq!(app.count("SELECT count(*) FROM orders").await, 2);
+    assert_eq!(app.buckets("MUG").await.reserved, 2);
+}
+
+#[tokio::test]
+async fn a_missing_key_is_400_and_changes_nothing() {
+    let app = TestApp::spawn().await;
+    app.add_product("MUG", 2500, 10).await;
+    let r = app
+        .send(app.client.post(app.url("/v1/orders")).bearer_auth(&app.token).json(&one("MUG", 1)))
+        .await;
+    r.assert_problem(400);
+    assert_eq!(app.buckets("MUG").await, Buckets { available: 10, reserved: 0, sold: 0 });
+}

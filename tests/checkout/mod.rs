@@ -1,0 +1,4 @@
+mod bad_input;
+mod flash_sale;
+mod idempotency;
+mod orders;

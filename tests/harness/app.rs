@@ -1,0 +1,181 @@
+//! `TestApp`: a fresh database, the real checkout on port 0, and typed helpers.
+
+use crate::servers;
+use serde_json::Value;
+use sqlx::PgPool;
+use std::net::SocketAddr;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// A response, read whole.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+}
+
+impl Reply {
+    /// A header as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// Asserts an RFC 9457 body with this status.
+    pub fn assert_problem(&self, status: u16) {
+        assert_eq!(self.status, status, "body: {}", self.body);
+        assert_eq!(self.header("content-type"), Some("application/problem+json"), "{}", self.body);
+        assert_eq!(self.body["status"], status, "{}", self.body);
+        assert!(self.body["type"].is_string() && self.body["title"].is_string(), "{}", self.body);
+    }
+}
+
+/// The three buckets of one SKU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Buckets {
+    pub available: i64,
+    pub reserved: i64,
+    pub sold: i64,
+}
+
+/// A running checkout over its own database.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub pool: PgPool,
+    pub database_url: String,
+    pub client: reqwest::Client,
+    pub account_id: Uuid,
+    pub token: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl TestApp {
+    /// A checkout with the default reservation TTL.
+    pub async fn spawn() -> TestApp {
+        TestApp::spawn_with_ttl(Duration::from_secs(15 * 60)).await
+    }
+
+    /// A checkout whose reservations last `ttl`.
+    pub async fn spawn_with_ttl(ttl: Duration) -> TestApp {
+        let database_url = servers::fresh_database().await;
+        let settings = checkout::Settings {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            database_url: database_url.clone(),
+            reservation_ttl: ttl,
+            pool_size: 32,
+        };
+        let app = checkout::Application::build(settings).await.expect("build checkout");
+        let addr = app.local_addr();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(app.run_until_stopped(async move {
+            let _ = stopped.await;
+        }));
+        let pool = PgPool::connect(&database_url).await.expect("connect test database");
+        let account = store::accounts::create(&pool, "test buyer").await.expect("create account");
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(1000)
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("http client");
+        TestApp { addr, pool, database_url, client, account_id: account.account_id, token: account.token, stop: Some(stop) }
+    }
+
+    /// The base URL of checkout.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Adds a product priced in BRL with `stock` units received.
+    pub async fn add_product(&self, sku: &str, price_minor: i64, stock: i64) {
+        let sku = domain::Sku::parse(sku).expect("sku");
+        store::catalog::add_product(&self.pool, &sku, "test product", price_minor, "BRL".parse().expect("currency"))
+            .await
+            .expect("add product");
+        if stock > 0 {
+            store::catalog::receive(&self.pool, &sku, stock).await.expect("receive stock");
+        }
+    }
+
+    /// A second account and its token.
+    pub async fn new_account(&self, name: &str) -> (Uuid, String) {
+        let a = store::accounts::create(&self.pool, name).await.expect("create account");
+        (a.account_id, a.token)
+    }
+
+    /// `POST /v1/orders` with a JSON body.
+    pub async fn place(&self, token: &str, key: &str, body: &Value) -> Reply {
+        self.send(
+            self.client
+                .post(self.url("/v1/orders"))
+                .bearer_auth(token)
+                .header("idempotency-key", key)
+                .header("content-type", "application/json")
+                .body(body.to_string()),
+        )
+        .await
+    }
+
+    /// `POST /v1/orders` for one line, with a fresh key, as the default account.
+    pub async fn buy(&self, sku: &str, quantity: i64) -> Reply {
+        let body = serde_json::json!({ "lines": [{ "sku": sku, "quantity": quantity }] });
+        self.place(&self.token, &Uuid::new_v4().to_string(), &body).await
+    }
+
+    /// `GET` a path as `token`.
+    pub async fn get(&self, token: &str, path: &str) -> Reply {
+        self.send(self.client.get(self.url(path)).bearer_auth(token)).await
+    }
+
+    /// `POST` a path with no body as `token`.
+    pub async fn post_empty(&self, token: &str, path: &str) -> Reply {
+        self.send(self.client.post(self.url(path)).bearer_auth(token)).await
+    }
+
+    /// Sends a request and reads the whole reply.
+    pub async fn send(&self, request: reqwest::RequestBuilder) -> Reply {
+        let response = request.send().await.expect("request reaches checkout");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.expect("read body");
+        let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        Reply { status, headers, body }
+    }
+
+    /// The buckets of `sku`, from the `stock` table.
+    pub async fn buckets(&self, sku: &str) -> Buckets {
+        let (available, reserved, sold): (i64, i64, i64) =
+            sqlx::query_as("SELECT available, reserved, sold FROM stock WHERE sku = $1")
+                .bind(sku)
+                .fetch_one(&self.pool)
+                .await
+                .expect("stock row");
+        Buckets { available, reserved, sold }
+    }
+
+    /// The buckets of `sku` as the ledger sums them.
+    pub async fn ledger(&self, sku: &str) -> Buckets {
+        let (available, reserved, sold): (i64, i64, i64) = sqlx::query_as(
+            "SELECT coalesce(sum(d_available), 0)::bigint, coalesce(sum(d_reserved), 0)::bigint, coalesce(sum(d_sold), 0)::bigint \
+             FROM stock_ledger WHERE sku = $1",
+        )
+        .bind(sku)
+        .fetch_one(&self.pool)
+        .await
+        .expect("ledger sums");
+        Buckets { available, reserved, sold }
+    }
+
+    /// A single count from SQL.
+    pub async fn count(&self, sql: &str) -> i64 {
+        let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&self.pool).await.expect("count query");
+        n
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}

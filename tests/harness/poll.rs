@@ -1,0 +1,23 @@
+//! Waiting without sleeping blind: poll a condition until a deadline.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// Polls `check` every few milliseconds until it returns `Some`, or panics
+/// with `what` after `within`.
+pub async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,76 @@
+//! The servers every test in this process shares, and a fresh database per test.
+
+use localservers::{Nats, PgOptions, Postgres};
+use sqlx::{Connection, PgConnection, PgPool};
+use std::sync::OnceLock;
+use uuid::Uuid;
+
+/// The shared servers. Tests that kill and restart a server start their own.
+pub struct Shared {
+    pub postgres: Postgres,
+    pub nats: Nats,
+}
+
+static SHARED: OnceLock<Shared> = OnceLock::new();
+static TEMPLATE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+static CREATE_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The shared servers, started on first use. A missing binary fails the
+/// test with one line saying what to install.
+pub fn shared() -> &'static Shared {
+    SHARED.get_or_init(|| {
+        init_logs();
+        let postgres = Postgres::start_temporary(PgOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        let nats = Nats::start_temporary().unwrap_or_else(|e| panic!("{e}"));
+        Shared { postgres, nats }
+    })
+}
+
+/// Logs print only when `TEST_LOG` is set.
+pub fn init_logs() {
+    if std::env::var_os("TEST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt().with_env_filter("info").with_test_writer().try_init();
+    }
+}
+
+/// Creates a migrated database named `template_soldonce` on `pg`, once.
+async fn template(pg: &Postgres) {
+    TEMPLATE
+        .get_or_init(|| async {
+            let mut admin = PgConnection::connect(&pg.url("postgres")).await.expect("connect to test postgres");
+            sqlx::query("CREATE DATABASE template_soldonce").execute(&mut admin).await.expect("create template");
+            let pool = PgPool::connect(&pg.url("template_soldonce")).await.expect("connect to template");
+            store::migrate(&pool).await.expect("migrate template");
+            pool.close().await;
+        })
+        .await;
+}
+
+/// A fresh migrated database on the shared server; returns its URL.
+pub async fn fresh_database() -> String {
+    fresh_database_on(&shared().postgres).await
+}
+
+/// A fresh migrated database on `pg` (which must be the shared server or
+/// one with its own template created by [`migrated_database_on`]).
+pub async fn fresh_database_on(pg: &Postgres) -> String {
+    template(pg).await;
+    let name = format!("t_{}", Uuid::new_v4().simple());
+    let mut admin = PgConnection::connect(&pg.url("postgres")).await.expect("connect to test postgres");
+    let sql = format!("CREATE DATABASE {name} TEMPLATE template_soldonce");
+    // Copies of one template must not run concurrently.
+    let guard = CREATE_LOCK.lock().await;
+    let created = sqlx::query(&sql).execute(&mut admin).await;
+    drop(guard);
+    created.expect("create test database");
+    pg.url(&name)
+}
+
+/// A migrated database on a private server of a test's own.
+pub async fn migrated_database_on(pg: &Postgres) -> String {
+    let url = pg.url("postgres");
+    let pool = PgPool::connect(&url).await.expect("connect to private postgres");
+    store::migrate(&pool).await.expect("migrate");
+    pool.close().await;
+    url
+}
