@@ -49,7 +49,9 @@ impl FromRequestParts<AppState> for Account {
         let token = header
             .to_str()
             .ok()
-            .and_then(|h| h.strip_prefix("Bearer "))
+            .and_then(|h| h.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token)
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or(ApiError::Unauthorized("the Authorization header must be Bearer <token>"))?;

@@ -198,6 +198,7 @@ pub fn roll(rate: f64) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

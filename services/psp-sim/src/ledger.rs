@@ -188,6 +188,7 @@ fn remaining(payment: &Payment) -> i64 {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -145,6 +145,7 @@ pub fn new_refund_id() -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -143,6 +143,7 @@ fn parse_webhook_url(text: &str) -> Result<Url, SettingsError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -102,6 +102,7 @@ pub fn verify(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

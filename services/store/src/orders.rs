@@ -215,7 +215,7 @@ struct OrderRow {
 
 const SELECT_ORDER: &str = "SELECT o.id, o.account_id, o.state, o.currency, o.total_minor, o.shipping, o.payment_id, o.paid_minor, \
         o.version, o.expires_at, o.created_at, o.updated_at, \
-        (SELECT coalesce(jsonb_agg(jsonb_build_object('sku', l.sku, 'quantity', l.quantity, 'unit_price_minor', l.unit_price_minor) ORDER BY l.sku), '[]') \
+        (SELECT coalesce(jsonb_agg(jsonb_build_object('sku', l.sku, 'quantity', l.quantity, 'unit_price_minor', l.unit_price_minor) ORDER BY l.sku COLLATE \"C\"), '[]') \
            FROM order_lines l WHERE l.order_id = o.id) AS lines \
    FROM orders o WHERE o.id = $1 AND ($2::uuid IS NULL OR o.account_id = $2)";
 

@@ -1,0 +1,8 @@
+//! End-to-end tests: each starts the real simulator in-process on port 0 and talks HTTP to it.
+#![allow(clippy::unwrap_used)]
+
+mod faults;
+mod payments;
+mod refunds;
+mod support;
+mod webhooks;
