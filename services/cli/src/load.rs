@@ -82,7 +82,35 @@ fn parse_rate(s: &str) -> Result<f64, CliError> {
         .ok_or_else(|| CliError::Usage(format!("--rate {s:?}: expected requests per second such as 300 or 300/s")))
 }
 
+/// A flash sale: `buyers` concurrent buyers of one unit of `sku`, checked against the database.
+pub async fn flash_sale(pool: &sqlx::PgPool, url: &str, token: &str, sku: &str, buyers: usize) -> Result<Report, CliError> {
+    let args = LoadArgs {
+        url: url.to_owned(),
+        token: token.to_owned(),
+        sku: sku.to_owned(),
+        sku_count: 1,
+        quantity: 1,
+        connections: Some(buyers),
+        requests: Some(buyers as u64),
+        rate: None,
+        duration: None,
+        no_verify: false,
+    };
+    measure(&args, Some(pool)).await
+}
+
 pub async fn run(args: LoadArgs, out: &Output) -> Result<ExitCode, CliError> {
+    let pool = if args.no_verify { None } else { Some(crate::admin::pool().await?) };
+    let report = measure(&args, pool.as_ref()).await?;
+    out.print(&report, || render(&report));
+    if report.orders_in_database.is_some_and(|n| n != report.accepted) {
+        eprintln!("soldonce: {} orders were accepted but the database holds {:?} of them", report.accepted, report.orders_in_database);
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn measure(args: &LoadArgs, verify: Option<&sqlx::PgPool>) -> Result<Report, CliError> {
     if args.sku_count == 0 || args.quantity <= 0 {
         return Err(CliError::Usage("--sku-count and --quantity must be at least 1".into()));
     }
@@ -116,7 +144,10 @@ pub async fn run(args: LoadArgs, out: &Output) -> Result<ExitCode, CliError> {
         &mut *tally.lock().map_err(|_| anyhow::anyhow!("tally poisoned"))?,
         Tally { latency: Histogram::new(3).context("histogram")?, by_status: BTreeMap::new(), accepted_ids: vec![], errors: 0 },
     );
-    let orders_in_database = if args.no_verify { None } else { Some(count_orders(&tally.accepted_ids).await?) };
+    let orders_in_database = match verify {
+        Some(pool) => Some(count_orders(pool, &tally.accepted_ids).await?),
+        None => None,
+    };
     let requests: u64 = tally.by_status.values().sum::<u64>() + tally.errors;
     let accepted = tally.accepted_ids.len() as u64;
     let ms = |q: f64| tally.latency.value_at_quantile(q) as f64 / 1000.0;
@@ -135,16 +166,11 @@ pub async fn run(args: LoadArgs, out: &Output) -> Result<ExitCode, CliError> {
         max_ms: tally.latency.max() as f64 / 1000.0,
         orders_in_database,
     };
-    out.print(&report, || render(&report));
-    let consistent = report.orders_in_database.is_none_or(|n| n == accepted);
-    if !consistent {
-        eprintln!("soldonce: {accepted} orders were accepted but the database holds {orders_in_database:?} of them");
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(report)
 }
 
-fn render(r: &Report) -> String {
+/// The report as text for people.
+pub fn render(r: &Report) -> String {
     let statuses: Vec<String> = r.by_status.iter().map(|(s, n)| format!("{s}: {n}")).collect();
     let db = r.orders_in_database.map_or("not checked".to_owned(), |n| {
         if n == r.accepted { format!("{n} (matches)") } else { format!("{n} (MISMATCH)") }
@@ -243,11 +269,10 @@ async fn open_loop(shared: Arc<Shared>, rate: f64, duration: Duration) {
     futures::future::join_all(tasks).await;
 }
 
-async fn count_orders(ids: &[Uuid]) -> Result<u64, CliError> {
-    let pool = crate::admin::pool().await?;
+async fn count_orders(pool: &sqlx::PgPool, ids: &[Uuid]) -> Result<u64, CliError> {
     let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM orders WHERE id = ANY($1)")
         .bind(ids)
-        .fetch_one(&pool)
+        .fetch_one(pool)
         .await
         .context("counting accepted orders")?;
     Ok(u64::try_from(n).unwrap_or(0))

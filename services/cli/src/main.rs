@@ -5,6 +5,7 @@
 mod admin;
 mod load;
 mod output;
+mod up;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -35,6 +36,8 @@ enum Commands {
     Account(admin::AccountCommand),
     /// Drive load at a running checkout and check the result against the database.
     Load(load::LoadArgs),
+    /// Run the whole system locally (private PostgreSQL and NATS unless DATABASE_URL/NATS_URL are set).
+    Up(up::UpArgs),
 }
 
 /// How a command failed.
@@ -90,5 +93,6 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Commands::Stock(cmd) => admin::stock(cmd, &out).await,
         Commands::Account(cmd) => admin::account(cmd, &out).await,
         Commands::Load(args) => load::run(args, &out).await,
+        Commands::Up(args) => up::run(args, &out).await,
     }
 }

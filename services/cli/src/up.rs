@@ -1,0 +1,201 @@
+//! `soldonce up`: the whole system on one machine without Docker. It uses
+//! DATABASE_URL / NATS_URL when given, otherwise starts private PostgreSQL
+//! and NATS servers under `--data-dir`; migrates; seeds a demo product and
+//! account; starts the services as child processes with prefixed logs; and
+//! stops everything on Ctrl-C. With `--demo` it runs a flash sale and exits.
+
+use crate::output::Output;
+use crate::CliError;
+use anyhow::Context;
+use clap::Args;
+use localservers::{Nats, PgOptions, Postgres};
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Where private servers keep their data.
+    #[arg(long, default_value = ".soldonce")]
+    data_dir: PathBuf,
+    /// checkout's listen address.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    checkout_addr: String,
+    /// Run a flash sale through the running system, print the result and stop.
+    #[arg(long)]
+    demo: bool,
+    /// Buyers in the demo flash sale.
+    #[arg(long, default_value_t = 300)]
+    buyers: usize,
+    /// Units on sale in the demo.
+    #[arg(long, default_value_t = 1)]
+    stock: i64,
+}
+
+/// The services `up` starts, each a binary beside `soldonce`.
+const SERVICES: &[&str] = &["checkout"];
+
+pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
+    if args.buyers == 0 || args.stock < 1 {
+        return Err(CliError::Usage("--buyers and --stock must be at least 1".into()));
+    }
+    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let data_dir = std::fs::canonicalize(&args.data_dir).context("resolving --data-dir")?;
+    let (database_url, _pg) = match std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) {
+        Some(url) => (url, None),
+        None => {
+            eprintln!("up: starting PostgreSQL in {}", data_dir.join("postgres").display());
+            let options = PgOptions { durable: true, max_connections: 200 };
+            let pg = Postgres::start_in(&data_dir.join("postgres"), options).context("starting PostgreSQL")?;
+            (pg.url("postgres"), Some(pg))
+        }
+    };
+    let (nats_url, _nats) = match std::env::var("NATS_URL").ok().filter(|u| !u.is_empty()) {
+        Some(url) => (url, None),
+        None => {
+            eprintln!("up: starting NATS JetStream in {}", data_dir.join("nats").display());
+            let nats = Nats::start_in(&data_dir.join("nats")).context("starting nats-server")?;
+            (nats.url(), Some(nats))
+        }
+    };
+    let pool = store::connect(&database_url, 4).await.context("connecting to PostgreSQL")?;
+    store::migrate(&pool).await.context("applying migrations")?;
+    let token = seed(&pool).await?;
+
+    let checkout_url = format!("http://{}", args.checkout_addr);
+    let env = [
+        ("DATABASE_URL", database_url.clone()),
+        ("NATS_URL", nats_url.clone()),
+        ("CHECKOUT_ADDR", args.checkout_addr.clone()),
+    ];
+    let mut children = Vec::new();
+    for service in SERVICES {
+        children.push(spawn_service(service, &env)?);
+    }
+    wait_ready(&format!("{checkout_url}/readyz")).await?;
+    let env_file = data_dir.join("env");
+    let exports = format!(
+        "export DATABASE_URL='{database_url}'\nexport NATS_URL='{nats_url}'\nexport CHECKOUT_URL='{checkout_url}'\nexport SOLDONCE_TOKEN='{token}'\n"
+    );
+    std::fs::write(&env_file, exports).context("writing the env file")?;
+    print_banner(&checkout_url, &database_url, &nats_url, &token, &env_file);
+
+    if args.demo {
+        let code = demo(&pool, &checkout_url, &token, args.buyers, args.stock, out).await;
+        stop(children).await;
+        return code;
+    }
+    eprintln!("up: running; Ctrl-C stops everything");
+    platform::shutdown::signal().await;
+    stop(children).await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The demo product and a fresh demo account; returns the account's token.
+async fn seed(pool: &sqlx::PgPool) -> Result<String, CliError> {
+    let sku = domain::Sku::parse("DEMO-TSHIRT").context("demo sku")?;
+    let currency = "BRL".parse().context("demo currency")?;
+    match store::catalog::add_product(pool, &sku, "soldonce T-shirt", 4990, currency).await {
+        Ok(()) => {
+            store::catalog::receive(pool, &sku, 100).await.map_err(|e| anyhow::anyhow!(e))?;
+        }
+        Err(store::catalog::CatalogError::DuplicateSku(_)) => {}
+        Err(e) => return Err(anyhow::anyhow!(e).into()),
+    }
+    let account = store::accounts::create(pool, "demo").await.context("creating the demo account")?;
+    Ok(account.token)
+}
+
+fn binary_path(name: &str) -> Result<PathBuf, CliError> {
+    let exe = std::env::current_exe().context("locating the soldonce binary")?;
+    let path = exe.parent().map(|d| d.join(name)).unwrap_or_else(|| PathBuf::from(name));
+    if !path.is_file() {
+        return Err(anyhow::anyhow!("{} not found beside soldonce; build the workspace (cargo build --release)", path.display()).into());
+    }
+    Ok(path)
+}
+
+fn spawn_service(name: &'static str, env: &[(&str, String)]) -> Result<Child, CliError> {
+    let mut command = Command::new(binary_path(name)?);
+    command.envs(env.iter().map(|(k, v)| (*k, v.as_str()))).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    let mut child = command.spawn().with_context(|| format!("starting {name}"))?;
+    if let Some(stdout) = child.stdout.take() {
+        tokio::spawn(prefix_lines(name, BufReader::new(stdout)));
+    }
+    if let Some(stderr) = child.stderr.take() {
+        tokio::spawn(prefix_lines(name, BufReader::new(stderr)));
+    }
+    Ok(child)
+}
+
+async fn prefix_lines<R: tokio::io::AsyncRead + Unpin>(name: &str, reader: BufReader<R>) {
+    let mut lines = reader.lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        eprintln!("[{name}] {line}");
+    }
+}
+
+async fn wait_ready(url: &str) -> Result<(), CliError> {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(r) = client.get(url).send().await {
+            if r.status().is_success() {
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(anyhow::anyhow!("{url} did not become ready within 30 s").into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn stop(children: Vec<Child>) {
+    for mut child in children {
+        if let Some(pid) = child.id() {
+            // SIGTERM first so services drain; kill if they linger.
+            let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await;
+        }
+        if tokio::time::timeout(Duration::from_secs(10), child.wait()).await.is_err() {
+            let _ = child.kill().await;
+        }
+    }
+}
+
+fn print_banner(checkout: &str, db: &str, nats: &str, token: &str, env_file: &Path) {
+    eprintln!(
+        "\nsoldonce is up\n  checkout   {checkout}  (/healthz /readyz /metrics)\n  postgres   {db}\n  nats       {nats}\n  env        . {}\n\ntry:\n  curl -s -X POST {checkout}/v1/orders -H 'Authorization: Bearer {token}' -H 'Idempotency-Key: demo-1' -H 'Content-Type: application/json' -d '{{\"lines\":[{{\"sku\":\"DEMO-TSHIRT\",\"quantity\":1}}]}}'\n",
+        env_file.display()
+    );
+}
+
+/// A flash sale of `stock` units of a fresh SKU to `buyers` buyers.
+async fn demo(pool: &sqlx::PgPool, url: &str, token: &str, buyers: usize, stock: i64, out: &Output) -> Result<ExitCode, CliError> {
+    let sku = domain::Sku::parse(&format!("FLASH-{}", chrono::Utc::now().format("%Y%m%d%H%M%S%3f"))).context("flash sku")?;
+    store::catalog::add_product(pool, &sku, "flash sale T-shirt", 4990, "BRL".parse().context("currency")?)
+        .await
+        .map_err(|e| anyhow::anyhow!(e))?;
+    store::catalog::receive(pool, &sku, stock).await.map_err(|e| anyhow::anyhow!(e))?;
+    eprintln!("demo: {buyers} buyers press buy on {stock} unit(s) of {sku} at the same moment");
+    let report = crate::load::flash_sale(pool, url, token, sku.as_str(), buyers).await?;
+    let buckets = store::catalog::show(pool, Some(&sku)).await.context("reading stock")?;
+    let row = buckets.first().ok_or_else(|| anyhow::anyhow!("stock row of {sku} vanished"))?;
+    let oversold = report.accepted > u64::try_from(stock).unwrap_or(0) || row.reserved + row.sold > stock;
+    let verified = report.orders_in_database == Some(report.accepted);
+    let ok = !oversold && verified && row.reserved == i64::try_from(report.accepted).unwrap_or(-1);
+    let summary = serde_json::json!({ "sku": sku, "stock": stock, "buyers": buyers, "load": report, "buckets": row, "ok": ok });
+    out.print(&summary, || {
+        format!(
+            "{}\n\nstock of {sku}: available {} reserved {} sold {}\nresult: {}",
+            crate::load::render(&report),
+            row.available,
+            row.reserved,
+            row.sold,
+            if ok { "every unit sold once: OK" } else { "INVARIANT BROKEN" }
+        )
+    });
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
