@@ -4,4 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . deploy/setup.sh
+# The end-to-end tests start the service binaries (outbox-relay) as real processes.
+cargo build --workspace --bins --locked
 cargo test --workspace --locked -- --test-threads 4

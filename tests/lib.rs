@@ -9,6 +9,8 @@ pub mod servers;
 pub mod app;
 #[path = "harness/poll.rs"]
 pub mod poll;
+#[path = "harness/relay.rs"]
+pub mod relay;
 
 pub use app::TestApp;
 pub use poll::eventually;

@@ -57,7 +57,11 @@ impl TestApp {
 
     /// A checkout whose reservations last `ttl`.
     pub async fn spawn_with_ttl(ttl: Duration) -> TestApp {
-        let database_url = servers::fresh_database().await;
+        TestApp::spawn_on(servers::fresh_database().await, ttl).await
+    }
+
+    /// A checkout over an existing migrated database.
+    pub async fn spawn_on(database_url: String, ttl: Duration) -> TestApp {
         let settings = checkout::Settings {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             database_url: database_url.clone(),

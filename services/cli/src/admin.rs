@@ -52,6 +52,12 @@ pub enum StockCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum ProjectionsCommand {
+    /// Replace the orders projection with the fold of every order's events.
+    Rebuild,
+}
+
+#[derive(Debug, Subcommand)]
 pub enum AccountCommand {
     /// Create an account; prints its id and its API token (shown once).
     Add {
@@ -155,5 +161,17 @@ pub async fn account(cmd: AccountCommand, _out: &Output) -> Result<ExitCode, Cli
     let account = store::accounts::create(&pool().await?, &name).await.context("creating the account")?;
     // Always JSON: the token is meant to be captured by a script.
     println!("{}", serde_json::to_string(&account).unwrap_or_default());
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn projections(cmd: ProjectionsCommand, out: &Output) -> Result<ExitCode, CliError> {
+    let ProjectionsCommand::Rebuild = cmd;
+    let report = store::projections::rebuild(&pool().await?).await.context("rebuilding the orders projection")?;
+    out.print(&report, || {
+        format!(
+            "rebuilt {} orders from their events; {} rows differed and were corrected; {} rows without events removed",
+            report.orders, report.corrected, report.orphans_removed
+        )
+    });
     Ok(ExitCode::SUCCESS)
 }

@@ -34,6 +34,9 @@ enum Commands {
     /// Manage API accounts.
     #[command(subcommand)]
     Account(admin::AccountCommand),
+    /// Rebuild read models from the event store.
+    #[command(subcommand)]
+    Projections(admin::ProjectionsCommand),
     /// Drive load at a running checkout and check the result against the database.
     Load(load::LoadArgs),
     /// Run the whole system locally (private PostgreSQL and NATS unless DATABASE_URL/NATS_URL are set).
@@ -92,6 +95,7 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Commands::Product(cmd) => admin::product(cmd, &out).await,
         Commands::Stock(cmd) => admin::stock(cmd, &out).await,
         Commands::Account(cmd) => admin::account(cmd, &out).await,
+        Commands::Projections(cmd) => admin::projections(cmd, &out).await,
         Commands::Load(args) => load::run(args, &out).await,
         Commands::Up(args) => up::run(args, &out).await,
     }

@@ -35,7 +35,7 @@ pub struct UpArgs {
 }
 
 /// The services `up` starts, each a binary beside `soldonce`.
-const SERVICES: &[&str] = &["checkout"];
+const SERVICES: &[&str] = &["checkout", "outbox-relay"];
 
 pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
     if args.buyers == 0 || args.stock < 1 {
@@ -69,6 +69,7 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
         ("DATABASE_URL", database_url.clone()),
         ("NATS_URL", nats_url.clone()),
         ("CHECKOUT_ADDR", args.checkout_addr.clone()),
+        ("OUTBOX_RELAY_ADDR", "127.0.0.1:0".to_owned()),
     ];
     let mut children = Vec::new();
     for service in SERVICES {

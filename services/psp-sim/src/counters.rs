@@ -149,7 +149,10 @@ impl Counters {
             "psp_sim_webhooks_total",
             "Webhook deliveries finished, by outcome.",
             &[
-                ("outcome=\"acknowledged\"", read(&self.webhooks_acknowledged)),
+                (
+                    "outcome=\"acknowledged\"",
+                    read(&self.webhooks_acknowledged),
+                ),
                 ("outcome=\"abandoned\"", read(&self.webhooks_abandoned)),
             ],
         );
@@ -203,13 +206,22 @@ mod tests {
         counters.fault_injected(Fault::DuplicateWebhook, 2);
         counters.refund_created();
         let text = counters.render();
-        assert!(text.contains("psp_sim_payments_total{status=\"succeeded\"} 2\n"), "{text}");
-        assert!(text.contains("psp_sim_payments_total{status=\"failed\"} 0\n"), "{text}");
+        assert!(
+            text.contains("psp_sim_payments_total{status=\"succeeded\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("psp_sim_payments_total{status=\"failed\"} 0\n"),
+            "{text}"
+        );
         assert!(text.contains("psp_sim_refunds_total 1\n"), "{text}");
         assert!(
             text.contains("psp_sim_faults_injected_total{fault=\"duplicate_webhook\"} 2\n"),
             "{text}"
         );
-        assert!(text.contains("# TYPE psp_sim_webhooks_total counter\n"), "{text}");
+        assert!(
+            text.contains("# TYPE psp_sim_webhooks_total counter\n"),
+            "{text}"
+        );
     }
 }

@@ -217,19 +217,28 @@ mod tests {
     #[test]
     fn a_wrongly_typed_field_is_named() {
         let error = Faults::from_json(r#"{"latency_ms": "slow"}"#).unwrap_err();
-        assert!(error.to_string().starts_with("latency_ms: invalid type"), "{error}");
+        assert!(
+            error.to_string().starts_with("latency_ms: invalid type"),
+            "{error}"
+        );
     }
 
     #[test]
     fn a_rate_above_one_is_refused_naming_the_field() {
         let error = Faults::from_json(r#"{"drop_webhook_rate": 1.5}"#).unwrap_err();
-        assert_eq!(error.to_string(), "drop_webhook_rate: must be between 0 and 1, got 1.5");
+        assert_eq!(
+            error.to_string(),
+            "drop_webhook_rate: must be between 0 and 1, got 1.5"
+        );
     }
 
     #[test]
     fn zero_duplicates_are_refused() {
         let error = Faults::from_json(r#"{"webhook_duplicates": 0}"#).unwrap_err();
-        assert!(error.to_string().starts_with("webhook_duplicates:"), "{error}");
+        assert!(
+            error.to_string().starts_with("webhook_duplicates:"),
+            "{error}"
+        );
     }
 
     #[test]

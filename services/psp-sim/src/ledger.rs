@@ -208,7 +208,11 @@ mod tests {
     }
 
     fn charged(ledger: &mut Ledger, key: &str, amount: i64) -> Payment {
-        created(ledger.charge(key, request(amount, "ord_1"), false, Utc::now()).unwrap())
+        created(
+            ledger
+                .charge(key, request(amount, "ord_1"), false, Utc::now())
+                .unwrap(),
+        )
     }
 
     #[test]
@@ -231,7 +235,11 @@ mod tests {
     #[test]
     fn a_declined_charge_is_failed_with_a_reason() {
         let mut ledger = Ledger::default();
-        let payment = created(ledger.charge("k", request(5, "o"), true, Utc::now()).unwrap());
+        let payment = created(
+            ledger
+                .charge("k", request(5, "o"), true, Utc::now())
+                .unwrap(),
+        );
         assert_eq!(payment.status, PaymentStatus::Failed);
         assert_eq!(payment.failure_reason, Some(FailureReason::CardDeclined));
         let refund = ledger.refund(&payment.id, "r", RefundRequest::default(), Utc::now());
@@ -245,7 +253,11 @@ mod tests {
         let part = RefundRequest {
             amount_minor: Some(60),
         };
-        created(ledger.refund(&payment.id, "r1", part.clone(), Utc::now()).unwrap());
+        created(
+            ledger
+                .refund(&payment.id, "r1", part.clone(), Utc::now())
+                .unwrap(),
+        );
         let too_much = ledger.refund(&payment.id, "r2", part, Utc::now());
         assert_eq!(
             too_much,
@@ -261,7 +273,10 @@ mod tests {
         );
         assert_eq!(rest.amount_minor, 40);
         let nothing_left = ledger.refund(&payment.id, "r4", RefundRequest::default(), Utc::now());
-        assert!(matches!(nothing_left, Err(LedgerError::ExceedsRemaining { remaining: 0, .. })));
+        assert!(matches!(
+            nothing_left,
+            Err(LedgerError::ExceedsRemaining { remaining: 0, .. })
+        ));
     }
 
     #[test]
@@ -287,6 +302,9 @@ mod tests {
     fn an_unknown_payment_cannot_be_refunded() {
         let mut ledger = Ledger::default();
         let refund = ledger.refund("pay_x", "r", RefundRequest::default(), Utc::now());
-        assert_eq!(refund, Err(LedgerError::PaymentNotFound("pay_x".to_owned())));
+        assert_eq!(
+            refund,
+            Err(LedgerError::PaymentNotFound("pay_x".to_owned()))
+        );
     }
 }

@@ -110,7 +110,10 @@ impl PaymentRequest {
             return Err(invalid("amount_minor", "must be at least 1"));
         }
         if self.currency.len() != 3 || !self.currency.bytes().all(|b| b.is_ascii_uppercase()) {
-            return Err(invalid("currency", "must be three upper-case letters, e.g. BRL"));
+            return Err(invalid(
+                "currency",
+                "must be three upper-case letters, e.g. BRL",
+            ));
         }
         let chars = self.reference.chars().count();
         if chars == 0 || chars > MAX_REFERENCE_CHARS {

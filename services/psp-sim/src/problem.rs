@@ -80,17 +80,21 @@ impl ApiError {
                 "idempotency-key-invalid",
                 "Idempotency-Key header invalid",
             ),
-            ApiError::MalformedBody(_) => {
-                (StatusCode::BAD_REQUEST, "malformed-body", "Body is not valid JSON")
-            }
+            ApiError::MalformedBody(_) => (
+                StatusCode::BAD_REQUEST,
+                "malformed-body",
+                "Body is not valid JSON",
+            ),
             ApiError::InvalidBody(_) => (
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid-body",
                 "Body does not match the schema",
             ),
-            ApiError::InvalidQuery(_) => {
-                (StatusCode::BAD_REQUEST, "invalid-query", "Query string invalid")
-            }
+            ApiError::InvalidQuery(_) => (
+                StatusCode::BAD_REQUEST,
+                "invalid-query",
+                "Query string invalid",
+            ),
             ApiError::InvalidFaults(_) => (
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid-faults",
@@ -101,9 +105,11 @@ impl ApiError {
                 "idempotency-key-reused",
                 "Idempotency key reused with a different request",
             ),
-            ApiError::Ledger(LedgerError::PaymentNotFound(_)) => {
-                (StatusCode::NOT_FOUND, "payment-not-found", "Payment not found")
-            }
+            ApiError::Ledger(LedgerError::PaymentNotFound(_)) => (
+                StatusCode::NOT_FOUND,
+                "payment-not-found",
+                "Payment not found",
+            ),
             ApiError::Ledger(LedgerError::PaymentFailed(_)) => (
                 StatusCode::CONFLICT,
                 "payment-not-refundable",
@@ -144,10 +150,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, _, _) = self.kind();
         let mut response = (status, Json(self.problem())).into_response();
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(PROBLEM_JSON),
-        );
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         response
     }
 }
@@ -166,7 +171,10 @@ mod tests {
     #[test]
     fn the_problem_carries_type_title_status_and_detail() {
         let problem = ApiError::MissingIdempotencyKey.problem();
-        assert_eq!(problem.problem_type, "urn:psp-sim:problem:idempotency-key-missing");
+        assert_eq!(
+            problem.problem_type,
+            "urn:psp-sim:problem:idempotency-key-missing"
+        );
         assert_eq!(problem.status, 400);
         assert_eq!(problem.detail, "the Idempotency-Key header is required");
     }

@@ -184,8 +184,10 @@ mod tests {
         let message = |vars: &[(&str, &str)]| settings(vars).unwrap_err().to_string();
         assert!(message(&[("PSP_SIM_ADDR", "nowhere")]).starts_with("PSP_SIM_ADDR: "));
         assert!(message(&[("PSP_WEBHOOK_URL", "http://x")]).starts_with("WEBHOOK_SECRET: "));
-        assert!(message(&[("PSP_WEBHOOK_URL", "x"), ("WEBHOOK_SECRET", SECRET)])
-            .starts_with("PSP_WEBHOOK_URL: "));
+        assert!(
+            message(&[("PSP_WEBHOOK_URL", "x"), ("WEBHOOK_SECRET", SECRET)])
+                .starts_with("PSP_WEBHOOK_URL: ")
+        );
         assert!(
             message(&[("PSP_WEBHOOK_URL", "http://x"), ("WEBHOOK_SECRET", "s")])
                 .starts_with("WEBHOOK_SECRET: ")

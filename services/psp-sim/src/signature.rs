@@ -80,7 +80,10 @@ impl fmt::Debug for WebhookSecret {
 
 /// The `webhook-signature` header value for one delivery attempt: `v1,<base64>`.
 pub fn sign(secret: &WebhookSecret, msg_id: &str, timestamp: i64, body: &[u8]) -> String {
-    let tag = secret.mac_of(msg_id, timestamp, body).finalize().into_bytes();
+    let tag = secret
+        .mac_of(msg_id, timestamp, body)
+        .finalize()
+        .into_bytes();
     format!("v1,{}", STANDARD.encode(tag))
 }
 
@@ -144,7 +147,10 @@ mod tests {
             WebhookSecret::parse("whsec_not base64!").err(),
             Some(SecretError::NotBase64)
         );
-        assert_eq!(WebhookSecret::parse("whsec_").err(), Some(SecretError::Empty));
+        assert_eq!(
+            WebhookSecret::parse("whsec_").err(),
+            Some(SecretError::Empty)
+        );
     }
 
     #[test]

@@ -9,6 +9,8 @@ pub mod catalog;
 pub mod envelope;
 pub mod idempotency;
 pub mod orders;
+pub mod outbox;
+pub mod projections;
 mod stock_moves;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

@@ -152,7 +152,7 @@ async fn append(
     write_projection(conn, before, after).await
 }
 
-async fn write_projection(conn: &mut PgConnection, before: Option<&Order>, o: &Order) -> Result<(), StoreError> {
+pub(crate) async fn write_projection(conn: &mut PgConnection, before: Option<&Order>, o: &Order) -> Result<(), StoreError> {
     let shipping = o.shipping.as_ref().map(serde_json::to_value).transpose().map_err(|e| StoreError::Corrupt(e.to_string()))?;
     let written = sqlx::query(
         "INSERT INTO orders (id, account_id, state, currency, total_minor, shipping, payment_id, paid_minor, version, expires_at, created_at, updated_at) \

@@ -16,7 +16,10 @@ pub(super) async fn show(State(state): SharedState) -> Json<Faults> {
 /// `PUT /admin/faults`: replaces every fault (absent fields reset to their defaults) and
 /// re-arms `fail_first`.
 #[tracing::instrument(skip_all)]
-pub(super) async fn replace(State(state): SharedState, body: Bytes) -> Result<Json<Faults>, ApiError> {
+pub(super) async fn replace(
+    State(state): SharedState,
+    body: Bytes,
+) -> Result<Json<Faults>, ApiError> {
     let text = std::str::from_utf8(&body)
         .map_err(|_| ApiError::MalformedBody("the body is not UTF-8".to_owned()))?;
     let faults = Faults::from_json(text)?;

@@ -16,7 +16,10 @@ pub(super) async fn health() -> impl IntoResponse {
 /// `GET /metrics`: Prometheus text.
 pub(super) async fn metrics(State(state): SharedState) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         state.counters.render(),
     )
 }

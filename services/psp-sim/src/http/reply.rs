@@ -34,9 +34,9 @@ pub(super) async fn recorded<T: Serialize>(
     }
 }
 
-/// Holds the request until the client gives up (hyper then drops this future), the hold runs
-/// out, or the application stops; then cuts the connection without sending a status line: a
-/// body that fails before its first byte makes hyper abort the connection with the head unsent.
+/// Holds the request until the hold runs out or the application stops (or hyper drops this
+/// future with its connection), then cuts the connection without sending a status line: a body
+/// that fails before its first byte makes hyper abort the connection with the head unsent.
 async fn lost_reply(state: &AppState) -> Response {
     let mut stop = state.stop.clone();
     tokio::select! {

@@ -37,7 +37,9 @@ pub(super) fn json_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError
 }
 
 /// Like [`json_body`], but an empty body means the type's default.
-pub(super) fn optional_json_body<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiError> {
+pub(super) fn optional_json_body<T: DeserializeOwned + Default>(
+    body: &Bytes,
+) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         Ok(T::default())
     } else {

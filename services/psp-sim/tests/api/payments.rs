@@ -22,14 +22,27 @@ async fn the_same_key_returns_the_same_payment() {
     assert_eq!(first.idempotency_key, "pay:ord_same_key");
     // One charge, counted two ways: by reference and by the PSP's own counters.
     assert_eq!(app.payments_for("ord_same_key").await, vec![first]);
-    assert_eq!(app.metric("psp_sim_payments_total{status=\"succeeded\"}").await, 1);
-    assert_eq!(app.metric("psp_sim_idempotent_replays_total{resource=\"payment\"}").await, 1);
+    assert_eq!(
+        app.metric("psp_sim_payments_total{status=\"succeeded\"}")
+            .await,
+        1
+    );
+    assert_eq!(
+        app.metric("psp_sim_idempotent_replays_total{resource=\"payment\"}")
+            .await,
+        1
+    );
 }
 
 #[tokio::test]
 async fn a_payment_has_the_documented_shape() {
     let app = TestApp::spawn().await;
-    let payment: Value = app.pay("k-shape", &payment_body(500, "ord_shape")).await.json().await.unwrap();
+    let payment: Value = app
+        .pay("k-shape", &payment_body(500, "ord_shape"))
+        .await
+        .json()
+        .await
+        .unwrap();
     let id = payment["id"].as_str().unwrap();
     assert!(id.starts_with("pay_") && id.len() == 36, "{id}");
     assert_eq!(payment["status"], "succeeded");
@@ -50,7 +63,10 @@ async fn a_reused_key_with_a_different_body_gets_422() {
     let response = app.pay("k-reused", &payment_body(101, "ord_reused")).await;
 
     let problem = problem(response, 422).await;
-    assert_eq!(problem.problem_type, "urn:psp-sim:problem:idempotency-key-reused");
+    assert_eq!(
+        problem.problem_type,
+        "urn:psp-sim:problem:idempotency-key-reused"
+    );
     assert_eq!(app.payments_for("ord_reused").await.len(), 1);
 }
 
@@ -66,7 +82,11 @@ async fn a_payment_without_an_idempotency_key_gets_400() {
         .unwrap();
 
     let problem = problem(response, 400).await;
-    assert!(problem.detail.contains("Idempotency-Key"), "{}", problem.detail);
+    assert!(
+        problem.detail.contains("Idempotency-Key"),
+        "{}",
+        problem.detail
+    );
     assert!(app.payments_for("ord_no_key").await.is_empty());
 }
 
@@ -78,7 +98,9 @@ async fn unknown_fields_and_broken_rules_get_422_and_bad_json_gets_400() {
     let detail = problem(app.pay("k1", &extra).await, 422).await.detail;
     assert!(detail.contains("tip"), "{detail}");
 
-    let detail = problem(app.pay("k2", &payment_body(0, "ord_bad")).await, 422).await.detail;
+    let detail = problem(app.pay("k2", &payment_body(0, "ord_bad")).await, 422)
+        .await
+        .detail;
     assert!(detail.starts_with("amount_minor"), "{detail}");
 
     let lower = json!({ "amount_minor": 1, "currency": "brl", "reference": "ord_bad" });
@@ -100,7 +122,12 @@ async fn unknown_fields_and_broken_rules_get_422_and_bad_json_gets_400() {
 #[tokio::test]
 async fn a_payment_can_be_read_by_id_and_by_key() {
     let app = TestApp::spawn().await;
-    let payment: Payment = app.pay("k-read", &payment_body(700, "ord_read")).await.json().await.unwrap();
+    let payment: Payment = app
+        .pay("k-read", &payment_body(700, "ord_read"))
+        .await
+        .json()
+        .await
+        .unwrap();
 
     let by_id: Payment = app
         .client
@@ -119,7 +146,12 @@ async fn a_payment_can_be_read_by_id_and_by_key() {
 #[tokio::test]
 async fn unknown_payments_and_routes_get_404_problems() {
     let app = TestApp::spawn().await;
-    let response = app.client.get(app.url("/v1/payments/pay_nope")).send().await.unwrap();
+    let response = app
+        .client
+        .get(app.url("/v1/payments/pay_nope"))
+        .send()
+        .await
+        .unwrap();
     problem(response, 404).await;
     let response = app.client.get(app.url("/v2/nothing")).send().await.unwrap();
     problem(response, 404).await;
@@ -128,7 +160,12 @@ async fn unknown_payments_and_routes_get_404_problems() {
 #[tokio::test]
 async fn a_lookup_needs_exactly_one_of_key_or_reference() {
     let app = TestApp::spawn().await;
-    let response = app.client.get(app.url("/v1/payments")).send().await.unwrap();
+    let response = app
+        .client
+        .get(app.url("/v1/payments"))
+        .send()
+        .await
+        .unwrap();
     problem(response, 400).await;
     let both = app
         .client
@@ -143,8 +180,20 @@ async fn a_lookup_needs_exactly_one_of_key_or_reference() {
 #[tokio::test]
 async fn health_and_metrics_answer() {
     let app = TestApp::spawn().await;
-    let health: Value = app.client.get(app.url("/healthz")).send().await.unwrap().json().await.unwrap();
+    let health: Value = app
+        .client
+        .get(app.url("/healthz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(health, json!({ "status": "ok" }));
     assert_eq!(app.metric("psp_sim_refunds_total").await, 0);
-    assert_eq!(app.metric("psp_sim_faults_injected_total{fault=\"fail_first\"}").await, 0);
+    assert_eq!(
+        app.metric("psp_sim_faults_injected_total{fault=\"fail_first\"}")
+            .await,
+        0
+    );
 }

@@ -92,7 +92,12 @@ impl TestApp {
             .unwrap()
     }
 
-    pub async fn refund(&self, payment_id: &str, key: &str, body: Option<Value>) -> reqwest::Response {
+    pub async fn refund(
+        &self,
+        payment_id: &str,
+        key: &str,
+        body: Option<Value>,
+    ) -> reqwest::Response {
         let request = self
             .client
             .post(self.url(&format!("/v1/payments/{payment_id}/refunds")))
@@ -252,10 +257,16 @@ impl Receiver {
     }
 }
 
-async fn record(State(state): State<Arc<ReceiverState>>, headers: HeaderMap, body: Bytes) -> StatusCode {
+async fn record(
+    State(state): State<Arc<ReceiverState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
     let fail = state
         .failures_left
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| left.checked_sub(1))
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+            left.checked_sub(1)
+        })
         .is_ok();
     let answered = if fail {
         StatusCode::INTERNAL_SERVER_ERROR

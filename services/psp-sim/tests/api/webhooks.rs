@@ -15,12 +15,18 @@ fn assert_signed(delivery: &Delivery) {
     assert!(verify(&secret(), id, timestamp, &delivery.body, signature));
     assert_eq!(sign(&secret(), id, timestamp, &delivery.body), signature);
     let age = chrono::Utc::now().timestamp() - timestamp;
-    assert!((0..60).contains(&age), "timestamp {timestamp} is {age} s old");
+    assert!(
+        (0..60).contains(&age),
+        "timestamp {timestamp} is {age} s old"
+    );
 }
 
 async fn acknowledged(app: &TestApp, count: u64) {
     eventually(&format!("{count} acknowledged webhooks"), async || {
-        (app.metric("psp_sim_webhooks_total{outcome=\"acknowledged\"}").await == count).then_some(())
+        (app.metric("psp_sim_webhooks_total{outcome=\"acknowledged\"}")
+            .await
+            == count)
+            .then_some(())
     })
     .await;
 }
@@ -29,7 +35,12 @@ async fn acknowledged(app: &TestApp, count: u64) {
 async fn webhooks_arrive_signed_and_verifiable() {
     let receiver = Receiver::start(0).await;
     let app = TestApp::spawn_with(Faults::default(), Some(&receiver)).await;
-    let payment: Payment = app.pay("pay:ord_hook", &payment_body(1990, "ord_hook")).await.json().await.unwrap();
+    let payment: Payment = app
+        .pay("pay:ord_hook", &payment_body(1990, "ord_hook"))
+        .await
+        .json()
+        .await
+        .unwrap();
 
     let deliveries = receiver.wait_for(1).await;
 
@@ -39,14 +50,22 @@ async fn webhooks_arrive_signed_and_verifiable() {
     assert_eq!(delivery.header("content-type"), "application/json");
     let payload = delivery.payload();
     assert_eq!(payload.event_type, EventType::PaymentSucceeded);
-    assert_eq!(serde_json::from_value::<Payment>(payload.data).unwrap(), payment);
+    assert_eq!(
+        serde_json::from_value::<Payment>(payload.data).unwrap(),
+        payment
+    );
 }
 
 #[tokio::test]
 async fn declines_and_refunds_announce_themselves() {
     let receiver = Receiver::start(0).await;
     let app = TestApp::spawn_with(Faults::default(), Some(&receiver)).await;
-    let paid: Payment = app.pay("k-ok", &payment_body(100, "ord_events")).await.json().await.unwrap();
+    let paid: Payment = app
+        .pay("k-ok", &payment_body(100, "ord_events"))
+        .await
+        .json()
+        .await
+        .unwrap();
     let refund = app.refund(&paid.id, "r", None).await;
     assert_eq!(refund.status(), 201);
     app.put_faults(&json!({ "decline_rate": 1.0 })).await;
@@ -54,16 +73,25 @@ async fn declines_and_refunds_announce_themselves() {
 
     let deliveries = receiver.wait_for(3).await;
 
-    let mut types: Vec<String> = deliveries.iter().map(|d| d.payload().event_type.to_string()).collect();
+    let mut types: Vec<String> = deliveries
+        .iter()
+        .map(|d| d.payload().event_type.to_string())
+        .collect();
     types.sort();
-    assert_eq!(types, ["payment.failed", "payment.succeeded", "refund.succeeded"]);
+    assert_eq!(
+        types,
+        ["payment.failed", "payment.succeeded", "refund.succeeded"]
+    );
     deliveries.iter().for_each(assert_signed);
 }
 
 #[tokio::test]
 async fn three_duplicates_share_one_webhook_id() {
     let receiver = Receiver::start(0).await;
-    let faults = Faults { webhook_duplicates: 3, ..Faults::default() };
+    let faults = Faults {
+        webhook_duplicates: 3,
+        ..Faults::default()
+    };
     let app = TestApp::spawn_with(faults, Some(&receiver)).await;
     app.pay("pay:ord_dup", &payment_body(100, "ord_dup")).await;
 
@@ -72,7 +100,9 @@ async fn three_duplicates_share_one_webhook_id() {
     let deliveries = receiver.deliveries();
     assert_eq!(deliveries.len(), 3);
     let id = deliveries[0].header("webhook-id");
-    assert!(deliveries.iter().all(|d| d.header("webhook-id") == id && d.body == deliveries[0].body));
+    assert!(deliveries
+        .iter()
+        .all(|d| d.header("webhook-id") == id && d.body == deliveries[0].body));
     deliveries.iter().for_each(assert_signed);
 }
 
@@ -80,7 +110,8 @@ async fn three_duplicates_share_one_webhook_id() {
 async fn a_receiver_answering_500_first_gets_a_retry() {
     let receiver = Receiver::start(1).await;
     let app = TestApp::spawn_with(Faults::default(), Some(&receiver)).await;
-    app.pay("pay:ord_retry", &payment_body(100, "ord_retry")).await;
+    app.pay("pay:ord_retry", &payment_body(100, "ord_retry"))
+        .await;
 
     acknowledged(&app, 1).await;
 
@@ -88,10 +119,17 @@ async fn a_receiver_answering_500_first_gets_a_retry() {
     assert_eq!(deliveries.len(), 2);
     assert_eq!(deliveries[0].answered, 500);
     assert!(deliveries[1].answered.is_success());
-    assert_eq!(deliveries[0].header("webhook-id"), deliveries[1].header("webhook-id"));
+    assert_eq!(
+        deliveries[0].header("webhook-id"),
+        deliveries[1].header("webhook-id")
+    );
     assert_eq!(deliveries[0].body, deliveries[1].body);
     deliveries.iter().for_each(assert_signed);
-    assert_eq!(app.metric("psp_sim_webhook_attempts_total{result=\"failed\"}").await, 1);
+    assert_eq!(
+        app.metric("psp_sim_webhook_attempts_total{result=\"failed\"}")
+            .await,
+        1
+    );
 }
 
 #[tokio::test]
@@ -101,7 +139,8 @@ async fn a_replayed_payment_sends_no_second_webhook() {
     let body = payment_body(100, "ord_replay_hook");
     app.pay("pay:ord_replay_hook", &body).await;
     app.pay("pay:ord_replay_hook", &body).await;
-    app.pay("pay:ord_other", &payment_body(100, "ord_other")).await;
+    app.pay("pay:ord_other", &payment_body(100, "ord_other"))
+        .await;
 
     acknowledged(&app, 2).await;
 
@@ -117,12 +156,19 @@ async fn a_replayed_payment_sends_no_second_webhook() {
 #[tokio::test]
 async fn a_dropped_webhook_never_arrives() {
     let receiver = Receiver::start(0).await;
-    let faults = Faults { drop_webhook_rate: 1.0, ..Faults::default() };
+    let faults = Faults {
+        drop_webhook_rate: 1.0,
+        ..Faults::default()
+    };
     let app = TestApp::spawn_with(faults, Some(&receiver)).await;
-    app.pay("pay:ord_dropped", &payment_body(100, "ord_dropped")).await;
+    app.pay("pay:ord_dropped", &payment_body(100, "ord_dropped"))
+        .await;
 
     eventually("the drop to be counted", async || {
-        (app.metric("psp_sim_faults_injected_total{fault=\"drop_webhook\"}").await == 1).then_some(())
+        (app.metric("psp_sim_faults_injected_total{fault=\"drop_webhook\"}")
+            .await
+            == 1)
+            .then_some(())
     })
     .await;
 
@@ -133,10 +179,14 @@ async fn a_dropped_webhook_never_arrives() {
 #[tokio::test]
 async fn reordered_webhooks_arrive_newest_first() {
     let receiver = Receiver::start(0).await;
-    let faults = Faults { webhook_reorder: true, ..Faults::default() };
+    let faults = Faults {
+        webhook_reorder: true,
+        ..Faults::default()
+    };
     let app = TestApp::spawn_with(faults, Some(&receiver)).await;
     for reference in ["ord_a", "ord_b", "ord_c"] {
-        app.pay(&format!("pay:{reference}"), &payment_body(100, reference)).await;
+        app.pay(&format!("pay:{reference}"), &payment_body(100, reference))
+            .await;
     }
 
     let deliveries = receiver.wait_for(3).await;

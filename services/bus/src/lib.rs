@@ -1,0 +1,81 @@
+//! soldonce's JetStream topology: one file-backed stream over `soldonce.>`,
+//! created or updated idempotently at start, with a duplicate window that
+//! turns a republished event (same `Nats-Msg-Id`) into a no-op. This crate
+//! must never touch the database.
+
+use async_nats::jetstream::{self, stream};
+use platform::config::{self, ConfigError};
+use std::time::Duration;
+
+/// The stream every soldonce event lives in.
+pub const STREAM: &str = "SOLDONCE";
+/// The subjects it captures.
+pub const SUBJECTS: &str = "soldonce.>";
+
+/// How the stream is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamSettings {
+    /// `STREAM_DUPLICATE_WINDOW`, default 10 minutes: republishes within it are dropped.
+    pub duplicate_window: Duration,
+    /// `STREAM_MAX_AGE`, default 0 (keep forever, so the stream can be replayed).
+    pub max_age: Duration,
+    /// `STREAM_REPLICAS`, default 1; 3 for a cluster.
+    pub replicas: usize,
+}
+
+impl Default for StreamSettings {
+    fn default() -> Self {
+        StreamSettings { duplicate_window: Duration::from_secs(600), max_age: Duration::ZERO, replicas: 1 }
+    }
+}
+
+impl StreamSettings {
+    /// Reads the settings from the environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let d = StreamSettings::default();
+        let replicas = config::parsed("STREAM_REPLICAS", d.replicas)?;
+        if !(1..=5).contains(&replicas) {
+            return Err(ConfigError::new("STREAM_REPLICAS", "must be between 1 and 5"));
+        }
+        Ok(StreamSettings {
+            duplicate_window: config::duration("STREAM_DUPLICATE_WINDOW", d.duplicate_window)?,
+            max_age: config::duration("STREAM_MAX_AGE", d.max_age)?,
+            replicas,
+        })
+    }
+}
+
+/// Why the bus could not be reached or set up.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error("cannot connect to NATS: {0}")]
+    Connect(#[from] async_nats::ConnectError),
+    #[error("cannot create or update the stream: {0}")]
+    Stream(#[from] jetstream::context::CreateStreamError),
+}
+
+/// Connects to NATS, retrying for ever in the background once connected.
+pub async fn connect(url: &str) -> Result<jetstream::Context, BusError> {
+    let client = async_nats::ConnectOptions::new()
+        .name("soldonce")
+        .retry_on_initial_connect()
+        .connection_timeout(Duration::from_secs(5))
+        .connect(url)
+        .await?;
+    Ok(jetstream::new(client))
+}
+
+/// Creates the stream, or updates it to these settings; safe to call from every process.
+pub async fn ensure_stream(js: &jetstream::Context, s: &StreamSettings) -> Result<stream::Info, BusError> {
+    let config = stream::Config {
+        name: STREAM.to_owned(),
+        subjects: vec![SUBJECTS.to_owned()],
+        storage: stream::StorageType::File,
+        retention: stream::RetentionPolicy::Limits,
+        duplicate_window: s.duplicate_window,
+        max_age: s.max_age,
+        num_replicas: s.replicas,
+        ..Default::default()
+    };
+    Ok(js.create_or_update_stream(config).await?)
+}

@@ -1,0 +1,77 @@
+//! Running outbox-relay in tests: in-process, or as a real process that can
+//! be killed with SIGKILL; and reading the stream back.
+
+use async_nats::jetstream;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// The built `outbox-relay` binary beside the test binary.
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let path = dir.join(name);
+    assert!(path.is_file(), "{} is missing: run `cargo build --workspace --bins` first", path.display());
+    path
+}
+
+/// Starts the relay binary as a child process (killed when dropped).
+pub fn spawn_process(database_url: &str, nats_url: &str) -> tokio::process::Child {
+    tokio::process::Command::new(binary("outbox-relay"))
+        .env("DATABASE_URL", database_url)
+        .env("NATS_URL", nats_url)
+        .env("OUTBOX_RELAY_ADDR", "127.0.0.1:0")
+        .env("OUTBOX_POLL_INTERVAL", "200ms")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start outbox-relay")
+}
+
+/// Starts a relay in-process; it stops when the returned sender is dropped.
+pub async fn spawn_in_process(database_url: &str, nats_url: &str) -> tokio::sync::oneshot::Sender<()> {
+    let settings = outbox_relay::Settings {
+        addr: "127.0.0.1:0".parse().expect("addr"),
+        database_url: database_url.to_owned(),
+        nats_url: nats_url.to_owned(),
+        batch_size: 200,
+        poll_interval: Duration::from_millis(200),
+        stream: bus::StreamSettings::default(),
+    };
+    let app = outbox_relay::Application::build(settings).await.expect("build relay");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(app.run_until_stopped(async move {
+        let _ = stopped.await;
+    }));
+    stop
+}
+
+/// Every message in the SOLDONCE stream: Nats-Msg-Id → (count, payload).
+pub async fn read_stream(nats_url: &str) -> HashMap<Uuid, (usize, serde_json::Value)> {
+    let js = bus::connect(nats_url).await.expect("connect nats");
+    let stream = js.get_stream(bus::STREAM).await.expect("stream exists");
+    let last = stream.cached_info().state.last_sequence;
+    let mut seen: HashMap<Uuid, (usize, serde_json::Value)> = HashMap::new();
+    for seq in 1..=last {
+        let Ok(msg) = stream.get_raw_message(seq).await else { continue };
+        let id = msg
+            .headers
+            .get("Nats-Msg-Id")
+            .and_then(|v| v.as_str().parse::<Uuid>().ok())
+            .expect("every message has a Nats-Msg-Id");
+        let payload: serde_json::Value = serde_json::from_slice(&msg.payload).expect("JSON payload");
+        seen.entry(id).or_insert((0, payload)).0 += 1;
+    }
+    seen
+}
+
+/// How many messages the stream holds (0 before it exists).
+pub async fn stream_len(js: &jetstream::Context) -> u64 {
+    match js.get_stream(bus::STREAM).await {
+        Ok(mut s) => s.info().await.map(|i| i.state.messages).unwrap_or(0),
+        Err(_) => 0,
+    }
+}
