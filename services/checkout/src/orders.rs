@@ -50,10 +50,12 @@ pub(crate) async fn get_events(
 pub(crate) async fn cancel_order(
     State(state): State<AppState>,
     Account(account): Account,
+    headers: axum::http::HeaderMap,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<OrderView>, ApiError> {
     let id = order_id(path)?;
-    let meta = Metadata { correlation_id: id, causation_id: Uuid::now_v7(), source: "checkout".into(), traceparent: None };
+    let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let meta = Metadata { correlation_id: id, causation_id: Uuid::now_v7(), source: "checkout".into(), traceparent };
     let now = store::now();
     match store::orders::transition(&state.pool, id, Some(account), &meta, |_| Command::Cancel { at: now }).await? {
         Transition::Applied(order) => {
