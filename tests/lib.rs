@@ -11,6 +11,8 @@ pub mod app;
 pub mod poll;
 #[path = "harness/relay.rs"]
 pub mod relay;
+#[path = "harness/saga.rs"]
+pub mod saga;
 
 pub use app::TestApp;
 pub use poll::eventually;

@@ -1,2 +1,3 @@
+mod consumer;
 mod projections;
 mod relay;

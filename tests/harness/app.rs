@@ -7,6 +7,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use uuid::Uuid;
 
+/// The webhook secret tests sign with.
+pub const WEBHOOK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
 /// A response, read whole.
 #[derive(Debug, Clone)]
 pub struct Reply {
@@ -67,6 +70,7 @@ impl TestApp {
             database_url: database_url.clone(),
             reservation_ttl: ttl,
             pool_size: 32,
+            webhook_secrets: Some(checkout::Secrets::parse(WEBHOOK_SECRET).expect("test secret")),
         };
         let app = checkout::Application::build(settings).await.expect("build checkout");
         let addr = app.local_addr();

@@ -1,7 +1,12 @@
-//! soldonce's JetStream topology: one file-backed stream over `soldonce.>`,
-//! created or updated idempotently at start, with a duplicate window that
-//! turns a republished event (same `Nats-Msg-Id`) into a no-op. This crate
-//! must never touch the database.
+//! soldonce's side of JetStream: the topology — one file-backed stream over
+//! `soldonce.>`, created or updated idempotently at start, with a duplicate
+//! window that turns a republished event (same `Nats-Msg-Id`) into a no-op —
+//! and the consumer runtime every consuming service uses (durable pull
+//! consumer, explicit ack, inbox dedupe, dead letters). It must never
+//! publish without awaiting the PubAck, and never ack a message whose effect
+//! has not committed.
+
+pub mod consumer;
 
 use async_nats::jetstream::{self, stream};
 use platform::config::{self, ConfigError};

@@ -9,6 +9,9 @@ mod orders;
 mod place;
 mod request;
 mod view;
+mod webhooks;
+
+pub use webhooks::Secrets;
 
 pub use view::OrderView;
 
@@ -38,6 +41,9 @@ pub struct Settings {
     pub reservation_ttl: Duration,
     /// `DATABASE_POOL_SIZE`, default 32: the bound on concurrent transactions.
     pub pool_size: u32,
+    /// `WEBHOOK_SECRET`: the PSP's signing secrets (`whsec_…`, space-separated
+    /// during a rotation); without it `/v1/psp/webhooks` is not served.
+    pub webhook_secrets: Option<Secrets>,
 }
 
 impl Settings {
@@ -56,6 +62,9 @@ impl Settings {
             database_url: config::database_url()?,
             reservation_ttl,
             pool_size,
+            webhook_secrets: config::optional("WEBHOOK_SECRET")?
+                .map(|s| Secrets::parse(&s).map_err(|e| ConfigError::new("WEBHOOK_SECRET", e)))
+                .transpose()?,
         })
     }
 }
@@ -66,6 +75,7 @@ pub(crate) struct AppState {
     pub pool: PgPool,
     pub ttl: chrono::Duration,
     pub tokens: Arc<auth::TokenCache>,
+    pub webhook_secrets: Option<Arc<Secrets>>,
 }
 
 /// A bound, ready-to-run checkout.
@@ -82,7 +92,7 @@ impl Application {
             .context("connecting to DATABASE_URL")?;
         let listener = TcpListener::bind(settings.addr).await.with_context(|| format!("binding {}", settings.addr))?;
         let ttl = chrono::Duration::from_std(settings.reservation_ttl).context("RESERVATION_TTL is too long")?;
-        Ok(Application { listener, router: router(AppState { pool, ttl, tokens: Arc::default() }) })
+        Ok(Application { listener, router: router(AppState { pool, ttl, tokens: Arc::default(), webhook_secrets: settings.webhook_secrets.map(Arc::new) }) })
     }
 
     /// The address the server listens on.
@@ -109,6 +119,7 @@ fn router(state: AppState) -> Router {
         .route("/v1/orders/{id}", get(orders::get_order))
         .route("/v1/orders/{id}/events", get(orders::get_events))
         .route("/v1/orders/{id}/cancel", post(orders::cancel_order))
+        .route("/v1/psp/webhooks", post(webhooks::receive))
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

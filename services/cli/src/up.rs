@@ -7,6 +7,7 @@
 use crate::output::Output;
 use crate::CliError;
 use anyhow::Context;
+use base64::Engine;
 use clap::Args;
 use localservers::{Nats, PgOptions, Postgres};
 use std::path::{Path, PathBuf};
@@ -35,7 +36,7 @@ pub struct UpArgs {
 }
 
 /// The services `up` starts, each a binary beside `soldonce`.
-const SERVICES: &[&str] = &["checkout", "outbox-relay"];
+const SERVICES: &[&str] = &["psp-sim", "checkout", "outbox-relay", "payment-worker"];
 
 pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
     if args.buyers == 0 || args.stock < 1 {
@@ -65,7 +66,14 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
     let token = seed(&pool).await?;
 
     let checkout_url = format!("http://{}", args.checkout_addr);
+    let psp_addr = format!("127.0.0.1:{}", localservers::free_port().context("finding a port for psp-sim")?);
+    let secret = format!("whsec_{}", base64::engine::general_purpose::STANDARD.encode(uuid::Uuid::new_v4().as_bytes()));
     let env = [
+        ("PSP_SIM_ADDR", psp_addr.clone()),
+        ("PSP_URL", format!("http://{psp_addr}")),
+        ("PSP_WEBHOOK_URL", format!("{checkout_url}/v1/psp/webhooks")),
+        ("WEBHOOK_SECRET", secret),
+        ("PAYMENT_WORKER_ADDR", "127.0.0.1:0".to_owned()),
         ("DATABASE_URL", database_url.clone()),
         ("NATS_URL", nats_url.clone()),
         ("CHECKOUT_ADDR", args.checkout_addr.clone()),
@@ -75,6 +83,7 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
     for service in SERVICES {
         children.push(spawn_service(service, &env)?);
     }
+    wait_ready(&format!("http://{psp_addr}/healthz")).await?;
     wait_ready(&format!("{checkout_url}/readyz")).await?;
     let env_file = data_dir.join("env");
     let exports = format!(
@@ -182,15 +191,30 @@ async fn demo(pool: &sqlx::PgPool, url: &str, token: &str, buyers: usize, stock:
     store::catalog::receive(pool, &sku, stock).await.map_err(|e| anyhow::anyhow!(e))?;
     eprintln!("demo: {buyers} buyers press buy on {stock} unit(s) of {sku} at the same moment");
     let report = crate::load::flash_sale(pool, url, token, sku.as_str(), buyers).await?;
+    let settle_deadline = Instant::now() + Duration::from_secs(30);
+    let paid: i64 = loop {
+        let (pending, confirmed): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE o.state = 'payment_pending'), count(*) FILTER (WHERE o.state = 'confirmed') \
+             FROM orders o JOIN order_lines l ON l.order_id = o.id WHERE l.sku = $1",
+        )
+        .bind(sku.as_str())
+        .fetch_one(pool)
+        .await
+        .context("reading order states")?;
+        if pending == 0 || Instant::now() > settle_deadline {
+            break confirmed;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let buckets = store::catalog::show(pool, Some(&sku)).await.context("reading stock")?;
     let row = buckets.first().ok_or_else(|| anyhow::anyhow!("stock row of {sku} vanished"))?;
     let oversold = report.accepted > u64::try_from(stock).unwrap_or(0) || row.reserved + row.sold > stock;
     let verified = report.orders_in_database == Some(report.accepted);
-    let ok = !oversold && verified && row.reserved == i64::try_from(report.accepted).unwrap_or(-1);
-    let summary = serde_json::json!({ "sku": sku, "stock": stock, "buyers": buyers, "load": report, "buckets": row, "ok": ok });
+    let ok = !oversold && verified && row.reserved == 0 && row.sold == paid;
+    let summary = serde_json::json!({ "sku": sku, "stock": stock, "buyers": buyers, "load": report, "paid": paid, "buckets": row, "ok": ok });
     out.print(&summary, || {
         format!(
-            "{}\n\nstock of {sku}: available {} reserved {} sold {}\nresult: {}",
+            "{}\npaid         {paid} (charged once each by the payment worker)\n\nstock of {sku}: available {} reserved {} sold {}\nresult: {}",
             crate::load::render(&report),
             row.available,
             row.reserved,
@@ -200,3 +224,4 @@ async fn demo(pool: &sqlx::PgPool, url: &str, token: &str, buyers: usize, stock:
     });
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
+

@@ -10,6 +10,7 @@ pub mod envelope;
 pub mod idempotency;
 pub mod orders;
 pub mod outbox;
+pub mod payments;
 pub mod projections;
 mod stock_moves;
 

@@ -60,8 +60,8 @@ pub enum Transition {
     StockShort(Sku),
 }
 
-/// Runs `command` against an order under a row lock: decide, move stock,
-/// append. `account` scopes the lookup to one account's orders.
+/// Runs `command` against an order under a row lock, in a transaction of
+/// its own: decide, move stock, append. `account` scopes the lookup.
 #[tracing::instrument(skip_all, fields(order_id = %order_id))]
 pub async fn transition(
     pool: &PgPool,
@@ -71,7 +71,24 @@ pub async fn transition(
     command: impl FnOnce(&Order) -> Command,
 ) -> Result<Transition, StoreError> {
     let mut tx = pool.begin().await?;
-    let Some(order) = load_locked(&mut tx, order_id, account).await? else {
+    let outcome = transition_in(&mut tx, order_id, account, meta, command).await?;
+    if matches!(outcome, Transition::Applied(_)) {
+        tx.commit().await?;
+    }
+    Ok(outcome)
+}
+
+/// Like [`transition`], inside the caller's transaction, which the caller
+/// commits; on anything but `Applied` nothing was written (but the caller
+/// must roll back after `StockShort`).
+pub async fn transition_in(
+    conn: &mut PgConnection,
+    order_id: Uuid,
+    account: Option<Uuid>,
+    meta: &Metadata,
+    command: impl FnOnce(&Order) -> Command,
+) -> Result<Transition, StoreError> {
+    let Some(order) = load_locked(conn, order_id, account).await? else {
         return Ok(Transition::NotFound);
     };
     let events = match domain::decide(Some(&order), command(&order)) {
@@ -83,14 +100,12 @@ pub async fn transition(
     }
     let mut next = order.clone();
     for event in &events {
-        if let Some(sku) = stock_moves::apply_event(&mut tx, &order, event).await? {
-            tx.rollback().await?;
+        if let Some(sku) = stock_moves::apply_event(conn, &order, event).await? {
             return Ok(Transition::StockShort(sku));
         }
         next = domain::evolve(Some(next), event).ok_or_else(|| StoreError::Corrupt("fold lost the order".into()))?;
     }
-    append(&mut tx, Some(&order), &next, &events, meta).await?;
-    tx.commit().await?;
+    append(conn, Some(&order), &next, &events, meta).await?;
     Ok(Transition::Applied(next))
 }
 

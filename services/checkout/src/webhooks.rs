@@ -1,0 +1,152 @@
+//! `POST /v1/psp/webhooks`: the payment provider's signed callbacks
+//! (Standard Webhooks v1). The signature is checked over the raw body before
+//! anything is parsed; the webhook id is recorded in the same transaction as
+//! the effect, so a repeat is a no-op; whichever of the worker's synchronous
+//! reply and this webhook arrives first advances the order.
+
+use crate::error::ApiError;
+use crate::AppState;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use serde::Deserialize;
+use sha2::Sha256;
+use store::envelope::Metadata;
+use store::orders::Transition;
+use store::payments::Verdict;
+use subtle::ConstantTimeEq;
+use uuid::Uuid;
+
+/// How far a webhook's timestamp may be from our clock.
+const TOLERANCE_SECS: i64 = 300;
+
+/// Signing secrets, newest first; several are accepted during a rotation.
+#[derive(Clone, Default)]
+pub struct Secrets(Vec<Vec<u8>>);
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secrets({} redacted)", self.0.len())
+    }
+}
+
+impl Secrets {
+    /// Parses `WEBHOOK_SECRET`: one or more space-separated `whsec_<base64>` secrets.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut keys = vec![];
+        for s in text.split_whitespace() {
+            let b64 = s.strip_prefix("whsec_").ok_or("each secret must start with whsec_")?;
+            let key = base64::engine::general_purpose::STANDARD.decode(b64).map_err(|_| "a secret is not valid base64")?;
+            keys.push(key);
+        }
+        if keys.is_empty() {
+            return Err("no secret given".into());
+        }
+        Ok(Secrets(keys))
+    }
+
+    /// Whether any `v1,<sig>` in `header` is a valid signature of `id.ts.body`.
+    fn verify(&self, id: &str, ts: &str, body: &[u8], header: &str) -> bool {
+        let mut valid = false;
+        for key in &self.0 {
+            let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else { continue };
+            mac.update(id.as_bytes());
+            mac.update(b".");
+            mac.update(ts.as_bytes());
+            mac.update(b".");
+            mac.update(body);
+            let expected = mac.finalize().into_bytes();
+            for candidate in header.split_whitespace() {
+                let Some(sig) = candidate.strip_prefix("v1,") else { continue };
+                let Ok(sig) = base64::engine::general_purpose::STANDARD.decode(sig) else { continue };
+                valid |= bool::from(sig.as_slice().ct_eq(expected.as_slice()));
+            }
+        }
+        valid
+    }
+}
+
+#[derive(Deserialize)]
+struct Callback {
+    #[serde(rename = "type")]
+    event_type: String,
+    data: CallbackData,
+}
+
+#[derive(Deserialize)]
+struct CallbackData {
+    id: String,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    amount_minor: Option<i64>,
+    #[serde(default)]
+    reference: Option<String>,
+    #[serde(default)]
+    failure_reason: Option<String>,
+}
+
+fn reject(reason: &'static str) -> ApiError {
+    metrics::counter!("soldonce_webhooks_rejected_total", "reason" => reason).increment(1);
+    ApiError::Unauthorized(reason)
+}
+
+/// Checks the Standard Webhooks headers and signature; returns the webhook id.
+fn authenticate(secrets: &Secrets, headers: &HeaderMap, body: &[u8]) -> Result<String, ApiError> {
+    let get = |name| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty());
+    let (Some(id), Some(ts), Some(sig)) = (get("webhook-id"), get("webhook-timestamp"), get("webhook-signature")) else {
+        return Err(reject("missing webhook-id, webhook-timestamp or webhook-signature"));
+    };
+    let when: i64 = ts.parse().map_err(|_| reject("webhook-timestamp is not unix seconds"))?;
+    if (chrono::Utc::now().timestamp() - when).abs() > TOLERANCE_SECS {
+        return Err(reject("webhook-timestamp is outside the 5 minute tolerance"));
+    }
+    if !secrets.verify(id, ts, body, sig) {
+        return Err(reject("no valid signature"));
+    }
+    Ok(id.to_owned())
+}
+
+/// Receives one webhook.
+pub(crate) async fn receive(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<StatusCode, ApiError> {
+    let Some(secrets) = state.webhook_secrets.as_ref() else {
+        return Err(ApiError::NotFound);
+    };
+    let webhook_id = authenticate(secrets, &headers, &body)?;
+    let callback: Callback = serde_json::from_slice(&body).map_err(|e| ApiError::Invalid(format!("webhook body: {e}")))?;
+    let order_id = callback.data.reference.as_deref().and_then(|r| r.parse::<Uuid>().ok());
+    let verdict = match (callback.event_type.as_str(), callback.data.status.as_deref()) {
+        ("payment.succeeded", Some("succeeded")) => callback
+            .data
+            .amount_minor
+            .map(|amount_minor| Verdict::Succeeded { payment_id: callback.data.id.clone(), amount_minor }),
+        ("payment.failed", Some("failed")) => Some(Verdict::Failed {
+            payment_id: callback.data.id.clone(),
+            reason: callback.data.failure_reason.clone().unwrap_or_else(|| "declined".into()),
+        }),
+        _ => None,
+    };
+    let mut tx = state.pool.begin().await.map_err(store::StoreError::from)?;
+    if !store::payments::record_webhook(&mut tx, &webhook_id, &callback.event_type, order_id).await? {
+        metrics::counter!("soldonce_webhooks_total", "outcome" => "duplicate").increment(1);
+        return Ok(StatusCode::OK);
+    }
+    let outcome = match (order_id, &verdict) {
+        (Some(order_id), Some(verdict)) => {
+            let meta = Metadata { correlation_id: order_id, causation_id: Uuid::now_v7(), source: "checkout".into(), traceparent: None };
+            Some(store::payments::settle(&mut tx, order_id, verdict, &meta).await?)
+        }
+        _ => None,
+    };
+    if let Some(Transition::StockShort(_)) = outcome {
+        // A late payment whose units are gone: the payment worker refunds it.
+        // Keep no receipt so a redelivery is handled again, after that.
+        metrics::counter!("soldonce_webhooks_total", "outcome" => "deferred").increment(1);
+        return Err(ApiError::Unavailable("late payment awaiting compensation".into()));
+    }
+    tx.commit().await.map_err(store::StoreError::from)?;
+    metrics::counter!("soldonce_webhooks_total", "outcome" => "applied").increment(1);
+    Ok(StatusCode::OK)
+}

@@ -1,0 +1,124 @@
+//! payment-worker: consumes `order.placed`, charges the order at the
+//! payment provider with `Idempotency-Key: pay:<order_id>`, and records the
+//! verdict (confirmed: reserved → sold; declined: payment_failed, reserved →
+//! available). It must never charge with a new key, and never release stock
+//! because a call timed out.
+
+mod handler;
+pub mod psp;
+
+use anyhow::Context;
+use platform::config::{self, ConfigError};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// payment-worker's configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `PAYMENT_WORKER_ADDR`, default `127.0.0.1:8082`.
+    pub addr: SocketAddr,
+    pub database_url: String,
+    pub nats_url: String,
+    /// `PSP_URL`, e.g. `http://127.0.0.1:8090`.
+    pub psp_url: String,
+    /// `PSP_TIMEOUT`, default 2s: one call.
+    pub psp_timeout: Duration,
+    /// `PSP_DEADLINE`, default 30s: all retries of one action before the message is redelivered.
+    pub psp_deadline: Duration,
+    /// `PAYMENT_WORKER_CONCURRENCY`, default 32: orders charged at once.
+    pub concurrency: usize,
+    pub stream: bus::StreamSettings,
+}
+
+impl Settings {
+    /// Reads the settings from the environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let psp_url = config::required("PSP_URL")?;
+        if !psp_url.starts_with("http://") && !psp_url.starts_with("https://") {
+            return Err(ConfigError::new("PSP_URL", "must be an http:// or https:// URL"));
+        }
+        let concurrency = config::parsed("PAYMENT_WORKER_CONCURRENCY", 32usize)?;
+        if !(1..=1024).contains(&concurrency) {
+            return Err(ConfigError::new("PAYMENT_WORKER_CONCURRENCY", "must be between 1 and 1024"));
+        }
+        Ok(Settings {
+            addr: config::parsed("PAYMENT_WORKER_ADDR", SocketAddr::from(([127, 0, 0, 1], 8082)))?,
+            database_url: config::database_url()?,
+            nats_url: config::required("NATS_URL")?,
+            psp_url,
+            psp_timeout: config::duration("PSP_TIMEOUT", Duration::from_secs(2))?,
+            psp_deadline: config::duration("PSP_DEADLINE", Duration::from_secs(30))?,
+            concurrency,
+            stream: bus::StreamSettings::from_env()?,
+        })
+    }
+}
+
+/// The consumer spec of the payment worker.
+pub fn consumer_spec(concurrency: usize) -> bus::consumer::ConsumerSpec {
+    bus::consumer::ConsumerSpec {
+        name: "payment-worker".into(),
+        filter_subjects: vec!["soldonce.order.placed.>".into()],
+        types: vec!["soldonce.order.placed.v1".into()],
+        ack_wait: Duration::from_secs(60),
+        max_deliver: 20,
+        backoff: vec![Duration::from_secs(1), Duration::from_secs(2), Duration::from_secs(5), Duration::from_secs(10), Duration::from_secs(30)],
+        concurrency,
+    }
+}
+
+/// A payment worker, connected and bound.
+pub struct Application {
+    listener: TcpListener,
+    pool: sqlx::PgPool,
+    js: async_nats::jetstream::Context,
+    psp: psp::Psp,
+    concurrency: usize,
+}
+
+impl Application {
+    /// Connects to PostgreSQL and NATS, ensures the stream, binds the listener.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let pool_size = u32::try_from(settings.concurrency).unwrap_or(32).clamp(2, 64);
+        let pool = store::connect(&settings.database_url, pool_size).await.context("connecting to DATABASE_URL")?;
+        let js = bus::connect(&settings.nats_url).await.context("connecting to NATS_URL")?;
+        bus::ensure_stream(&js, &settings.stream).await.context("creating the SOLDONCE stream")?;
+        let psp = psp::Psp::new(&settings.psp_url, settings.psp_timeout, settings.psp_deadline).context("PSP client")?;
+        let listener = TcpListener::bind(settings.addr).await.with_context(|| format!("binding {}", settings.addr))?;
+        Ok(Application { listener, pool, js, psp, concurrency: settings.concurrency })
+    }
+
+    /// The operations endpoint's address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    /// Consumes until `shutdown`; orders in hand are finished first.
+    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let pool = self.pool.clone();
+        let js = self.js.clone();
+        let ready: platform::ops::ReadinessCheck = Arc::new(move || {
+            let (pool, js) = (pool.clone(), js.clone());
+            Box::pin(async move {
+                sqlx::query("SELECT 1").execute(&pool).await.map_err(|e| format!("postgres: {e}"))?;
+                js.get_stream(bus::STREAM).await.map(|_| ()).map_err(|e| format!("nats: {e}"))
+            })
+        });
+        let mut http_stop = stop_rx.clone();
+        let server = axum::serve(self.listener, platform::ops::router::<()>(ready)).with_graceful_shutdown(async move {
+            let _ = http_stop.wait_for(|s| *s).await;
+        });
+        let server = tokio::spawn(async move { server.await });
+        let handler = Arc::new(handler::PayOrders { psp: self.psp });
+        let consumer = tokio::spawn(bus::consumer::run(self.js, self.pool, consumer_spec(self.concurrency), handler, stop_rx));
+        shutdown.await;
+        let _ = stop_tx.send(true);
+        consumer.await.context("consumer task")??;
+        server.await.context("server task")??;
+        Ok(())
+    }
+}

@@ -1,0 +1,91 @@
+//! The consumer runtime: poison is dead-lettered, duplicates have no second
+//! effect, and the consumer keeps going.
+
+use async_nats::jetstream::message::PublishMessage;
+use bus::consumer::{ConsumerSpec, Delivery, HandleError, Handler};
+use localservers::Nats;
+use soldonce_tests::{eventually, servers};
+use sqlx::PgPool;
+use std::sync::Arc;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// Records each event it handles in `test_effects`.
+struct RecordEffects;
+
+impl Handler for RecordEffects {
+    async fn handle(&self, d: &Delivery) -> Result<(), HandleError> {
+        let Some(mut tx) = d.begin().await? else { return Ok(()) };
+        sqlx::query("INSERT INTO test_effects (event_id) VALUES ($1)").bind(d.event.id).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+fn envelope(id: Uuid, event_type: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "specversion": "1.0", "id": id, "source": "soldonce/test", "type": event_type,
+        "subject": id.to_string(), "time": chrono::Utc::now(), "datacontenttype": "application/json",
+        "correlationid": id, "causationid": id, "data": {}
+    }))
+    .expect("json")
+}
+
+async fn publish(js: &async_nats::jetstream::Context, msg_id: &str, payload: Vec<u8>) {
+    let msg = PublishMessage::build().payload(payload.into()).message_id(msg_id);
+    js.send_publish("soldonce.order.placed.test", msg).await.expect("publish").await.expect("ack");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consumer_goes_on() {
+    let url = servers::fresh_database().await;
+    let pool = PgPool::connect(&url).await.expect("db");
+    sqlx::query("CREATE TABLE test_effects (event_id uuid NOT NULL)").execute(&pool).await.expect("table");
+    let nats = Nats::start_temporary().expect("nats");
+    let js = bus::connect(&nats.url()).await.expect("connect");
+    bus::ensure_stream(&js, &bus::StreamSettings::default()).await.expect("stream");
+    let spec = ConsumerSpec {
+        name: "test-consumer".into(),
+        filter_subjects: vec!["soldonce.order.placed.>".into()],
+        types: vec!["soldonce.order.placed.v1".into()],
+        ack_wait: Duration::from_secs(5),
+        max_deliver: 3,
+        backoff: vec![],
+        concurrency: 4,
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let runner = tokio::spawn(bus::consumer::run(js.clone(), pool.clone(), spec, Arc::new(RecordEffects), stopped));
+
+    let (first, last) = (Uuid::now_v7(), Uuid::now_v7());
+    publish(&js, "m1", b"{ not json".to_vec()).await;
+    publish(&js, "m2", envelope(Uuid::now_v7(), "soldonce.order.placed.v9")).await;
+    publish(&js, "m3", envelope(first, "soldonce.order.placed.v1")).await;
+    // The same event again under another message id: the stream keeps it, the inbox must not.
+    publish(&js, "m4", envelope(first, "soldonce.order.placed.v1")).await;
+    publish(&js, "m5", envelope(last, "soldonce.order.placed.v1")).await;
+
+    let count = |sql: &'static str| {
+        let pool = pool.clone();
+        async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(&pool).await.expect("count") }
+    };
+    eventually("the last event to be handled", Duration::from_secs(30), || async {
+        let handled: Option<(i32,)> = sqlx::query_as("SELECT 1 FROM test_effects WHERE event_id = $1")
+            .bind(last)
+            .fetch_optional(&pool)
+            .await
+            .expect("query");
+        handled.map(|_| ())
+    })
+    .await;
+    eventually("both poison messages to be dead-lettered", Duration::from_secs(30), || async {
+        (count("SELECT count(*) FROM dead_letters").await == 2).then_some(())
+    })
+    .await;
+    let effects: i64 = count("SELECT count(*) FROM test_effects").await;
+    assert_eq!(effects, 2, "first and last once each; the duplicate had no effect");
+    let reasons: Vec<(String,)> = sqlx::query_as("SELECT reason FROM dead_letters ORDER BY stream_seq").fetch_all(&pool).await.expect("reasons");
+    assert!(reasons[0].0.starts_with("invalid envelope"), "{reasons:?}");
+    assert!(reasons[1].0.contains("order.placed.v9"), "{reasons:?}");
+    stop.send(true).expect("stop");
+    runner.await.expect("runner").expect("consumer ran cleanly");
+}

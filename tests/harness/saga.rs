@@ -1,0 +1,93 @@
+//! The whole payment leg: checkout, a relay, a payment worker and psp-sim
+//! (sending signed webhooks to checkout), over a private NATS server.
+
+use crate::app::{TestApp, WEBHOOK_SECRET};
+use crate::eventually;
+use localservers::Nats;
+use std::sync::Arc;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// Everything a payment needs, running.
+pub struct Saga {
+    pub app: Arc<TestApp>,
+    pub nats: Nats,
+    pub psp_url: String,
+    stops: Vec<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Saga {
+    /// Starts the saga with these PSP faults (JSON) and a per-call PSP timeout.
+    pub async fn start(faults: &str, psp_timeout: Duration) -> Saga {
+        let app = Arc::new(TestApp::spawn().await);
+        let nats = Nats::start_temporary().expect("private nats");
+        let mut stops = vec![crate::relay::spawn_in_process(&app.database_url, &nats.url()).await];
+
+        let psp_settings = psp_sim::Settings {
+            addr: "127.0.0.1:0".parse().expect("addr"),
+            webhook: Some(psp_sim::WebhookTarget {
+                url: app.url("/v1/psp/webhooks").parse().expect("url"),
+                secret: psp_sim::signature::WebhookSecret::parse(WEBHOOK_SECRET).expect("secret"),
+            }),
+            faults: psp_sim::Faults::from_json(faults).expect("faults"),
+        };
+        let psp = psp_sim::Application::build(psp_settings).await.expect("psp-sim");
+        let psp_url = format!("http://{}", psp.local_addr());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(psp.run_until_stopped(async move {
+            let _ = stopped.await;
+        }));
+        stops.push(stop);
+
+        let worker_settings = payment_worker::Settings {
+            addr: "127.0.0.1:0".parse().expect("addr"),
+            database_url: app.database_url.clone(),
+            nats_url: nats.url(),
+            psp_url: psp_url.clone(),
+            psp_timeout,
+            psp_deadline: Duration::from_secs(20),
+            concurrency: 32,
+            stream: bus::StreamSettings::default(),
+        };
+        let worker = payment_worker::Application::build(worker_settings).await.expect("payment worker");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(worker.run_until_stopped(async move {
+            let _ = stopped.await;
+        }));
+        stops.push(stop);
+        Saga { app, nats, psp_url, stops }
+    }
+
+    /// Every payment the PSP holds for an order.
+    pub async fn psp_payments(&self, order_id: &str) -> Vec<serde_json::Value> {
+        let r = self.app.send(self.app.client.get(format!("{}/v1/payments", self.psp_url)).query(&[("reference", order_id)])).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.body["payments"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits until the order leaves `payment_pending`; returns its state.
+    pub async fn settled_state(&self, order_id: &str, within: Duration) -> String {
+        let path = format!("/v1/orders/{order_id}");
+        eventually(&format!("order {order_id} to settle"), within, || async {
+            let r = self.app.get(&self.app.token, &path).await;
+            let state = r.body["state"].as_str().unwrap_or("").to_owned();
+            (state != "payment_pending" && !state.is_empty()).then_some(state)
+        })
+        .await
+    }
+
+    /// Places an order for one unit of `sku`; returns its id.
+    pub async fn order(&self, sku: &str) -> String {
+        let r = self.app.place(&self.app.token, &Uuid::new_v4().to_string(), &serde_json::json!({ "lines": [{ "sku": sku, "quantity": 1 }] })).await;
+        assert_eq!(r.status, 202, "{}", r.body);
+        r.body["id"].as_str().expect("id").to_owned()
+    }
+}
+
+impl Drop for Saga {
+    fn drop(&mut self) {
+        for stop in self.stops.drain(..) {
+            let _ = stop.send(());
+        }
+    }
+}

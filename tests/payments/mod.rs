@@ -1,0 +1,2 @@
+mod flow;
+mod webhooks;

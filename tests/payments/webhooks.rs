@@ -1,0 +1,70 @@
+//! The webhook receiver trusts only what is signed, and applies each webhook once.
+
+use soldonce_tests::app::{Buckets, WEBHOOK_SECRET};
+use soldonce_tests::TestApp;
+
+struct Hook<'a> {
+    id: &'a str,
+    ts: i64,
+    body: String,
+    signature: Option<String>,
+}
+
+fn signed(secret: &str, id: &str, ts: i64, body: &str) -> String {
+    let secret = psp_sim::signature::WebhookSecret::parse(secret).expect("secret");
+    psp_sim::signature::sign(&secret, id, ts, body.as_bytes())
+}
+
+async fn deliver(app: &TestApp, hook: &Hook<'_>) -> u16 {
+    let mut req = app
+        .client
+        .post(app.url("/v1/psp/webhooks"))
+        .header("webhook-id", hook.id)
+        .header("webhook-timestamp", hook.ts.to_string())
+        .body(hook.body.clone());
+    if let Some(sig) = &hook.signature {
+        req = req.header("webhook-signature", sig);
+    }
+    app.send(req).await.status
+}
+
+fn success_body(order_id: &str, amount: i64) -> String {
+    serde_json::json!({ "type": "payment.succeeded", "timestamp": chrono::Utc::now(), "data": {
+        "id": "pay_test1", "status": "succeeded", "amount_minor": amount, "currency": "BRL", "reference": order_id,
+        "idempotency_key": format!("pay:{order_id}"), "failure_reason": null, "created_at": chrono::Utc::now(), "refunds": [] } })
+    .to_string()
+}
+
+#[tokio::test]
+async fn forged_stale_or_malformed_webhooks_are_401_and_change_nothing() {
+    let app = TestApp::spawn().await;
+    app.add_product("MUG", 2500, 5).await;
+    let order = app.buy("MUG", 1).await.body["id"].as_str().expect("id").to_owned();
+    let now = chrono::Utc::now().timestamp();
+    let body = success_body(&order, 2500);
+    let other_secret = "whsec_dGhpcyBpcyBhbm90aGVyIHNlY3JldCBrZXkgISE=";
+    let cases = [
+        ("unsigned", Hook { id: "msg_1", ts: now, body: body.clone(), signature: None }),
+        ("wrong secret", Hook { id: "msg_2", ts: now, body: body.clone(), signature: Some(signed(other_secret, "msg_2", now, &body)) }),
+        ("tampered body", Hook { id: "msg_3", ts: now, body: body.replace("2500", "1"), signature: Some(signed(WEBHOOK_SECRET, "msg_3", now, &body)) }),
+        ("stale", Hook { id: "msg_4", ts: now - 600, body: body.clone(), signature: Some(signed(WEBHOOK_SECRET, "msg_4", now - 600, &body)) }),
+        ("future", Hook { id: "msg_5", ts: now + 600, body: body.clone(), signature: Some(signed(WEBHOOK_SECRET, "msg_5", now + 600, &body)) }),
+        ("malformed header", Hook { id: "msg_6", ts: now, body: body.clone(), signature: Some("v1;not-base64!".into()) }),
+    ];
+    for (what, hook) in &cases {
+        assert_eq!(deliver(&app, hook).await, 401, "{what}");
+    }
+    let order_state = app.get(&app.token, &format!("/v1/orders/{order}")).await.body["state"].clone();
+    assert_eq!(order_state, "payment_pending");
+    assert_eq!(app.count("SELECT count(*) FROM webhook_receipts").await, 0);
+    let metrics = app.client.get(app.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    assert!(metrics.contains("soldonce_webhooks_rejected_total"), "rejections are counted");
+
+    // The genuine one, signed among a rotated-out signature, is applied once.
+    let sig = format!("{} {}", signed(other_secret, "msg_ok", now, &body), signed(WEBHOOK_SECRET, "msg_ok", now, &body));
+    let genuine = Hook { id: "msg_ok", ts: now, body: body.clone(), signature: Some(sig) };
+    assert_eq!(deliver(&app, &genuine).await, 200);
+    assert_eq!(deliver(&app, &genuine).await, 200, "a repeat is acknowledged");
+    assert_eq!(app.buckets("MUG").await, Buckets { available: 4, reserved: 0, sold: 1 });
+    assert_eq!(app.count("SELECT count(*) FROM events WHERE type = 'order.confirmed.v1'").await, 1);
+}
