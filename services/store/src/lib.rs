@@ -5,8 +5,10 @@
 //! must never publish to the bus or call out over the network.
 
 pub mod accounts;
+pub mod audit;
 pub mod catalog;
 pub mod envelope;
+pub mod expiry;
 pub mod idempotency;
 pub mod orders;
 pub mod outbox;

@@ -112,7 +112,7 @@ pub async fn transition_in(
 /// Appends `events` (which turn `before` into `after`) with their outbox rows
 /// and writes the projection. The version fence turns a concurrent writer
 /// into `StoreError::Conflict`.
-async fn append(
+pub(crate) async fn append(
     conn: &mut PgConnection,
     before: Option<&Order>,
     after: &Order,
@@ -228,11 +228,18 @@ struct OrderRow {
     lines: serde_json::Value,
 }
 
-const SELECT_ORDER: &str = "SELECT o.id, o.account_id, o.state, o.currency, o.total_minor, o.shipping, o.payment_id, o.paid_minor, \
-        o.version, o.expires_at, o.created_at, o.updated_at, \
-        (SELECT coalesce(jsonb_agg(jsonb_build_object('sku', l.sku, 'quantity', l.quantity, 'unit_price_minor', l.unit_price_minor) ORDER BY l.sku COLLATE \"C\"), '[]') \
-           FROM order_lines l WHERE l.order_id = o.id) AS lines \
-   FROM orders o WHERE o.id = $1 AND ($2::uuid IS NULL OR o.account_id = $2)";
+/// The projection row with its lines, as one query.
+macro_rules! select_orders {
+    () => {
+        "SELECT o.id, o.account_id, o.state, o.currency, o.total_minor, o.shipping, o.payment_id, o.paid_minor, \
+            o.version, o.expires_at, o.created_at, o.updated_at, \
+            (SELECT coalesce(jsonb_agg(jsonb_build_object('sku', l.sku, 'quantity', l.quantity, 'unit_price_minor', l.unit_price_minor) ORDER BY l.sku COLLATE \"C\"), '[]') \
+               FROM order_lines l WHERE l.order_id = o.id) AS lines \
+         FROM orders o"
+    };
+}
+
+pub(crate) const SELECT_ORDER: &str = concat!(select_orders!(), " WHERE o.id = $1 AND ($2::uuid IS NULL OR o.account_id = $2)");
 
 impl TryFrom<OrderRow> for Order {
     type Error = StoreError;
@@ -260,6 +267,21 @@ impl TryFrom<OrderRow> for Order {
             version: r.version,
         })
     }
+}
+
+/// The orders with these ids, locked for update.
+pub(crate) async fn load_many_locked(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<Order>, StoreError> {
+    let rows: Vec<OrderRow> = sqlx::query_as(concat!(select_orders!(), " WHERE o.id = ANY($1) ORDER BY o.id FOR UPDATE OF o"))
+        .bind(ids)
+        .fetch_all(&mut *conn)
+        .await?;
+    rows.into_iter().map(Order::try_from).collect()
+}
+
+/// Every order of the projection, streamed.
+pub fn stream_all(pool: &PgPool) -> impl futures::Stream<Item = Result<Order, StoreError>> + '_ {
+    use futures::StreamExt;
+    sqlx::query_as::<_, OrderRow>(select_orders!()).fetch(pool).map(|r| r.map_err(StoreError::from).and_then(Order::try_from))
 }
 
 /// The order as the projection holds it; `account` scopes the lookup.
