@@ -3,4 +3,5 @@
 
 mod bus;
 mod checkout;
+mod expiry;
 mod payments;

@@ -19,7 +19,12 @@ pub struct Saga {
 impl Saga {
     /// Starts the saga with these PSP faults (JSON) and a per-call PSP timeout.
     pub async fn start(faults: &str, psp_timeout: Duration) -> Saga {
-        let app = Arc::new(TestApp::spawn().await);
+        Saga::start_with_ttl(faults, psp_timeout, Duration::from_secs(900)).await
+    }
+
+    /// Like [`Saga::start`], with reservations that last `ttl`.
+    pub async fn start_with_ttl(faults: &str, psp_timeout: Duration, ttl: Duration) -> Saga {
+        let app = Arc::new(TestApp::spawn_with_ttl(ttl).await);
         let nats = Nats::start_temporary().expect("private nats");
         let mut stops = vec![crate::relay::spawn_in_process(&app.database_url, &nats.url()).await];
 
@@ -46,7 +51,8 @@ impl Saga {
             psp_url: psp_url.clone(),
             psp_timeout,
             psp_deadline: Duration::from_secs(20),
-            concurrency: 32,
+            // Enough to start every test's charges at once.
+            concurrency: 256,
             stream: bus::StreamSettings::default(),
         };
         let worker = payment_worker::Application::build(worker_settings).await.expect("payment worker");
@@ -90,4 +96,49 @@ impl Drop for Saga {
             let _ = stop.send(());
         }
     }
+}
+
+/// Starts an expiry process in-process; it stops when the sender is dropped.
+pub async fn spawn_expiry(database_url: &str, interval: Duration) -> tokio::sync::oneshot::Sender<()> {
+    let settings = expiry::Settings {
+        addr: "127.0.0.1:0".parse().expect("addr"),
+        database_url: database_url.to_owned(),
+        interval,
+        batch_size: 100,
+        retention: Duration::from_secs(24 * 3600),
+        audit_interval: Duration::ZERO,
+    };
+    let app = expiry::Application::build(settings).await.expect("build expiry");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(app.run_until_stopped(async move {
+        let _ = stopped.await;
+    }));
+    stop
+}
+
+/// Delivers a correctly signed `payment.succeeded` webhook for an order; returns the status.
+pub async fn pay_by_webhook(app: &TestApp, order_id: &str, amount_minor: i64) -> u16 {
+    let now = chrono::Utc::now();
+    let webhook_id = format!("msg_{}", Uuid::new_v4().simple());
+    let body = serde_json::json!({ "type": "payment.succeeded", "timestamp": now, "data": {
+        "id": format!("pay_{}", Uuid::new_v4().simple()), "status": "succeeded", "amount_minor": amount_minor,
+        "currency": "BRL", "reference": order_id, "idempotency_key": format!("pay:{order_id}"),
+        "failure_reason": null, "created_at": now, "refunds": [] } })
+    .to_string();
+    let secret = psp_sim::signature::WebhookSecret::parse(WEBHOOK_SECRET).expect("secret");
+    let signature = psp_sim::signature::sign(&secret, &webhook_id, now.timestamp(), body.as_bytes());
+    let request = app
+        .client
+        .post(app.url("/v1/psp/webhooks"))
+        .header("webhook-id", webhook_id)
+        .header("webhook-timestamp", now.timestamp().to_string())
+        .header("webhook-signature", signature)
+        .body(body);
+    app.send(request).await.status
+}
+
+/// Runs the audit and panics naming every violation.
+pub async fn assert_audit_clean(app: &TestApp) {
+    let report = store::audit::run(&app.pool, 300.0).await.expect("audit runs");
+    assert!(report.clean(), "audit violations: {:#?}", report.violations);
 }

@@ -29,7 +29,7 @@ pub fn shared() -> &'static Shared {
 /// Logs print only when `TEST_LOG` is set.
 pub fn init_logs() {
     if std::env::var_os("TEST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt().with_env_filter("info").with_test_writer().try_init();
+        let _ = tracing_subscriber::fmt().with_env_filter("info,sqlx=warn").with_writer(std::io::stderr).try_init();
     }
 }
 

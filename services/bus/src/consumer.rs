@@ -23,11 +23,13 @@ pub struct ConsumerSpec {
     pub filter_subjects: Vec<String>,
     /// CloudEvents types (with version) it understands; others are dead-lettered.
     pub types: Vec<String>,
-    /// Redelivery wait before the backoff list applies.
+    /// How long a delivery may go unacknowledged before JetStream redelivers
+    /// it; the runtime extends it with progress acks while a handler runs.
     pub ack_wait: Duration,
     /// Deliveries before a message is dead-lettered.
     pub max_deliver: i64,
-    /// Delays between redeliveries (JetStream `backoff`).
+    /// Delays before retrying after a transient failure (the n-th entry after
+    /// the n-th failure; the last repeats), sent as `Nak(delay)`.
     pub backoff: Vec<Duration>,
     /// Messages handled at once by this process.
     pub concurrency: usize,
@@ -103,7 +105,6 @@ pub async fn ensure_consumer(js: &jetstream::Context, spec: &ConsumerSpec) -> an
         ack_policy: jetstream::consumer::AckPolicy::Explicit,
         ack_wait: spec.ack_wait,
         max_deliver: spec.max_deliver,
-        backoff: spec.backoff.clone(),
         max_ack_pending: i64::try_from(spec.concurrency * 4).unwrap_or(1000),
         ..Default::default()
     };
@@ -169,7 +170,22 @@ async fn process<H: Handler>(pool: &PgPool, spec: &ConsumerSpec, handler: &H, me
     }
     let traceparent = message.headers.as_ref().and_then(|h| h.get("traceparent")).map(|v| v.as_str().to_owned());
     let delivery = Delivery { event, delivered, traceparent, consumer: spec.name.clone(), pool: pool.clone() };
-    match handler.handle(&delivery).await {
+    // Keep JetStream from redelivering a message while its handler is still at work.
+    let handled = {
+        let work = handler.handle(&delivery);
+        tokio::pin!(work);
+        let mut beat = tokio::time::interval(spec.ack_wait / 3);
+        beat.tick().await;
+        loop {
+            tokio::select! {
+                result = &mut work => break result,
+                _ = beat.tick() => {
+                    let _ = message.ack_with(AckKind::Progress).await;
+                }
+            }
+        }
+    };
+    match handled {
         Ok(()) => {
             metrics::counter!("soldonce_consumer_handled_total", "consumer" => spec.name.clone()).increment(1);
             let _ = message.ack().await;
@@ -180,7 +196,8 @@ async fn process<H: Handler>(pool: &PgPool, spec: &ConsumerSpec, handler: &H, me
         }
         Err(HandleError::Transient(e)) => {
             tracing::warn!(error = %format!("{e:#}"), consumer = %spec.name, delivered, "handler failed; will retry");
-            let delay = spec.backoff.get(usize::try_from(delivered - 1).unwrap_or(0)).copied();
+            let step = usize::try_from(delivered - 1).unwrap_or(0);
+            let delay = spec.backoff.get(step).or(spec.backoff.last()).copied();
             let _ = message.ack_with(AckKind::Nak(delay)).await;
         }
     }

@@ -175,3 +175,24 @@ pub async fn projections(cmd: ProjectionsCommand, out: &Output) -> Result<ExitCo
     });
     Ok(ExitCode::SUCCESS)
 }
+
+pub async fn audit(max_outbox_age: f64, out: &Output) -> Result<ExitCode, CliError> {
+    let started = std::time::Instant::now();
+    let report = store::audit::run(&pool().await?, max_outbox_age).await.context("running the audit")?;
+    let seconds = started.elapsed().as_secs_f64();
+    let value = serde_json::json!({ "clean": report.clean(), "seconds": seconds, "report": report });
+    out.print(&value, || {
+        let mut t = format!(
+            "audited {} SKUs, {} orders, {} events in {seconds:.2}s; outbox backlog {} (oldest {:.0}s)",
+            report.skus, report.orders, report.events, report.outbox_backlog, report.outbox_oldest_seconds
+        );
+        if report.clean() {
+            t.push_str("\nclean: every invariant holds");
+        }
+        for v in &report.violations {
+            t.push_str(&format!("\nVIOLATION {} {}: {}", v.check, v.subject, v.detail));
+        }
+        t
+    });
+    Ok(if report.clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}

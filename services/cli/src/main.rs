@@ -34,6 +34,12 @@ enum Commands {
     /// Manage API accounts.
     #[command(subcommand)]
     Account(admin::AccountCommand),
+    /// Check every invariant from the database; exit 1 naming each violation.
+    Audit {
+        /// Outbox rows older than this many seconds count as a violation.
+        #[arg(long, default_value_t = 300.0)]
+        max_outbox_age: f64,
+    },
     /// Rebuild read models from the event store.
     #[command(subcommand)]
     Projections(admin::ProjectionsCommand),
@@ -95,6 +101,7 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Commands::Product(cmd) => admin::product(cmd, &out).await,
         Commands::Stock(cmd) => admin::stock(cmd, &out).await,
         Commands::Account(cmd) => admin::account(cmd, &out).await,
+        Commands::Audit { max_outbox_age } => admin::audit(max_outbox_age, &out).await,
         Commands::Projections(cmd) => admin::projections(cmd, &out).await,
         Commands::Load(args) => load::run(args, &out).await,
         Commands::Up(args) => up::run(args, &out).await,

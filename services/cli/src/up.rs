@@ -36,7 +36,7 @@ pub struct UpArgs {
 }
 
 /// The services `up` starts, each a binary beside `soldonce`.
-const SERVICES: &[&str] = &["psp-sim", "checkout", "outbox-relay", "payment-worker"];
+const SERVICES: &[&str] = &["psp-sim", "checkout", "outbox-relay", "payment-worker", "expiry"];
 
 pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
     if args.buyers == 0 || args.stock < 1 {
@@ -74,6 +74,7 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
         ("PSP_WEBHOOK_URL", format!("{checkout_url}/v1/psp/webhooks")),
         ("WEBHOOK_SECRET", secret),
         ("PAYMENT_WORKER_ADDR", "127.0.0.1:0".to_owned()),
+        ("EXPIRY_ADDR", "127.0.0.1:0".to_owned()),
         ("DATABASE_URL", database_url.clone()),
         ("NATS_URL", nats_url.clone()),
         ("CHECKOUT_ADDR", args.checkout_addr.clone()),

@@ -35,14 +35,18 @@ impl Handler for PayOrders {
         let order = store::orders::load(delivery.pool(), order_id, None)
             .await?
             .ok_or_else(|| HandleError::Permanent(format!("order {order_id} is not in the database")))?;
-        if order.state != OrderState::PaymentPending {
-            // Ended before we charged (cancelled, expired) or already settled: nothing to do.
-            if let Some(tx) = delivery.begin().await? {
-                tx.commit().await?;
-            }
-            return Ok(());
+        let payment = match order.state {
+            OrderState::PaymentPending => self.psp.pay(order_id, order.total_minor, order.currency.as_str()).await,
+            // Ended before we settled it: we may have charged it before a crash; ask by key, never charge now.
+            OrderState::Expired | OrderState::Cancelled => match self.psp.find_by_key(&format!("pay:{order_id}")).await {
+                Ok(Some(p)) if p.status == "succeeded" => Ok(p),
+                Ok(_) => return Ok(()),
+                Err(e) => Err(e),
+            },
+            // Already settled (perhaps by the webhook): nothing to do.
+            _ => return Ok(()),
         }
-        let payment = self.psp.pay(order_id, order.total_minor, order.currency.as_str()).await.map_err(|e| match e {
+        .map_err(|e| match e {
             PspError::Retryable(why) => {
                 metrics::counter!("soldonce_psp_outcome_unknown_total").increment(1);
                 HandleError::Transient(anyhow::anyhow!("payment outcome unknown for now: {why}"))
@@ -55,7 +59,10 @@ impl Handler for PayOrders {
         } else {
             Verdict::Failed { payment_id: payment.id.clone(), reason: payment.failure_reason.clone().unwrap_or_else(|| "declined".into()) }
         };
-        let Some(mut tx) = delivery.begin().await? else { return Ok(()) };
+        let Some(mut tx) = delivery.begin().await? else {
+            tracing::info!(%order_id, "already handled by another delivery");
+            return Ok(());
+        };
         match store::payments::settle(&mut tx, order_id, &verdict, &meta(delivery, order_id)).await? {
             Transition::StockShort(sku) => {
                 drop(tx);

@@ -1,0 +1,150 @@
+//! expiry: every `EXPIRY_INTERVAL` releases `payment_pending` orders past
+//! `expires_at` (each exactly once, safe with N copies), purges idempotency
+//! keys, inbox rows and webhook receipts past their retention, and runs the
+//! audit every `AUDIT_INTERVAL`, exporting `soldonce_audit_violations`. It
+//! must never release an order whose payment window is still open.
+
+use anyhow::Context;
+use platform::config::{self, ConfigError};
+use sqlx::PgPool;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// expiry's configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `EXPIRY_ADDR`, default `127.0.0.1:8083`.
+    pub addr: SocketAddr,
+    pub database_url: String,
+    /// `EXPIRY_INTERVAL`, default 1s.
+    pub interval: Duration,
+    /// `EXPIRY_BATCH_SIZE`, default 1000: orders released per transaction.
+    pub batch_size: i64,
+    /// `RETENTION`, default 24h: idempotency keys, inbox rows and webhook receipts kept this long.
+    pub retention: Duration,
+    /// `AUDIT_INTERVAL`, default 5m; 0 turns the periodic audit off.
+    pub audit_interval: Duration,
+}
+
+impl Settings {
+    /// Reads the settings from the environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let interval = config::duration("EXPIRY_INTERVAL", Duration::from_secs(1))?;
+        if interval.is_zero() {
+            return Err(ConfigError::new("EXPIRY_INTERVAL", "must be longer than zero"));
+        }
+        let batch_size = config::parsed("EXPIRY_BATCH_SIZE", 1000i64)?;
+        if !(1..=100_000).contains(&batch_size) {
+            return Err(ConfigError::new("EXPIRY_BATCH_SIZE", "must be between 1 and 100000"));
+        }
+        Ok(Settings {
+            addr: config::parsed("EXPIRY_ADDR", SocketAddr::from(([127, 0, 0, 1], 8083)))?,
+            database_url: config::database_url()?,
+            interval,
+            batch_size,
+            retention: config::duration("RETENTION", Duration::from_secs(24 * 3600))?,
+            audit_interval: config::duration("AUDIT_INTERVAL", Duration::from_secs(300))?,
+        })
+    }
+}
+
+/// An expiry process, connected and bound.
+pub struct Application {
+    listener: TcpListener,
+    pool: PgPool,
+    settings: Settings,
+}
+
+impl Application {
+    /// Connects to PostgreSQL and binds the listener.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let pool = store::connect(&settings.database_url, 4).await.context("connecting to DATABASE_URL")?;
+        let listener = TcpListener::bind(settings.addr).await.with_context(|| format!("binding {}", settings.addr))?;
+        Ok(Application { listener, pool, settings })
+    }
+
+    /// The operations endpoint's address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    /// Runs until `shutdown`; a batch in hand is finished first.
+    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let pool = self.pool.clone();
+        let ready: platform::ops::ReadinessCheck = Arc::new(move || {
+            let pool = pool.clone();
+            Box::pin(async move { sqlx::query("SELECT 1").execute(&pool).await.map(|_| ()).map_err(|e| format!("postgres: {e}")) })
+        });
+        let mut http_stop = stop_rx.clone();
+        let server = axum::serve(self.listener, platform::ops::router::<()>(ready)).with_graceful_shutdown(async move {
+            let _ = http_stop.wait_for(|s| *s).await;
+        });
+        let server = tokio::spawn(async move { server.await });
+        let worker = tokio::spawn(run_loop(self.pool, self.settings, stop_rx));
+        shutdown.await;
+        let _ = stop_tx.send(true);
+        worker.await.context("expiry task")?;
+        server.await.context("server task")??;
+        Ok(())
+    }
+}
+
+/// Releases everything overdue now; returns how many orders were released.
+pub async fn release_overdue(pool: &PgPool, batch_size: i64) -> Result<u64, store::StoreError> {
+    let mut total = 0;
+    loop {
+        let released = store::expiry::release_batch(pool, batch_size, store::now()).await?;
+        total += released;
+        if released < u64::try_from(batch_size).unwrap_or(u64::MAX) {
+            return Ok(total);
+        }
+    }
+}
+
+async fn run_loop(pool: PgPool, s: Settings, mut stop: watch::Receiver<bool>) {
+    let mut last_purge: Option<Instant> = None;
+    let mut last_audit: Option<Instant> = None;
+    loop {
+        match release_overdue(&pool, s.batch_size).await {
+            Ok(n) => {
+                metrics::counter!("soldonce_expirations_total").increment(n);
+                metrics::gauge!("soldonce_expiry_released_last_run").set(n as f64);
+                if n > 0 {
+                    tracing::info!(released = n, "released expired reservations");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "releasing expired reservations failed; retrying next run"),
+        }
+        if let Ok(age) = store::expiry::oldest_pending_seconds(&pool).await {
+            metrics::gauge!("soldonce_oldest_pending_reservation_seconds").set(age);
+        }
+        if last_purge.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+            match store::expiry::purge(&pool, s.retention).await {
+                Ok(n) => metrics::counter!("soldonce_purged_rows_total").increment(n),
+                Err(e) => tracing::warn!(error = %e, "purge failed"),
+            }
+            last_purge = Some(Instant::now());
+        }
+        if !s.audit_interval.is_zero() && last_audit.is_none_or(|t| t.elapsed() > s.audit_interval) {
+            match store::audit::run(&pool, 300.0).await {
+                Ok(report) => {
+                    metrics::gauge!("soldonce_audit_violations").set(report.violations.len() as f64);
+                    for v in &report.violations {
+                        tracing::error!(check = v.check, subject = %v.subject, detail = %v.detail, "audit violation");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "audit failed"),
+            }
+            last_audit = Some(Instant::now());
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            () = tokio::time::sleep(s.interval) => {}
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! Every reservation ends: expiry, cancellation, late payments, audit.
+
+use futures::stream::{self, StreamExt};
+use soldonce_tests::app::Buckets;
+use soldonce_tests::relay::binary;
+use soldonce_tests::saga::{assert_audit_clean, pay_by_webhook, spawn_expiry, Saga};
+use soldonce_tests::{eventually, TestApp};
+use std::sync::Arc;
+use std::time::Duration;
+
+async fn wait_no_pending(app: &TestApp, within: Duration) {
+    eventually("no order left payment_pending", within, || async {
+        (app.count("SELECT count(*) FROM orders WHERE state = 'payment_pending'").await == 0).then_some(())
+    })
+    .await;
+}
+
+async fn place_many(app: &Arc<TestApp>, sku: &str, n: usize) -> Vec<String> {
+    stream::iter(0..n)
+        .map(|_| {
+            let app = app.clone();
+            let sku = sku.to_owned();
+            async move {
+                let r = app.buy(&sku, 1).await;
+                assert_eq!(r.status, 202, "{}", r.body);
+                r.body["id"].as_str().expect("id").to_owned()
+            }
+        })
+        .buffer_unordered(50)
+        .collect()
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_37_unpaid_flash_sale_orders_are_released_after_the_ttl() {
+    let app = Arc::new(TestApp::spawn_with_ttl(Duration::from_secs(2)).await);
+    app.add_product("FLASH", 4990, 200).await;
+    let ids = place_many(&app, "FLASH", 200).await;
+    for id in &ids[..163] {
+        assert_eq!(pay_by_webhook(&app, id, 4990).await, 200);
+    }
+    let _expiry = spawn_expiry(&app.database_url, Duration::from_millis(100)).await;
+    wait_no_pending(&app, Duration::from_secs(30)).await;
+    assert_eq!(app.buckets("FLASH").await, Buckets { available: 37, reserved: 0, sold: 163 });
+    assert_eq!(app.count("SELECT count(*) FROM orders WHERE state = 'expired'").await, 37);
+    assert_eq!(app.count("SELECT count(*) FROM stock_ledger WHERE movement = 'release'").await, 37);
+    assert_audit_clean(&app).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_expiry_instances_release_each_order_exactly_once() {
+    let app = Arc::new(TestApp::spawn_with_ttl(Duration::from_secs(1)).await);
+    app.add_product("A", 100, 400).await;
+    place_many(&app, "A", 300).await;
+    let _one = spawn_expiry(&app.database_url, Duration::from_millis(20)).await;
+    let _two = spawn_expiry(&app.database_url, Duration::from_millis(20)).await;
+    wait_no_pending(&app, Duration::from_secs(30)).await;
+    assert_eq!(app.count("SELECT count(*) FROM stock_ledger WHERE movement = 'release'").await, 300, "one release per order");
+    assert_eq!(app.count("SELECT count(*) FROM events WHERE type = 'order.expired.v1'").await, 300);
+    assert_eq!(app.buckets("A").await, Buckets { available: 400, reserved: 0, sold: 0 });
+    assert_audit_clean(&app).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_racing_payment_success_ends_each_order_in_one_consistent_outcome() {
+    let app = Arc::new(TestApp::spawn().await);
+    app.add_product("RACE", 1000, 100).await;
+    let ids = place_many(&app, "RACE", 100).await;
+    let races: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let (app, id) = (app.clone(), id.clone());
+            tokio::spawn(async move {
+                let path = format!("/v1/orders/{id}/cancel");
+                let cancel = app.post_empty(&app.token, &path);
+                let (cancelled, paid) = tokio::join!(cancel, pay_by_webhook(&app, &id, 1000));
+                assert!(cancelled.status == 200 || cancelled.status == 409, "cancel: {}", cancelled.body);
+                assert_eq!(paid, 200);
+            })
+        })
+        .collect();
+    for race in races {
+        race.await.expect("race");
+    }
+    // Paid in full: whichever came first, each order ends confirmed (reactivated after a cancel).
+    assert_eq!(app.count("SELECT count(*) FROM orders WHERE state = 'confirmed'").await, 100);
+    assert_eq!(app.buckets("RACE").await, Buckets { available: 0, reserved: 0, sold: 100 });
+    let reactivated = app.count("SELECT count(*) FROM events WHERE type = 'order.confirmed.v1' AND (data->>'reactivated')::bool").await;
+    let cancelled = app.count("SELECT count(*) FROM events WHERE type = 'order.cancelled.v1'").await;
+    assert_eq!(reactivated, cancelled, "every cancel that won was followed by a reactivation");
+    assert_audit_clean(&app).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_payment_whose_unit_was_resold_is_refunded_and_the_other_reclaims_it() {
+    let saga = Saga::start_with_ttl(r#"{"latency_ms": 1500}"#, Duration::from_secs(5), Duration::from_millis(300)).await;
+    let app = saga.app.clone();
+    app.add_product("LAST", 4990, 1).await;
+    let _expiry = spawn_expiry(&app.database_url, Duration::from_millis(50)).await;
+    let first = saga.order("LAST").await;
+    eventually("the first order to expire", Duration::from_secs(10), || async {
+        let r = app.get(&app.token, &format!("/v1/orders/{first}")).await;
+        (r.body["state"] == "expired").then_some(())
+    })
+    .await;
+    let second = saga.order("LAST").await;
+    // Both reservations lapse before their payments land: the first payment
+    // to arrive reclaims the unit, the other finds it gone and is refunded.
+    let states = eventually("both orders to end", Duration::from_secs(30), || async {
+        let mut states = vec![];
+        for id in [&first, &second] {
+            states.push(app.get(&app.token, &format!("/v1/orders/{id}")).await.body["state"].as_str().unwrap_or("").to_owned());
+        }
+        states.iter().all(|s| s == "confirmed" || s == "refunded").then_some(states)
+    })
+    .await;
+    let mut sorted = states.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["confirmed", "refunded"], "one reclaimed, one refunded");
+    let refunded = if states[0] == "refunded" { &first } else { &second };
+    let payments = saga.psp_payments(refunded).await;
+    assert_eq!(payments.len(), 1, "charged once");
+    assert_eq!(payments[0]["refunds"].as_array().map(Vec::len), Some(1), "refunded once through the PSP");
+    assert_eq!(app.buckets("LAST").await, Buckets { available: 0, reserved: 0, sold: 1 });
+    assert_audit_clean(&app).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payments_landing_around_the_ttl_end_confirmed_or_refunded_and_conserve_units() {
+    let saga = Saga::start_with_ttl(r#"{"latency_ms": 1000}"#, Duration::from_secs(5), Duration::from_secs(1)).await;
+    let app = saga.app.clone();
+    app.add_product("EDGE", 100, 200).await;
+    let _expiry = spawn_expiry(&app.database_url, Duration::from_millis(50)).await;
+    place_many(&app, "EDGE", 200).await;
+    eventually("every order to end confirmed or refunded", Duration::from_secs(60), || async {
+        let open = app.count("SELECT count(*) FROM orders WHERE state NOT IN ('confirmed', 'refunded')").await;
+        (open == 0).then_some(())
+    })
+    .await;
+    let confirmed = app.count("SELECT count(*) FROM orders WHERE state = 'confirmed'").await;
+    let b = app.buckets("EDGE").await;
+    assert_eq!((b.sold, b.reserved, b.available + b.sold), (confirmed, 0, 200), "units conserved");
+    assert_audit_clean(&app).await;
+}
+
+#[tokio::test]
+async fn a_direct_edit_of_available_is_reported_by_the_audit_with_exit_1() {
+    let app = TestApp::spawn().await;
+    app.add_product("SHIRT", 100, 200).await;
+    app.buy("SHIRT", 2).await;
+    let audit = || {
+        std::process::Command::new(binary("soldonce"))
+            .args(["audit"])
+            .env("DATABASE_URL", &app.database_url)
+            .output()
+            .expect("run soldonce audit")
+    };
+    let clean = audit();
+    assert_eq!(clean.status.code(), Some(0), "{}", String::from_utf8_lossy(&clean.stdout));
+    sqlx::query("UPDATE stock SET available = available + 37 WHERE sku = 'SHIRT'").execute(&app.pool).await.expect("edit");
+    let dirty = audit();
+    let text = String::from_utf8_lossy(&dirty.stdout);
+    assert_eq!(dirty.status.code(), Some(1), "{text}");
+    assert!(text.contains("ledger_drift SHIRT"), "names the SKU and the check: {text}");
+}
