@@ -33,6 +33,9 @@ pub struct UpArgs {
     /// Units on sale in the demo.
     #[arg(long, default_value_t = 1)]
     stock: i64,
+    /// Start only these services (comma-separated), e.g. for a benchmark.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
 }
 
 /// The services `up` starts, each a binary beside `soldonce`.
@@ -80,12 +83,29 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
         ("CHECKOUT_ADDR", args.checkout_addr.clone()),
         ("OUTBOX_RELAY_ADDR", "127.0.0.1:0".to_owned()),
     ];
+    if let Some(unknown) = args.only.iter().find(|s| !SERVICES.contains(&s.as_str())) {
+        return Err(CliError::Usage(format!("--only: unknown service {unknown:?}; known: {}", SERVICES.join(", "))));
+    }
+    // A service address or secret already set in the environment wins over
+    // up's default; the addresses up itself derives URLs from do not.
+    let derived = ["CHECKOUT_ADDR", "PSP_SIM_ADDR", "PSP_URL", "PSP_WEBHOOK_URL", "DATABASE_URL", "NATS_URL"];
+    let env: Vec<(&str, String)> = env
+        .into_iter()
+        .map(|(k, v)| match std::env::var(k).ok().filter(|x| !x.is_empty() && !derived.contains(&k)) {
+            Some(given) => (k, given),
+            None => (k, v),
+        })
+        .collect();
     let mut children = Vec::new();
-    for service in SERVICES {
+    for service in SERVICES.iter().filter(|s| args.only.is_empty() || args.only.iter().any(|o| o == *s)) {
         children.push(spawn_service(service, &env)?);
     }
-    wait_ready(&format!("http://{psp_addr}/healthz")).await?;
-    wait_ready(&format!("{checkout_url}/readyz")).await?;
+    if args.only.is_empty() || args.only.iter().any(|s| s == "psp-sim") {
+        wait_ready(&format!("http://{psp_addr}/healthz")).await?;
+    }
+    if args.only.is_empty() || args.only.iter().any(|s| s == "checkout") {
+        wait_ready(&format!("{checkout_url}/readyz")).await?;
+    }
     let env_file = data_dir.join("env");
     let exports = format!(
         "export DATABASE_URL='{database_url}'\nexport NATS_URL='{nats_url}'\nexport CHECKOUT_URL='{checkout_url}'\nexport SOLDONCE_TOKEN='{token}'\n"

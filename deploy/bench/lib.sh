@@ -1,0 +1,69 @@
+# Shared pieces of the benchmark scripts (sourced).
+dir="$(mktemp -d "${TMPDIR:-/tmp}/soldonce-bench.XXXXXX")"
+results="$dir/results.txt"
+up=""
+trap '[ -n "$up" ] && kill "$up" 2>/dev/null; [ -n "$up" ] && wait "$up" 2>/dev/null; rm -rf "$dir"' EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+export OUTBOX_RELAY_ADDR="127.0.0.1:$(free_port)"
+
+# start_system SERVICES: soldonce up with only those services, env sourced.
+start_system() {
+  "$bin/soldonce" up --data-dir "$dir/data" --checkout-addr "127.0.0.1:$(free_port)" --only "$1" >"$dir/up.log" 2>&1 &
+  up=$!
+  for _ in $(seq 300); do [ -f "$dir/data/env" ] && break; sleep 0.2; done
+  [ -f "$dir/data/env" ] || { cat "$dir/up.log"; exit 1; }
+  . "$dir/data/env"
+}
+
+seed_bench_products() {
+  psql -q "$DATABASE_URL" <<'SQL'
+INSERT INTO accounts (id, name) VALUES ('00000000-0000-0000-0000-0000000000be', 'pgbench') ON CONFLICT DO NOTHING;
+INSERT INTO products (sku, name, price_minor, currency)
+  SELECT 'BENCH-' || i, 'bench product', 4990, 'BRL' FROM generate_series(0, 9999) i ON CONFLICT DO NOTHING;
+INSERT INTO stock (sku, available) SELECT 'BENCH-' || i, 1000000000 FROM generate_series(0, 9999) i ON CONFLICT DO NOTHING;
+INSERT INTO stock_ledger (sku, movement, d_available, d_reserved, d_sold, reason)
+  SELECT 'BENCH-' || i, 'receive', 1000000000, 0, 0, 'benchmark' FROM generate_series(0, 9999) i;
+SQL
+}
+
+load() { "$bin/soldonce" --json load --url "$CHECKOUT_URL" --token "$SOLDONCE_TOKEN" "$@"; }
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(' '.join(str(d[k]) for k in sys.argv[1:]))" "$@"; }
+pgb() {
+  pgbench -n -M prepared -c 32 -j 2 -T "$secs" -D skus="$1" -f deploy/bench/checkout.pgbench.sql "$DATABASE_URL" 2>/dev/null \
+    | sed -n 's/^tps = \([0-9.]*\).*/\1/p'
+}
+
+# The relay's commit-to-PubAck histogram, as counts per bucket at the last scrape.
+relay_scrape() { curl -s "http://$OUTBOX_RELAY_ADDR/metrics" | grep '^soldonce_outbox_commit_to_puback_seconds_bucket'; }
+reset_relay_metrics() { relay_scrape >"$dir/lag.before" || true; }
+# p50/p99 bucket bounds of the lag observed since reset_relay_metrics.
+relay_lag() {
+  relay_scrape >"$dir/lag.after" || true
+  python3 - "$dir/lag.before" "$dir/lag.after" <<'PY'
+import re, sys
+def read(p):
+    d = {}
+    for line in open(p):
+        m = re.search(r'le="([^"]+)"\} (\S+)', line)
+        if m: d[m.group(1)] = float(m.group(2))
+    return d
+b, a = read(sys.argv[1]), read(sys.argv[2])
+les = sorted((float('inf') if k == '+Inf' else float(k), k) for k in a)
+tot = a.get('+Inf', 0) - b.get('+Inf', 0)
+out = []
+for q in (0.5, 0.99):
+    for v, k in les:
+        if a[k] - b.get(k, 0) >= q * tot:
+            out.append(f"p{int(q*100)} <= {v*1000:g} ms"); break
+print(f"{', '.join(out)} over {int(tot)} events")
+PY
+}
+
+# relay_throughput N: commits N outbox rows at once and times the relay draining them.
+relay_throughput() {
+  local n="$1"
+  psql -q "$DATABASE_URL" -c "INSERT INTO outbox (id, stream_id, subject, payload) SELECT gen_random_uuid(), gen_random_uuid(), 'soldonce.bench.event.' || i, jsonb_build_object('i', i, 'pad', repeat('x', 400)) FROM generate_series(1, $n) i" >/dev/null
+  local start; start=$(date +%s.%N)
+  while [ "$(psql -qtA "$DATABASE_URL" -c 'SELECT count(*) FROM outbox')" != "0" ]; do sleep 0.2; done
+  python3 -c "import time; t=time.time()-$start; print(f'relay drained {$n} events in {t:.1f}s: {$n/t:.0f} events/s')"
+}
