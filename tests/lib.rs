@@ -13,6 +13,8 @@ pub mod poll;
 pub mod relay;
 #[path = "harness/saga.rs"]
 pub mod saga;
+#[path = "harness/system.rs"]
+pub mod system;
 
 pub use app::TestApp;
 pub use poll::eventually;

@@ -4,4 +4,6 @@
 mod bus;
 mod checkout;
 mod expiry;
+mod fulfillment;
+mod ops;
 mod payments;

@@ -64,6 +64,52 @@ impl Saga {
         Saga { app, nats, psp_url, stops }
     }
 
+    /// Adds a fulfillment process with this warehouse step delay.
+    pub async fn start_fulfillment(&mut self, step_delay: Duration) {
+        let settings = fulfillment::Settings {
+            addr: "127.0.0.1:0".parse().expect("addr"),
+            database_url: self.app.database_url.clone(),
+            nats_url: self.nats.url(),
+            step_delay,
+            stream: bus::StreamSettings::default(),
+        };
+        let app = fulfillment::Application::build(settings).await.expect("build fulfillment");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(app.run_until_stopped(async move {
+            let _ = stopped.await;
+        }));
+        self.stops.push(stop);
+    }
+
+    /// Adds an expiry process.
+    pub async fn start_expiry(&mut self, interval: Duration) {
+        let stop = spawn_expiry(&self.app.database_url, interval).await;
+        self.stops.push(stop);
+    }
+
+    /// Waits until nothing is in flight: no order pending, every confirmed
+    /// order delivered, the outbox drained and every event in the stream.
+    pub async fn wait_quiescent(&self, within: Duration) {
+        let js = bus::connect(&self.nats.url()).await.expect("nats");
+        eventually("the saga to come to rest", within, || {
+            let js = js.clone();
+            async move {
+                let app = &self.app;
+                let busy = app
+                    .count(
+                        "SELECT (SELECT count(*) FROM orders WHERE state = 'payment_pending') \
+                              + (SELECT count(*) FROM orders o LEFT JOIN shipments s ON s.order_id = o.id \
+                                 WHERE o.state = 'confirmed' AND (s.state IS NULL OR s.state <> 'delivered')) \
+                              + (SELECT count(*) FROM outbox)",
+                    )
+                    .await;
+                let events = app.count("SELECT count(*) FROM events").await;
+                (busy == 0 && crate::relay::stream_len(&js).await == u64::try_from(events).unwrap_or(0)).then_some(())
+            }
+        })
+        .await;
+    }
+
     /// Every payment the PSP holds for an order.
     pub async fn psp_payments(&self, order_id: &str) -> Vec<serde_json::Value> {
         let r = self.app.send(self.app.client.get(format!("{}/v1/payments", self.psp_url)).query(&[("reference", order_id)])).await;
@@ -82,9 +128,16 @@ impl Saga {
         .await
     }
 
-    /// Places an order for one unit of `sku`; returns its id.
+    /// Places an order for one unit of `sku`, retrying a 503 with the same
+    /// key as a client should; returns its id.
     pub async fn order(&self, sku: &str) -> String {
-        let r = self.app.place(&self.app.token, &Uuid::new_v4().to_string(), &serde_json::json!({ "lines": [{ "sku": sku, "quantity": 1 }] })).await;
+        let key = Uuid::new_v4().to_string();
+        let body = serde_json::json!({ "lines": [{ "sku": sku, "quantity": 1 }] });
+        let r = eventually("checkout to accept the order", Duration::from_secs(60), || async {
+            let r = self.app.place(&self.app.token, &key, &body).await;
+            (r.status != 503).then_some(r)
+        })
+        .await;
         assert_eq!(r.status, 202, "{}", r.body);
         r.body["id"].as_str().expect("id").to_owned()
     }

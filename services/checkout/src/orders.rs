@@ -25,7 +25,9 @@ pub(crate) async fn get_order(
 ) -> Result<Json<OrderView>, ApiError> {
     let id = order_id(path)?;
     let order = store::orders::load(&state.pool, id, Some(account)).await?.ok_or(ApiError::NotFound)?;
-    Ok(Json(OrderView::from(&order)))
+    let mut view = OrderView::from(&order);
+    view.shipment = store::shipments::for_order(&state.pool, id).await?;
+    Ok(Json(view))
 }
 
 /// The body of `GET /v1/orders/{id}/events`.

@@ -22,7 +22,7 @@ pub struct PaymentView {
 }
 
 /// The order resource.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OrderView {
     pub id: Uuid,
     pub state: String,
@@ -31,6 +31,8 @@ pub struct OrderView {
     pub currency: String,
     pub shipping: Option<Shipping>,
     pub payment: Option<PaymentView>,
+    /// The shipment, once fulfillment created one.
+    pub shipment: Option<store::shipments::ShipmentView>,
     pub expires_at: DateTime<Utc>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -54,6 +56,7 @@ impl From<&Order> for OrderView {
                 amount_minor: p.amount_minor,
                 psp_payment_id: p.payment_id.clone(),
             }),
+            shipment: None,
             expires_at: o.expires_at,
             created_at: o.created_at,
             updated_at: o.updated_at,

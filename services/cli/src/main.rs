@@ -4,7 +4,11 @@
 
 mod admin;
 mod load;
+mod demo;
+mod events;
 mod output;
+mod replay;
+mod schemas;
 mod up;
 
 use clap::{Parser, Subcommand};
@@ -40,6 +44,17 @@ enum Commands {
         #[arg(long, default_value_t = 300.0)]
         max_outbox_age: f64,
     },
+    /// Demonstrations against a running system.
+    #[command(subcommand)]
+    Demo(demo::DemoCommand),
+    /// Rebuild the projections from the JetStream stream in a scratch schema and diff them with the live ones.
+    Replay(replay::ReplayArgs),
+    /// Live events from the stream.
+    #[command(subcommand)]
+    Events(events::EventsCommand),
+    /// Orders for operators.
+    #[command(subcommand)]
+    Order(OrderCommand),
     /// Rebuild read models from the event store.
     #[command(subcommand)]
     Projections(admin::ProjectionsCommand),
@@ -47,6 +62,12 @@ enum Commands {
     Load(load::LoadArgs),
     /// Run the whole system locally (private PostgreSQL and NATS unless DATABASE_URL/NATS_URL are set).
     Up(up::UpArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum OrderCommand {
+    /// An order's timeline: events, payment and shipment.
+    Show { id: String },
 }
 
 /// How a command failed.
@@ -102,6 +123,10 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Commands::Stock(cmd) => admin::stock(cmd, &out).await,
         Commands::Account(cmd) => admin::account(cmd, &out).await,
         Commands::Audit { max_outbox_age } => admin::audit(max_outbox_age, &out).await,
+        Commands::Demo(cmd) => demo::run(cmd, &out).await,
+        Commands::Replay(args) => replay::run(args, &out).await,
+        Commands::Events(cmd) => events::tail(cmd, &out).await,
+        Commands::Order(OrderCommand::Show { id }) => events::show(&id, &out).await,
         Commands::Projections(cmd) => admin::projections(cmd, &out).await,
         Commands::Load(args) => load::run(args, &out).await,
         Commands::Up(args) => up::run(args, &out).await,

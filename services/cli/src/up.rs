@@ -39,7 +39,7 @@ pub struct UpArgs {
 }
 
 /// The services `up` starts, each a binary beside `soldonce`.
-const SERVICES: &[&str] = &["psp-sim", "checkout", "outbox-relay", "payment-worker", "expiry"];
+const SERVICES: &[&str] = &["psp-sim", "checkout", "outbox-relay", "payment-worker", "expiry", "fulfillment"];
 
 pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
     if args.buyers == 0 || args.stock < 1 {
@@ -78,6 +78,7 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
         ("WEBHOOK_SECRET", secret),
         ("PAYMENT_WORKER_ADDR", "127.0.0.1:0".to_owned()),
         ("EXPIRY_ADDR", "127.0.0.1:0".to_owned()),
+        ("FULFILLMENT_ADDR", "127.0.0.1:0".to_owned()),
         ("DATABASE_URL", database_url.clone()),
         ("NATS_URL", nats_url.clone()),
         ("CHECKOUT_ADDR", args.checkout_addr.clone()),
@@ -114,7 +115,7 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
     print_banner(&checkout_url, &database_url, &nats_url, &token, &env_file);
 
     if args.demo {
-        let code = demo(&pool, &checkout_url, &token, args.buyers, args.stock, out).await;
+        let code = crate::demo::flash_sale(&pool, &checkout_url, &token, args.buyers, args.stock, out).await;
         stop(children).await;
         return code;
     }
@@ -202,47 +203,3 @@ fn print_banner(checkout: &str, db: &str, nats: &str, token: &str, env_file: &Pa
         env_file.display()
     );
 }
-
-/// A flash sale of `stock` units of a fresh SKU to `buyers` buyers.
-async fn demo(pool: &sqlx::PgPool, url: &str, token: &str, buyers: usize, stock: i64, out: &Output) -> Result<ExitCode, CliError> {
-    let sku = domain::Sku::parse(&format!("FLASH-{}", chrono::Utc::now().format("%Y%m%d%H%M%S%3f"))).context("flash sku")?;
-    store::catalog::add_product(pool, &sku, "flash sale T-shirt", 4990, "BRL".parse().context("currency")?)
-        .await
-        .map_err(|e| anyhow::anyhow!(e))?;
-    store::catalog::receive(pool, &sku, stock).await.map_err(|e| anyhow::anyhow!(e))?;
-    eprintln!("demo: {buyers} buyers press buy on {stock} unit(s) of {sku} at the same moment");
-    let report = crate::load::flash_sale(pool, url, token, sku.as_str(), buyers).await?;
-    let settle_deadline = Instant::now() + Duration::from_secs(30);
-    let paid: i64 = loop {
-        let (pending, confirmed): (i64, i64) = sqlx::query_as(
-            "SELECT count(*) FILTER (WHERE o.state = 'payment_pending'), count(*) FILTER (WHERE o.state = 'confirmed') \
-             FROM orders o JOIN order_lines l ON l.order_id = o.id WHERE l.sku = $1",
-        )
-        .bind(sku.as_str())
-        .fetch_one(pool)
-        .await
-        .context("reading order states")?;
-        if pending == 0 || Instant::now() > settle_deadline {
-            break confirmed;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let buckets = store::catalog::show(pool, Some(&sku)).await.context("reading stock")?;
-    let row = buckets.first().ok_or_else(|| anyhow::anyhow!("stock row of {sku} vanished"))?;
-    let oversold = report.accepted > u64::try_from(stock).unwrap_or(0) || row.reserved + row.sold > stock;
-    let verified = report.orders_in_database == Some(report.accepted);
-    let ok = !oversold && verified && row.reserved == 0 && row.sold == paid;
-    let summary = serde_json::json!({ "sku": sku, "stock": stock, "buyers": buyers, "load": report, "paid": paid, "buckets": row, "ok": ok });
-    out.print(&summary, || {
-        format!(
-            "{}\npaid         {paid} (charged once each by the payment worker)\n\nstock of {sku}: available {} reserved {} sold {}\nresult: {}",
-            crate::load::render(&report),
-            row.available,
-            row.reserved,
-            row.sold,
-            if ok { "every unit sold once: OK" } else { "INVARIANT BROKEN" }
-        )
-    });
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
-}
-

@@ -5,6 +5,7 @@
 
 pub mod money;
 pub mod order;
+pub mod shipment;
 pub mod stock;
 
 pub use money::{Currency, Money, MoneyError};

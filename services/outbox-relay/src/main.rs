@@ -4,7 +4,7 @@ use outbox_relay::{Application, Settings};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let settings = platform::config::exit_on_error(Settings::from_env());
+    let settings = platform::config::load(Settings::from_env);
     platform::telemetry::init("outbox-relay");
     let app = Application::build(settings).await?;
     tracing::info!(addr = %app.local_addr(), "outbox-relay running");

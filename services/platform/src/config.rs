@@ -1,9 +1,28 @@
 //! Reading configuration from the environment. Every failure names the
 //! variable, so `main` can print one line and exit with code 2.
 
+use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::str::FromStr;
+use std::sync::Mutex;
 use std::time::Duration;
+
+/// Every variable read so far, and whether it was required: what
+/// `--check-config` reports, so deployments can be checked against it.
+static READS: Mutex<BTreeMap<String, bool>> = Mutex::new(BTreeMap::new());
+
+fn note(name: &str, required: bool) {
+    if let Ok(mut reads) = READS.lock() {
+        let entry = reads.entry(name.to_owned()).or_insert(required);
+        *entry |= required;
+    }
+}
+
+/// Records a variable read by code outside this module (e.g. a service
+/// with its own parser), for `--check-config`.
+pub fn note_read(name: &str, required: bool) {
+    note(name, required);
+}
 
 /// A missing or malformed setting.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -21,6 +40,7 @@ impl ConfigError {
 }
 
 fn raw(name: &str) -> Result<Option<String>, ConfigError> {
+    note(name, false);
     match std::env::var(name) {
         Ok(v) if v.trim().is_empty() => Ok(None),
         Ok(v) => Ok(Some(v)),
@@ -31,6 +51,7 @@ fn raw(name: &str) -> Result<Option<String>, ConfigError> {
 
 /// A required variable.
 pub fn required(name: &str) -> Result<String, ConfigError> {
+    note(name, true);
     raw(name)?.ok_or_else(|| ConfigError::new(name, "is required but not set"))
 }
 
@@ -67,6 +88,21 @@ pub fn database_url() -> Result<String, ConfigError> {
         return Err(ConfigError::new("DATABASE_URL", "must start with postgres:// or postgresql://"));
     }
     Ok(url)
+}
+
+/// Loads a service's settings. With `--check-config` it prints, as JSON,
+/// whether they are valid and every variable the service reads (`true` when
+/// required), then exits (0 if valid, 2 if not). Otherwise an invalid
+/// setting prints one line and exits with code 2.
+pub fn load<T>(read: impl FnOnce() -> Result<T, ConfigError>) -> T {
+    let result = read();
+    if std::env::args().skip(1).any(|a| a == "--check-config") {
+        let reads = READS.lock().map(|r| r.clone()).unwrap_or_default();
+        let error = result.as_ref().err().map(ToString::to_string);
+        println!("{}", serde_json::json!({ "valid": error.is_none(), "error": error, "reads": reads }));
+        std::process::exit(if error.is_none() { 0 } else { 2 });
+    }
+    exit_on_error(result)
 }
 
 /// Prints the error as one line and exits with code 2.

@@ -7,7 +7,16 @@ use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let settings = match Settings::from_env() {
+    let loaded = Settings::from_env();
+    if std::env::args().skip(1).any(|a| a == "--check-config") {
+        // What a deployment may set, for checking compose files against.
+        let reads: serde_json::Map<String, serde_json::Value> =
+            psp_sim::settings::VARIABLES.iter().map(|v| ((*v).to_owned(), false.into())).collect();
+        let error = loaded.as_ref().err().map(ToString::to_string);
+        println!("{}", serde_json::json!({ "valid": error.is_none(), "error": error, "reads": reads }));
+        return if error.is_none() { ExitCode::SUCCESS } else { ExitCode::from(2) };
+    }
+    let settings = match loaded {
         Ok(settings) => settings,
         Err(error) => {
             eprintln!("psp-sim: {error}");

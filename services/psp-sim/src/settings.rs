@@ -69,7 +69,8 @@ impl Default for Settings {
     }
 }
 
-const VARIABLES: [&str; 4] = [
+/// Every variable psp-sim reads.
+pub const VARIABLES: [&str; 4] = [
     "PSP_SIM_ADDR",
     "PSP_WEBHOOK_URL",
     "WEBHOOK_SECRET",

@@ -100,7 +100,7 @@ async fn check_projection(pool: &PgPool, report: &mut AuditReport) -> Result<(),
     }
     report.orders = projected.len() as u64;
     let mut events = sqlx::query_as::<_, (Uuid, String, serde_json::Value)>(
-        "SELECT stream_id, type, data FROM events ORDER BY stream_id, version",
+        "SELECT stream_id, type, data FROM events WHERE type LIKE 'order.%' ORDER BY stream_id, version",
     )
     .fetch(pool);
     let mut current: Option<(Uuid, Option<domain::Order>)> = None;

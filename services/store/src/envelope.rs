@@ -43,16 +43,28 @@ pub fn subject(event: &domain::Event, order_id: Uuid) -> String {
 
 /// Wraps a recorded order event for the bus.
 pub fn wrap(event_id: Uuid, order_id: Uuid, event: &domain::Event, meta: &Metadata) -> CloudEvent {
+    wrap_parts(event_id, order_id, event.type_name(), event.at(), event.data(), meta)
+}
+
+/// Wraps any recorded event: `type_name` like `shipment.picked.v1`, `subject_id` its aggregate's id.
+pub fn wrap_parts(
+    event_id: Uuid,
+    subject_id: Uuid,
+    type_name: &str,
+    at: DateTime<Utc>,
+    data: serde_json::Value,
+    meta: &Metadata,
+) -> CloudEvent {
     CloudEvent {
         specversion: "1.0".into(),
         id: event_id,
         source: format!("soldonce/{}", meta.source),
-        event_type: format!("soldonce.{}", event.type_name()),
-        subject: order_id.to_string(),
-        time: event.at(),
+        event_type: format!("soldonce.{type_name}"),
+        subject: subject_id.to_string(),
+        time: at,
         datacontenttype: "application/json".into(),
         correlationid: meta.correlation_id,
         causationid: meta.causation_id,
-        data: event.data(),
+        data,
     }
 }

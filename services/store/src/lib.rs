@@ -14,6 +14,7 @@ pub mod orders;
 pub mod outbox;
 pub mod payments;
 pub mod projections;
+pub mod shipments;
 mod stock_moves;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

@@ -119,23 +119,51 @@ pub(crate) async fn append(
     events: &[Event],
     meta: &Metadata,
 ) -> Result<(), StoreError> {
-    let first_version = before.map_or(1, |o| o.version + 1);
-    let mut ids = Vec::with_capacity(events.len());
-    let mut versions = Vec::with_capacity(events.len());
-    let mut types = Vec::with_capacity(events.len());
-    let mut datas = Vec::with_capacity(events.len());
-    let mut times = Vec::with_capacity(events.len());
-    let mut subjects = Vec::with_capacity(events.len());
-    let mut payloads = Vec::with_capacity(events.len());
-    for (i, event) in events.iter().enumerate() {
+    let records: Vec<Record> = events
+        .iter()
+        .map(|e| Record {
+            type_name: e.type_name(),
+            subject: envelope::subject(e, after.id),
+            data: e.data(),
+            at: e.at(),
+        })
+        .collect();
+    append_records(conn, after.id, before.map_or(1, |o| o.version + 1), &records, meta).await?;
+    write_projection(conn, before, after).await
+}
+
+/// One event to record, of any aggregate.
+pub(crate) struct Record {
+    pub type_name: &'static str,
+    pub subject: String,
+    pub data: serde_json::Value,
+    pub at: DateTime<Utc>,
+}
+
+/// Appends records to a stream from `first_version` on, each with its outbox row.
+pub(crate) async fn append_records(
+    conn: &mut PgConnection,
+    stream_id: Uuid,
+    first_version: i32,
+    records: &[Record],
+    meta: &Metadata,
+) -> Result<(), StoreError> {
+    let mut ids = Vec::with_capacity(records.len());
+    let mut versions = Vec::with_capacity(records.len());
+    let mut types = Vec::with_capacity(records.len());
+    let mut datas = Vec::with_capacity(records.len());
+    let mut times = Vec::with_capacity(records.len());
+    let mut subjects = Vec::with_capacity(records.len());
+    let mut payloads = Vec::with_capacity(records.len());
+    for (i, r) in records.iter().enumerate() {
         let id = Uuid::now_v7();
-        let envelope = envelope::wrap(id, after.id, event, meta);
+        let envelope = envelope::wrap_parts(id, stream_id, r.type_name, r.at, r.data.clone(), meta);
         ids.push(id);
         versions.push(first_version + i32::try_from(i).unwrap_or(i32::MAX));
-        types.push(event.type_name());
-        datas.push(envelope.data.clone());
-        times.push(event.at());
-        subjects.push(envelope::subject(event, after.id));
+        types.push(r.type_name);
+        datas.push(r.data.clone());
+        times.push(r.at);
+        subjects.push(r.subject.clone());
         payloads.push(serde_json::to_value(&envelope).map_err(|e| StoreError::Corrupt(e.to_string()))?);
     }
     let metadata = serde_json::to_value(meta).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -147,7 +175,7 @@ pub(crate) async fn append(
          SELECT id, $2, s, p, $10 FROM unnest($1::uuid[], $8::text[], $9::jsonb[]) AS y(id, s, p)",
     )
     .bind(&ids)
-    .bind(after.id)
+    .bind(stream_id)
     .bind(&versions)
     .bind(&types)
     .bind(&datas)
@@ -160,11 +188,11 @@ pub(crate) async fn append(
     .await;
     if let Err(e) = &appended {
         if crate::violated_constraint(e) == Some("events_stream_version") {
-            return Err(StoreError::Conflict(after.id));
+            return Err(StoreError::Conflict(stream_id));
         }
     }
     appended?;
-    write_projection(conn, before, after).await
+    Ok(())
 }
 
 pub(crate) async fn write_projection(conn: &mut PgConnection, before: Option<&Order>, o: &Order) -> Result<(), StoreError> {

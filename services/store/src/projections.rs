@@ -40,7 +40,7 @@ pub async fn rebuild(pool: &PgPool) -> Result<RebuildReport, StoreError> {
     sqlx::query("DELETE FROM order_lines").execute(&mut *tx).await?;
     sqlx::query("DELETE FROM orders").execute(&mut *tx).await?;
     let rows: Vec<(Uuid, String, serde_json::Value)> =
-        sqlx::query_as("SELECT stream_id, type, data FROM events ORDER BY stream_id, version")
+        sqlx::query_as("SELECT stream_id, type, data FROM events WHERE type LIKE 'order.%' ORDER BY stream_id, version")
             .fetch_all(&mut *tx)
             .await?;
     let mut report = RebuildReport::default();
@@ -63,4 +63,10 @@ pub async fn rebuild(pool: &PgPool) -> Result<RebuildReport, StoreError> {
     report.orphans_removed = before.keys().filter(|id| !after.contains_key(id)).count() as u64;
     tx.commit().await?;
     Ok(report)
+}
+
+/// Writes one order's projection row and lines (into whatever `orders` the
+/// connection's search path names: the live one, or a replay's scratch schema).
+pub async fn write(conn: &mut PgConnection, order: &domain::Order) -> Result<(), StoreError> {
+    write_projection(conn, None, order).await
 }

@@ -1,0 +1,127 @@
+//! `soldonce demo flash-sale`: a flash sale through the whole running saga —
+//! many buyers press "buy" on a few units at once; the winners are charged,
+//! shipped, and the audit proves every invariant. Exit 1 if anything is off.
+
+use crate::output::Output;
+use crate::CliError;
+use anyhow::Context;
+use clap::Subcommand;
+use serde::Serialize;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Subcommand)]
+pub enum DemoCommand {
+    /// Run a flash sale against the running system (DATABASE_URL, CHECKOUT_URL, SOLDONCE_TOKEN; see `soldonce up`).
+    FlashSale {
+        #[arg(long, default_value_t = 300)]
+        buyers: usize,
+        #[arg(long, default_value_t = 1)]
+        stock: i64,
+    },
+}
+
+/// What the flash sale came to.
+#[derive(Debug, Serialize)]
+struct Summary {
+    sku: String,
+    buyers: usize,
+    stock: i64,
+    accepted: u64,
+    sold_out: u64,
+    paid: i64,
+    failed: i64,
+    expired: i64,
+    shipped: i64,
+    available: i64,
+    reserved: i64,
+    sold: i64,
+    audit_clean: bool,
+    violations: Vec<String>,
+    ok: bool,
+}
+
+pub async fn run(cmd: DemoCommand, out: &Output) -> Result<ExitCode, CliError> {
+    let DemoCommand::FlashSale { buyers, stock } = cmd;
+    let usage = |e: platform::ConfigError| CliError::Usage(format!("{e} (run `soldonce up` and source its env file)"));
+    let url = platform::config::required("CHECKOUT_URL").map_err(usage)?;
+    let token = platform::config::required("SOLDONCE_TOKEN").map_err(usage)?;
+    let pool = crate::admin::pool().await?;
+    flash_sale(&pool, &url, &token, buyers, stock, out).await
+}
+
+/// Sells `stock` units of a fresh SKU to `buyers` simultaneous buyers and
+/// waits for the saga to settle every winner.
+pub async fn flash_sale(pool: &sqlx::PgPool, url: &str, token: &str, buyers: usize, stock: i64, out: &Output) -> Result<ExitCode, CliError> {
+    if buyers == 0 || stock < 1 {
+        return Err(CliError::Usage("--buyers and --stock must be at least 1".into()));
+    }
+    let sku = domain::Sku::parse(&format!("FLASH-{}", chrono::Utc::now().format("%Y%m%d%H%M%S%3f"))).context("flash sku")?;
+    store::catalog::add_product(pool, &sku, "flash sale T-shirt", 4990, "BRL".parse().context("currency")?)
+        .await
+        .map_err(|e| anyhow::anyhow!(e))?;
+    store::catalog::receive(pool, &sku, stock).await.map_err(|e| anyhow::anyhow!(e))?;
+    eprintln!("demo: {buyers} buyers press buy on {stock} unit(s) of {sku} at the same moment");
+    let report = crate::load::flash_sale(pool, url, token, sku.as_str(), buyers).await?;
+
+    // Wait (bounded) for payment and shipping of the winners.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let counts = loop {
+        let counts: (i64, i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE o.state = 'payment_pending'), count(*) FILTER (WHERE o.state = 'confirmed'), \
+                    count(*) FILTER (WHERE o.state = 'payment_failed'), count(*) FILTER (WHERE o.state = 'expired'), \
+                    count(s.id) FILTER (WHERE s.state = 'delivered') \
+             FROM orders o JOIN order_lines l ON l.order_id = o.id LEFT JOIN shipments s ON s.order_id = o.id WHERE l.sku = $1",
+        )
+        .bind(sku.as_str())
+        .fetch_one(pool)
+        .await
+        .context("reading order states")?;
+        if (counts.0 == 0 && counts.4 == counts.1) || Instant::now() > deadline {
+            break counts;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (_, paid, failed, expired, shipped) = counts;
+    let row = store::catalog::show(pool, Some(&sku)).await.context("reading stock")?.into_iter().next().context("stock row")?;
+    let audit = store::audit::run(pool, 300.0).await.context("running the audit")?;
+    let sold_out = report.by_status.get("409").copied().unwrap_or(0);
+    let ok = audit.clean()
+        && report.orders_in_database == Some(report.accepted)
+        && report.accepted <= u64::try_from(stock).unwrap_or(0)
+        && row.reserved == 0
+        && row.sold == paid
+        && shipped == paid;
+    let summary = Summary {
+        sku: sku.to_string(),
+        buyers,
+        stock,
+        accepted: report.accepted,
+        sold_out,
+        paid,
+        failed,
+        expired,
+        shipped,
+        available: row.available,
+        reserved: row.reserved,
+        sold: row.sold,
+        audit_clean: audit.clean(),
+        violations: audit.violations.iter().map(|v| format!("{} {}: {}", v.check, v.subject, v.detail)).collect(),
+        ok,
+    };
+    out.print(&summary, || render(&summary, &crate::load::render(&report)));
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn render(s: &Summary, load: &str) -> String {
+    let mut t = format!(
+        "{load}\n\n  flash sale of {} ({} unit(s), {} buyers)\n  ─────────────────────────────\n  accepted   {:>6}\n  sold out   {:>6}\n  paid       {:>6}\n  failed     {:>6}\n  expired    {:>6}\n  shipped    {:>6}\n  buckets    available {} / reserved {} / sold {}\n  audit      {}\n",
+        s.sku, s.stock, s.buyers, s.accepted, s.sold_out, s.paid, s.failed, s.expired, s.shipped, s.available, s.reserved, s.sold,
+        if s.audit_clean { "clean" } else { "VIOLATIONS" }
+    );
+    for v in &s.violations {
+        t.push_str(&format!("  VIOLATION {v}\n"));
+    }
+    t.push_str(if s.ok { "  result     every unit sold once, every payment charged once: OK" } else { "  result     SOMETHING IS OFF" });
+    t
+}

@@ -1,0 +1,225 @@
+//! `soldonce replay`: reads the JetStream stream with an ordered consumer
+//! (from the start, a stream sequence or a time, optionally one order),
+//! validates every event against `proto/events/`, folds the events into the
+//! orders and shipments projections in a scratch schema, and diffs them with
+//! the live ones. Exit 1 on any difference or invalid event, naming it.
+
+use crate::output::Output;
+use crate::schemas::Schemas;
+use crate::CliError;
+use anyhow::Context;
+use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+use clap::Args;
+use futures::StreamExt;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::process::ExitCode;
+use store::envelope::CloudEvent;
+use uuid::Uuid;
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Start at this stream sequence.
+    #[arg(long, conflicts_with = "since")]
+    from_seq: Option<u64>,
+    /// Start at the first event at or after this time (RFC 3339).
+    #[arg(long)]
+    since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only this order's events (and its shipment's).
+    #[arg(long)]
+    order: Option<Uuid>,
+    /// Keep the scratch schema for inspection.
+    #[arg(long)]
+    keep: bool,
+}
+
+/// What replay found.
+#[derive(Debug, Default, Serialize)]
+pub struct ReplayReport {
+    pub events: u64,
+    pub orders: usize,
+    pub shipments: usize,
+    pub seconds: f64,
+    pub events_per_second: f64,
+    pub invalid: Vec<String>,
+    pub differences: Vec<String>,
+}
+
+pub async fn run(args: ReplayArgs, out: &Output) -> Result<ExitCode, CliError> {
+    let nats_url = platform::config::required("NATS_URL").map_err(|e| CliError::Usage(e.to_string()))?;
+    let pool = crate::admin::pool().await?;
+    let schemas = Schemas::load()?;
+    let js = bus::connect(&nats_url).await.context("connecting to NATS_URL")?;
+    let mut stream = js.get_stream(bus::STREAM).await.context("opening the SOLDONCE stream")?;
+    let last = stream.info().await.context("reading the stream")?.state.last_sequence;
+    let deliver_policy = match (args.from_seq, args.since) {
+        (Some(start_sequence), _) => DeliverPolicy::ByStartSequence { start_sequence },
+        (None, Some(start_time)) => DeliverPolicy::ByStartTime { start_time },
+        (None, None) => DeliverPolicy::All,
+    };
+    let first = args.from_seq.unwrap_or(1);
+    let started = std::time::Instant::now();
+    let mut report = ReplayReport::default();
+    let mut orders: HashMap<Uuid, Option<domain::Order>> = HashMap::new();
+    let mut shipments: BTreeMap<Uuid, domain::shipment::ShipmentEvent> = BTreeMap::new();
+
+    if last >= first {
+        let consumer = stream
+            .create_consumer(OrderedConfig { deliver_policy, ..Default::default() })
+            .await
+            .context("creating an ordered consumer")?;
+        let mut messages = consumer.messages().await.context("reading the stream")?;
+        let bar = ProgressBar::new(last - first + 1);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} events  {per_sec}  ETA {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        if out.json {
+            bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        }
+        while let Some(message) = messages.next().await {
+            let message = message.context("reading the stream")?;
+            let seq = message.info().map(|i| i.stream_sequence).unwrap_or(0);
+            bar.set_position(seq.saturating_sub(first) + 1);
+            report.events += 1;
+            fold_one(&schemas, seq, &message.payload, args.order, &mut orders, &mut shipments, &mut report.invalid);
+            if seq >= last {
+                break;
+            }
+        }
+        bar.finish_and_clear();
+    }
+    report.orders = orders.len();
+    report.shipments = shipments.len();
+    report.seconds = started.elapsed().as_secs_f64();
+    report.events_per_second = report.events as f64 / report.seconds.max(1e-9);
+    report.differences = diff(&pool, &orders, &shipments, args.order.is_none() && first == 1, args.keep).await?;
+    out.print(&report, || render(&report));
+    Ok(if report.invalid.is_empty() && report.differences.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn fold_one(
+    schemas: &Schemas,
+    seq: u64,
+    payload: &[u8],
+    only: Option<Uuid>,
+    orders: &mut HashMap<Uuid, Option<domain::Order>>,
+    shipments: &mut BTreeMap<Uuid, domain::shipment::ShipmentEvent>,
+    invalid: &mut Vec<String>,
+) {
+    let parsed: Result<CloudEvent, String> = serde_json::from_slice::<serde_json::Value>(payload)
+        .map_err(|e| format!("not JSON: {e}"))
+        .and_then(|v| schemas.check(&v).map(|()| v))
+        .and_then(|v| serde_json::from_value(v).map_err(|e| format!("not a soldonce envelope: {e}")));
+    let event = match parsed {
+        Ok(e) => e,
+        Err(why) => return invalid.push(format!("stream sequence {seq}: {why}")),
+    };
+    let ty = event.event_type.trim_start_matches("soldonce.");
+    if ty.starts_with("shipment.") {
+        match serde_json::from_value::<domain::shipment::ShipmentEvent>(event.data) {
+            Ok(s) if only.is_none_or(|o| o == s.order_id) => {
+                shipments.insert(s.shipment_id, s);
+            }
+            Ok(_) => {}
+            Err(e) => invalid.push(format!("stream sequence {seq}: {ty}: {e}")),
+        }
+        return;
+    }
+    let Ok(order_id) = event.subject.parse::<Uuid>() else {
+        return invalid.push(format!("stream sequence {seq}: subject is not an order id"));
+    };
+    if only.is_some_and(|o| o != order_id) {
+        return;
+    }
+    match domain::Event::from_parts(ty, event.data) {
+        Ok(e) => {
+            let state = orders.entry(order_id).or_default();
+            *state = domain::evolve(state.take(), &e);
+        }
+        Err(e) => invalid.push(format!("stream sequence {seq}: {ty}: {e}")),
+    }
+}
+
+/// Writes the folded projections into a scratch schema and compares them
+/// with the live ones; `everything` also flags live rows the stream lacks.
+async fn diff(
+    pool: &sqlx::PgPool,
+    orders: &HashMap<Uuid, Option<domain::Order>>,
+    shipments: &BTreeMap<Uuid, domain::shipment::ShipmentEvent>,
+    everything: bool,
+    keep: bool,
+) -> Result<Vec<String>, CliError> {
+    let scratch = format!("replay_{}", Uuid::new_v4().simple());
+    let mut tx = pool.begin().await.context("opening a transaction")?;
+    let live = store::projections::snapshot(&mut tx).await.context("reading the live projection")?;
+    let live_shipments: Vec<(Uuid, Uuid, String)> =
+        sqlx::query_as("SELECT id, order_id, state FROM shipments").fetch_all(&mut *tx).await.context("reading shipments")?;
+    for sql in [
+        format!("CREATE SCHEMA {scratch}"),
+        format!("CREATE TABLE {scratch}.orders (LIKE public.orders INCLUDING ALL)"),
+        format!("CREATE TABLE {scratch}.order_lines (LIKE public.order_lines INCLUDING ALL)"),
+        format!("SET LOCAL search_path = {scratch}"),
+    ] {
+        sqlx::query(&sql).execute(&mut *tx).await.context("preparing the scratch schema")?;
+    }
+    for order in orders.values().flatten() {
+        store::projections::write(&mut tx, order).await.context("writing the replayed projection")?;
+    }
+    let replayed = store::projections::snapshot(&mut tx).await.context("reading the replayed projection")?;
+    if keep {
+        tx.commit().await.context("keeping the scratch schema")?;
+        eprintln!("replay: the replayed projection is kept in schema {scratch}");
+    } else {
+        tx.rollback().await.context("dropping the scratch schema")?;
+    }
+    let mut differences = vec![];
+    for (id, row) in &replayed {
+        match live.get(id) {
+            Some(l) if l == row => {}
+            Some(l) => differences.push(format!("order {id}: live {} / stream {}", brief(l), brief(row))),
+            None => differences.push(format!("order {id}: in the stream, missing from the live projection")),
+        }
+    }
+    if everything {
+        for id in live.keys().filter(|id| !replayed.contains_key(id)) {
+            differences.push(format!("order {id}: in the live projection, missing from the stream"));
+        }
+    }
+    let live_by_id: HashMap<Uuid, (Uuid, String)> = live_shipments.into_iter().map(|(id, o, s)| (id, (o, s))).collect();
+    for (id, s) in shipments {
+        match live_by_id.get(id) {
+            Some((_, state)) if state == s.state.as_str() => {}
+            Some((_, state)) => differences.push(format!("shipment {id}: live {state} / stream {}", s.state.as_str())),
+            None => differences.push(format!("shipment {id}: in the stream, missing from the live shipments")),
+        }
+    }
+    if everything {
+        for id in live_by_id.keys().filter(|id| !shipments.contains_key(id)) {
+            differences.push(format!("shipment {id}: in the live shipments, missing from the stream"));
+        }
+    }
+    Ok(differences)
+}
+
+fn brief(row: &serde_json::Value) -> String {
+    format!("{} v{}", row["state"].as_str().unwrap_or("?"), row["version"])
+}
+
+fn render(r: &ReplayReport) -> String {
+    let mut t = format!(
+        "replayed {} events ({} orders, {} shipments) in {:.2}s: {:.0} events/s",
+        r.events, r.orders, r.shipments, r.seconds, r.events_per_second
+    );
+    if r.invalid.is_empty() && r.differences.is_empty() {
+        t.push_str("\nthe stream reproduces the live projections exactly");
+    }
+    for i in &r.invalid {
+        t.push_str(&format!("\nINVALID {i}"));
+    }
+    for d in &r.differences {
+        t.push_str(&format!("\nDIFFERENCE {d}"));
+    }
+    t
+}

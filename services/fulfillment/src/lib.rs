@@ -1,0 +1,144 @@
+//! fulfillment: consumes `order.confirmed`, creates exactly one shipment per
+//! order (a redelivery finds it), and advances shipments through a simulated
+//! warehouse — pending → picked → shipped → delivered — one step per
+//! `FULFILLMENT_STEP_DELAY`, each step an event on the bus. It must never
+//! ship an order that is not confirmed.
+
+use anyhow::Context;
+use bus::consumer::{Delivery, HandleError, Handler};
+use domain::OrderState;
+use platform::config::{self, ConfigError};
+use sqlx::PgPool;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use store::envelope::Metadata;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+/// fulfillment's configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `FULFILLMENT_ADDR`, default `127.0.0.1:8084`.
+    pub addr: SocketAddr,
+    pub database_url: String,
+    pub nats_url: String,
+    /// `FULFILLMENT_STEP_DELAY`, default 200ms: time between warehouse steps.
+    pub step_delay: Duration,
+    pub stream: bus::StreamSettings,
+}
+
+impl Settings {
+    /// Reads the settings from the environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Ok(Settings {
+            addr: config::parsed("FULFILLMENT_ADDR", SocketAddr::from(([127, 0, 0, 1], 8084)))?,
+            database_url: config::database_url()?,
+            nats_url: config::required("NATS_URL")?,
+            step_delay: config::duration("FULFILLMENT_STEP_DELAY", Duration::from_millis(200))?,
+            stream: bus::StreamSettings::from_env()?,
+        })
+    }
+}
+
+/// Creates shipments for confirmed orders.
+struct ShipOrders;
+
+impl Handler for ShipOrders {
+    async fn handle(&self, d: &Delivery) -> Result<(), HandleError> {
+        let order_id: Uuid = d.event.subject.parse().map_err(|_| HandleError::Permanent("subject is not an order id".into()))?;
+        let Some(mut tx) = d.begin().await? else { return Ok(()) };
+        // Never trust the message: ship only what the database says is confirmed.
+        let state: Option<(String,)> = sqlx::query_as("SELECT state FROM orders WHERE id = $1 FOR SHARE")
+            .bind(order_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if state.as_ref().map(|s| s.0.as_str()) != Some(OrderState::Confirmed.as_str()) {
+            tracing::warn!(%order_id, state = ?state, "not shipping an order that is not confirmed");
+            tx.commit().await?;
+            return Ok(());
+        }
+        let meta = Metadata { correlation_id: order_id, causation_id: d.event.id, source: "fulfillment".into(), traceparent: d.traceparent.clone() };
+        if store::shipments::create(&mut tx, order_id, &meta).await?.is_some() {
+            metrics::counter!("soldonce_shipments_created_total").increment(1);
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// The consumer spec of fulfillment.
+pub fn consumer_spec() -> bus::consumer::ConsumerSpec {
+    bus::consumer::ConsumerSpec {
+        name: "fulfillment".into(),
+        filter_subjects: vec!["soldonce.order.confirmed.>".into()],
+        types: vec!["soldonce.order.confirmed.v1".into()],
+        ack_wait: Duration::from_secs(30),
+        max_deliver: 20,
+        backoff: vec![Duration::from_secs(1), Duration::from_secs(5), Duration::from_secs(30)],
+        concurrency: 16,
+    }
+}
+
+/// A fulfillment process, connected and bound.
+pub struct Application {
+    listener: TcpListener,
+    pool: PgPool,
+    js: async_nats::jetstream::Context,
+    step_delay: Duration,
+}
+
+impl Application {
+    /// Connects to PostgreSQL and NATS, ensures the stream, binds the listener.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let pool = store::connect(&settings.database_url, 8).await.context("connecting to DATABASE_URL")?;
+        let js = bus::connect(&settings.nats_url).await.context("connecting to NATS_URL")?;
+        bus::ensure_stream(&js, &settings.stream).await.context("creating the SOLDONCE stream")?;
+        let listener = TcpListener::bind(settings.addr).await.with_context(|| format!("binding {}", settings.addr))?;
+        Ok(Application { listener, pool, js, step_delay: settings.step_delay })
+    }
+
+    /// The operations endpoint's address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    /// Runs until `shutdown`; work in hand is finished first.
+    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let pool = self.pool.clone();
+        let ready: platform::ops::ReadinessCheck = Arc::new(move || {
+            let pool = pool.clone();
+            Box::pin(async move { sqlx::query("SELECT 1").execute(&pool).await.map(|_| ()).map_err(|e| format!("postgres: {e}")) })
+        });
+        let mut http_stop = stop_rx.clone();
+        let server = axum::serve(self.listener, platform::ops::router::<()>(ready)).with_graceful_shutdown(async move {
+            let _ = http_stop.wait_for(|s| *s).await;
+        });
+        let server = tokio::spawn(async move { server.await });
+        let consumer = tokio::spawn(bus::consumer::run(self.js, self.pool.clone(), consumer_spec(), Arc::new(ShipOrders), stop_rx.clone()));
+        let warehouse = tokio::spawn(advance(self.pool, self.step_delay, stop_rx));
+        shutdown.await;
+        let _ = stop_tx.send(true);
+        consumer.await.context("consumer task")??;
+        warehouse.await.context("warehouse task")?;
+        server.await.context("server task")??;
+        Ok(())
+    }
+}
+
+async fn advance(pool: PgPool, step_delay: Duration, mut stop: watch::Receiver<bool>) {
+    let tick = (step_delay / 4).max(Duration::from_millis(10));
+    loop {
+        match store::shipments::advance_due(&pool, step_delay, 500).await {
+            Ok(n) => metrics::counter!("soldonce_shipment_steps_total").increment(n),
+            Err(e) => tracing::warn!(error = %e, "advancing shipments failed; retrying"),
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            () = tokio::time::sleep(tick) => {}
+        }
+    }
+}

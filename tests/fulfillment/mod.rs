@@ -1,0 +1,95 @@
+//! From paid to shipped, and back through history: fulfillment and replay.
+
+use async_nats::jetstream::message::PublishMessage;
+use futures::stream::{self, StreamExt};
+use soldonce_tests::relay::binary;
+use soldonce_tests::saga::Saga;
+use std::time::Duration;
+
+fn run_cli(saga: &Saga, args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(binary("soldonce"))
+        .args(args)
+        .env("DATABASE_URL", &saga.app.database_url)
+        .env("NATS_URL", saga.nats.url())
+        .output()
+        .expect("run soldonce");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_confirmed_order_is_delivered_with_one_shipment_and_no_other_order_ships() {
+    let mut saga = Saga::start(r#"{"decline_rate": 0.2}"#, Duration::from_secs(2)).await;
+    saga.start_fulfillment(Duration::from_millis(20)).await;
+    saga.app.add_product("MUG", 100, 1_000).await;
+    let _: Vec<String> = stream::iter(0..500).map(|_| saga.order("MUG")).buffer_unordered(50).collect().await;
+    saga.wait_quiescent(Duration::from_secs(90)).await;
+    let app = &saga.app;
+    let confirmed = app.count("SELECT count(*) FROM orders WHERE state = 'confirmed'").await;
+    assert!(confirmed > 300 && confirmed < 500, "about 80% paid: {confirmed}");
+    assert_eq!(app.count("SELECT count(*) FROM shipments").await, confirmed, "one shipment per confirmed order");
+    assert_eq!(app.count("SELECT count(*) FROM shipments WHERE state = 'delivered'").await, confirmed);
+    let misshipped = app.count("SELECT count(*) FROM shipments s JOIN orders o ON o.id = s.order_id WHERE o.state <> 'confirmed'").await;
+    assert_eq!(misshipped, 0, "no declined or expired order has a shipment");
+    assert_eq!(app.count("SELECT count(*) FROM events WHERE type = 'shipment.delivered.v1'").await, confirmed);
+
+    // A redelivered order.confirmed (same event, new message id) still makes one shipment.
+    let js = bus::connect(&saga.nats.url()).await.expect("nats");
+    let (id, payload): (String, serde_json::Value) = sqlx::query_as(
+        "SELECT e.stream_id::text, jsonb_build_object('specversion', '1.0', 'id', e.event_id, 'source', 'soldonce/payment-worker', \
+           'type', 'soldonce.' || e.type, 'subject', e.stream_id::text, 'time', e.recorded_at, 'datacontenttype', 'application/json', \
+           'correlationid', e.stream_id, 'causationid', e.event_id, 'data', e.data) \
+         FROM events e WHERE e.type = 'order.confirmed.v1' LIMIT 1",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .expect("a confirmed event");
+    let msg = PublishMessage::build().payload(serde_json::to_vec(&payload).expect("json").into()).message_id("redelivery");
+    js.send_publish(format!("soldonce.order.confirmed.{id}"), msg).await.expect("publish").await.expect("ack");
+    soldonce_tests::eventually("fulfillment to take the redelivery", Duration::from_secs(30), || {
+        let js = js.clone();
+        async move {
+            let mut c: async_nats::jetstream::consumer::PullConsumer =
+                js.get_consumer_from_stream("fulfillment", bus::STREAM).await.ok()?;
+            let info = c.info().await.ok()?;
+            (info.num_pending == 0 && info.num_ack_pending == 0).then_some(())
+        }
+    })
+    .await;
+    assert_eq!(app.count(&format!("SELECT count(*) FROM shipments WHERE order_id = '{id}'")).await, 1);
+    assert_eq!(app.count("SELECT count(*) FROM shipments").await, confirmed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replaying_the_stream_reproduces_the_live_projections_and_names_bad_events() {
+    let faults = r#"{"decline_rate": 0.2, "latency_ms": 700}"#;
+    let mut saga = Saga::start_with_ttl(faults, Duration::from_secs(5), Duration::from_millis(600)).await;
+    saga.start_fulfillment(Duration::from_millis(10)).await;
+    saga.start_expiry(Duration::from_millis(50)).await;
+    saga.app.add_product("MUG", 100, 2_500).await;
+    let _: Vec<String> = stream::iter(0..2_000).map(|_| saga.order("MUG")).buffer_unordered(100).collect().await;
+    saga.wait_quiescent(Duration::from_secs(120)).await;
+    let app = &saga.app;
+    let expired = app.count("SELECT count(*) FROM events WHERE type = 'order.expired.v1'").await;
+    let failed = app.count("SELECT count(*) FROM orders WHERE state = 'payment_failed'").await;
+    assert!(expired > 0 && failed > 0, "the run had expirations ({expired}) and declines ({failed})");
+
+    let (code, text) = run_cli(&saga, &["replay"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("reproduces the live projections exactly"), "{text}");
+
+    // Tamper: garbage and an unknown version land in (this copy of) the stream.
+    let js = bus::connect(&saga.nats.url()).await.expect("nats");
+    for (msg_id, body) in [("bad-1", b"{ tampered".to_vec()), ("bad-2", br#"{"specversion":"1.0","type":"soldonce.order.placed.v7"}"#.to_vec())] {
+        let msg = PublishMessage::build().payload(body.into()).message_id(msg_id);
+        js.send_publish("soldonce.order.placed.tampered", msg).await.expect("publish").await.expect("ack");
+    }
+    let last = {
+        let mut stream = js.get_stream(bus::STREAM).await.expect("stream");
+        stream.info().await.expect("info").state.last_sequence
+    };
+    let (code, text) = run_cli(&saga, &["replay"]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains(&format!("stream sequence {}: not JSON", last - 1)), "{text}");
+    assert!(text.contains(&format!("stream sequence {last}: unknown event type or version soldonce.order.placed.v7")), "{text}");
+}

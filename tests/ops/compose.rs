@@ -1,0 +1,107 @@
+//! `deploy/compose.yaml` runs binaries of this workspace, setting exactly
+//! the variables each reads and all that it requires; every service turns
+//! bad configuration into exit code 2 and one line naming the variable.
+
+use soldonce_tests::relay::binary;
+use soldonce_tests::system::SERVICES;
+use std::collections::{BTreeMap, BTreeSet};
+use yaml_rust2::{Yaml, YamlLoader};
+
+fn compose() -> Yaml {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/compose.yaml");
+    let text = std::fs::read_to_string(path).expect("deploy/compose.yaml");
+    YamlLoader::load_from_str(&text).expect("valid YAML").remove(0)
+}
+
+/// A mapping with `<<` merge keys applied.
+fn merged(node: &Yaml) -> BTreeMap<String, Yaml> {
+    let mut out = BTreeMap::new();
+    if let Some(map) = node.as_hash() {
+        if let Some(base) = map.get(&Yaml::String("<<".into())) {
+            out.extend(merged(base));
+        }
+        for (k, v) in map {
+            if let Some(k) = k.as_str().filter(|k| *k != "<<") {
+                out.insert(k.to_owned(), v.clone());
+            }
+        }
+    }
+    out
+}
+
+/// `${VAR:-default}` → `default`, as compose would with VAR unset.
+fn interpolate(value: &str) -> String {
+    match value.strip_prefix("${").and_then(|v| v.strip_suffix('}')).and_then(|v| v.split_once(":-")) {
+        Some((_, default)) => default.to_owned(),
+        None => value.to_owned(),
+    }
+}
+
+#[test]
+fn compose_runs_workspace_binaries_with_exactly_the_variables_they_read() {
+    let doc = compose();
+    let services = merged(&doc["services"]);
+    let mut seen = BTreeSet::new();
+    for (name, node) in &services {
+        let service = merged(node);
+        if service.get("image").and_then(Yaml::as_str) != Some("soldonce:latest") {
+            continue;
+        }
+        let Some(command) = service.get("command").and_then(Yaml::as_vec) else { continue };
+        let program = command[0].as_str().expect("command is a list of strings");
+        let path = binary(program);
+        seen.insert(program.to_owned());
+        let env: BTreeMap<String, String> = merged(service.get("environment").unwrap_or(&Yaml::Null))
+            .into_iter()
+            .map(|(k, v)| (k, interpolate(v.as_str().map(str::to_owned).unwrap_or_else(|| format!("{}", v.as_i64().unwrap_or_default())).as_str())))
+            .collect();
+        if program == "soldonce" {
+            assert_eq!(command.get(1).and_then(Yaml::as_str), Some("migrate"), "{name}: the CLI only migrates here");
+            assert!(env.contains_key("DATABASE_URL"), "{name}: migrate needs DATABASE_URL");
+            continue;
+        }
+        let out = std::process::Command::new(&path)
+            .arg("--check-config")
+            .env_clear()
+            .envs(&env)
+            .output()
+            .expect("run --check-config");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+            panic!("{name}: --check-config printed {:?} {:?}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+        });
+        assert_eq!(report["valid"], true, "{name}: compose's configuration is invalid: {report}");
+        let reads = report["reads"].as_object().expect("reads");
+        for key in env.keys() {
+            assert!(key == "RUST_LOG" || reads.contains_key(key), "{name} sets {key}, which {program} never reads");
+        }
+        for (key, required) in reads {
+            if required == true {
+                assert!(env.contains_key(key), "{name} does not set {key}, which {program} requires");
+            }
+        }
+    }
+    for service in SERVICES {
+        assert!(seen.contains(*service), "compose runs no {service}");
+    }
+}
+
+#[test]
+fn every_service_turns_bad_configuration_into_exit_2_and_one_line_naming_it() {
+    let cases: &[(&str, &[(&str, &str)], &str)] = &[
+        ("checkout", &[("DATABASE_URL", "mysql://nope")], "DATABASE_URL"),
+        ("checkout", &[("DATABASE_URL", "postgres://x/y"), ("RESERVATION_TTL", "soon")], "RESERVATION_TTL"),
+        ("outbox-relay", &[("DATABASE_URL", "postgres://x/y")], "NATS_URL"),
+        ("payment-worker", &[("DATABASE_URL", "postgres://x/y"), ("NATS_URL", "nats://x"), ("PSP_URL", "ftp://psp")], "PSP_URL"),
+        ("expiry", &[("DATABASE_URL", "postgres://x/y"), ("EXPIRY_INTERVAL", "0s")], "EXPIRY_INTERVAL"),
+        ("fulfillment", &[("DATABASE_URL", "postgres://x/y"), ("NATS_URL", "nats://x"), ("FULFILLMENT_STEP_DELAY", "-1")], "FULFILLMENT_STEP_DELAY"),
+        ("psp-sim", &[("PSP_SIM_ADDR", "not an address")], "PSP_SIM_ADDR"),
+        ("psp-sim", &[("PSP_FAULTS", r#"{"decline_rate": 2}"#)], "PSP_FAULTS"),
+    ];
+    for (service, env, names) in cases {
+        let out = std::process::Command::new(binary(service)).env_clear().envs(env.iter().copied()).output().expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{service} {env:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{service}: one line, got {stderr:?}");
+        assert!(stderr.contains(names), "{service}: the line names {names}: {stderr:?}");
+    }
+}

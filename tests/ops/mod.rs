@@ -1,0 +1,6 @@
+//! One command for operators: deployment files that match the binaries,
+//! clear configuration errors, parseable metrics, graceful shutdown, and the
+//! local run with its demo.
+
+mod compose;
+mod lifecycle;
