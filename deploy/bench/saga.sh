@@ -46,3 +46,7 @@ python3 -c "import time; t=time.time()-$t0; print(f'[expiry] released {$expired}
 kill "$exp"; wait "$exp" 2>/dev/null || true
 audit=$("$bin/soldonce" --json audit --max-outbox-age 100000 | json clean seconds)
 echo "[audit] over $(sql 'SELECT count(*) FROM orders') orders / $(sql 'SELECT count(*) FROM events') events: clean, seconds = $audit" | tee -a "$results"
+while [ "$(sql 'SELECT count(*) FROM outbox')" != "0" ]; do sleep 0.5; done
+replay=$("$bin/soldonce" --json replay | json events events_per_second seconds)
+read -r r_events r_rate r_secs <<<"$replay"
+echo "[replay] ${r_events} events from the stream, validated, folded and diffed in ${r_secs}s: ${r_rate} events/s" | tee -a "$results"

@@ -107,13 +107,7 @@ impl Application {
 }
 
 fn router(state: AppState) -> Router {
-    let pool = state.pool.clone();
-    let ready: platform::ops::ReadinessCheck = Arc::new(move || {
-        let pool = pool.clone();
-        Box::pin(async move {
-            sqlx::query("SELECT 1").execute(&pool).await.map(|_| ()).map_err(|e| format!("postgres: {e}"))
-        })
-    });
+    let ready = store::readiness(state.pool.clone());
     Router::new()
         .route("/v1/orders", post(place::place_order))
         .route("/v1/orders/{id}", get(orders::get_order))

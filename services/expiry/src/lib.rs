@@ -9,7 +9,6 @@ use platform::config::{self, ConfigError};
 use sqlx::PgPool;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -75,16 +74,7 @@ impl Application {
     /// Runs until `shutdown`; a batch in hand is finished first.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let pool = self.pool.clone();
-        let ready: platform::ops::ReadinessCheck = Arc::new(move || {
-            let pool = pool.clone();
-            Box::pin(async move { sqlx::query("SELECT 1").execute(&pool).await.map(|_| ()).map_err(|e| format!("postgres: {e}")) })
-        });
-        let mut http_stop = stop_rx.clone();
-        let server = axum::serve(self.listener, platform::ops::router::<()>(ready)).with_graceful_shutdown(async move {
-            let _ = http_stop.wait_for(|s| *s).await;
-        });
-        let server = tokio::spawn(async move { server.await });
+        let server = platform::ops::spawn(self.listener, store::readiness(self.pool.clone()), stop_rx.clone());
         let worker = tokio::spawn(run_loop(self.pool, self.settings, stop_rx));
         shutdown.await;
         let _ = stop_tx.send(true);

@@ -108,16 +108,7 @@ impl Application {
     /// Runs until `shutdown`; work in hand is finished first.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let pool = self.pool.clone();
-        let ready: platform::ops::ReadinessCheck = Arc::new(move || {
-            let pool = pool.clone();
-            Box::pin(async move { sqlx::query("SELECT 1").execute(&pool).await.map(|_| ()).map_err(|e| format!("postgres: {e}")) })
-        });
-        let mut http_stop = stop_rx.clone();
-        let server = axum::serve(self.listener, platform::ops::router::<()>(ready)).with_graceful_shutdown(async move {
-            let _ = http_stop.wait_for(|s| *s).await;
-        });
-        let server = tokio::spawn(async move { server.await });
+        let server = platform::ops::spawn(self.listener, store::readiness(self.pool.clone()), stop_rx.clone());
         let consumer = tokio::spawn(bus::consumer::run(self.js, self.pool.clone(), consumer_spec(), Arc::new(ShipOrders), stop_rx.clone()));
         let warehouse = tokio::spawn(advance(self.pool, self.step_delay, stop_rx));
         shutdown.await;

@@ -12,7 +12,6 @@ use anyhow::Context;
 use platform::config::{self, ConfigError};
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
@@ -75,16 +74,7 @@ impl Application {
     /// Relays until `shutdown` resolves; the batch in hand is finished first.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let pool = self.relay.pool().clone();
-        let ready: platform::ops::ReadinessCheck = Arc::new(move || {
-            let pool = pool.clone();
-            Box::pin(async move { sqlx::query("SELECT 1").execute(&pool).await.map(|_| ()).map_err(|e| format!("postgres: {e}")) })
-        });
-        let mut http_stop = stop_rx.clone();
-        let server = axum::serve(self.listener, platform::ops::router::<()>(ready)).with_graceful_shutdown(async move {
-            let _ = http_stop.wait_for(|s| *s).await;
-        });
-        let server = tokio::spawn(async move { server.await });
+        let server = platform::ops::spawn(self.listener, store::readiness(self.relay.pool().clone()), stop_rx.clone());
         let relay = tokio::spawn(self.relay.run(stop_rx));
         shutdown.await;
         let _ = stop_tx.send(true);

@@ -108,11 +108,7 @@ impl Application {
                 js.get_stream(bus::STREAM).await.map(|_| ()).map_err(|e| format!("nats: {e}"))
             })
         });
-        let mut http_stop = stop_rx.clone();
-        let server = axum::serve(self.listener, platform::ops::router::<()>(ready)).with_graceful_shutdown(async move {
-            let _ = http_stop.wait_for(|s| *s).await;
-        });
-        let server = tokio::spawn(async move { server.await });
+        let server = platform::ops::spawn(self.listener, ready, stop_rx.clone());
         let handler = Arc::new(handler::PayOrders { psp: self.psp });
         let consumer = tokio::spawn(bus::consumer::run(self.js, self.pool, consumer_spec(self.concurrency), handler, stop_rx));
         shutdown.await;

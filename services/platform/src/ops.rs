@@ -30,6 +30,18 @@ pub fn metrics_handle() -> PrometheusHandle {
 /// A readiness probe: `Ok` when every dependency answers, else which one failed.
 pub type ReadinessCheck = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
 
+/// Serves the operations routes on `listener` until `stop` turns true.
+pub fn spawn(
+    listener: tokio::net::TcpListener,
+    ready: ReadinessCheck,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<std::io::Result<()>> {
+    let server = axum::serve(listener, router::<()>(ready)).with_graceful_shutdown(async move {
+        let _ = stop.wait_for(|s| *s).await;
+    });
+    tokio::spawn(async move { server.await })
+}
+
 /// The `/healthz`, `/readyz` and `/metrics` routes.
 pub fn router<S: Clone + Send + Sync + 'static>(ready: ReadinessCheck) -> Router<S> {
     let handle = metrics_handle();

@@ -54,6 +54,14 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Er
         .await
 }
 
+/// A readiness probe that passes while PostgreSQL answers.
+pub fn readiness(pool: PgPool) -> platform::ops::ReadinessCheck {
+    std::sync::Arc::new(move || {
+        let pool = pool.clone();
+        Box::pin(async move { sqlx::query("SELECT 1").execute(&pool).await.map(|_| ()).map_err(|e| format!("postgres: {e}")) })
+    })
+}
+
 /// Applies every pending migration.
 pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     MIGRATOR.run(pool).await
