@@ -104,7 +104,14 @@ impl Saga {
                     )
                     .await;
                 let events = app.count("SELECT count(*) FROM events").await;
-                (busy == 0 && crate::relay::stream_len(&js).await == u64::try_from(events).unwrap_or(0)).then_some(())
+                // A late payment may be in flight for an order that is no longer pending.
+                let mut idle = true;
+                for consumer in ["payment-worker", "fulfillment"] {
+                    if let Ok(mut c) = js.get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(consumer, bus::STREAM).await {
+                        idle &= c.info().await.is_ok_and(|i| i.num_pending == 0 && i.num_ack_pending == 0);
+                    }
+                }
+                (idle && busy == 0 && crate::relay::stream_len(&js).await == u64::try_from(events).unwrap_or(0)).then_some(())
             }
         })
         .await;

@@ -27,7 +27,7 @@ pub struct Settings {
     pub nats_url: String,
     /// `OUTBOX_BATCH_SIZE`, default 500: rows claimed per transaction.
     pub batch_size: i64,
-    /// `OUTBOX_POLL_INTERVAL`, default 1s: the fallback when no notification arrives.
+    /// `OUTBOX_POLL_INTERVAL`, default 100ms: the fallback when no notification arrives.
     pub poll_interval: Duration,
     pub stream: bus::StreamSettings,
 }
@@ -44,7 +44,7 @@ impl Settings {
             database_url: config::database_url()?,
             nats_url: config::required("NATS_URL")?,
             batch_size,
-            poll_interval: config::duration("OUTBOX_POLL_INTERVAL", Duration::from_secs(1))?,
+            poll_interval: config::duration("OUTBOX_POLL_INTERVAL", Duration::from_millis(100))?,
             stream: bus::StreamSettings::from_env()?,
         })
     }
