@@ -93,3 +93,35 @@ async fn replaying_the_stream_reproduces_the_live_projections_and_names_bad_even
     assert!(text.contains(&format!("stream sequence {}: not JSON", last - 1)), "{text}");
     assert!(text.contains(&format!("stream sequence {last}: unknown event type or version soldonce.order.placed.v7")), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_see_an_orders_timeline_and_follow_live_events() {
+    let mut saga = Saga::start("{}", Duration::from_secs(2)).await;
+    saga.start_fulfillment(Duration::from_millis(10)).await;
+    saga.app.add_product("MUG", 100, 10).await;
+    let mut tail = tokio::process::Command::new(binary("soldonce"))
+        .args(["--json", "events", "tail", "--from-start", "--type", "shipment.delivered"])
+        .env("NATS_URL", saga.nats.url())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("events tail");
+    let id = saga.order("MUG").await;
+    saga.wait_quiescent(Duration::from_secs(30)).await;
+
+    let (code, text) = run_cli(&saga, &["order", "show", &id]);
+    assert_eq!(code, 0, "{text}");
+    for expected in ["confirmed", "order.placed.v1", "order.confirmed.v1", "payment: pay_", "delivered"] {
+        assert!(text.contains(expected), "order show lacks {expected:?}:\n{text}");
+    }
+    let (code, text) = run_cli(&saga, &["order", "show", "not-an-id"]);
+    assert_eq!((code, text.trim().lines().count()), (2, 1), "{text}");
+
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(tail.stdout.take().expect("stdout")).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await.expect("a line in time").expect("read").expect("a line");
+    let event: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+    assert_eq!(event["type"], "soldonce.shipment.delivered.v1", "only the type asked for");
+    assert_eq!(event["data"]["order_id"], id.as_str());
+}

@@ -21,6 +21,8 @@ pub(crate) enum ApiError {
     TooLarge,
     #[error("order not found")]
     NotFound,
+    #[error("not configured: {0}")]
+    NotConfigured(&'static str),
     #[error("illegal transition: {0}")]
     Conflict(DomainError),
     #[error("database unavailable: {0}")]
@@ -60,6 +62,7 @@ impl ApiError {
                 format!("the body must be at most {} bytes", crate::MAX_BODY_BYTES),
             ),
             ApiError::NotFound => Problem::new(S::NOT_FOUND, "not-found", "Not found", "no such order for this account"),
+            ApiError::NotConfigured(why) => Problem::new(S::NOT_FOUND, "not-found", "Not found", *why),
             ApiError::Conflict(e) => {
                 let p = Problem::new(S::CONFLICT, "illegal-transition", "Conflict", e.to_string());
                 match e {

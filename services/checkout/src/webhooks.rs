@@ -7,6 +7,7 @@
 use crate::error::ApiError;
 use crate::AppState;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use base64::Engine;
@@ -110,10 +111,21 @@ fn authenticate(secrets: &Secrets, headers: &HeaderMap, body: &[u8]) -> Result<S
 }
 
 /// Receives one webhook.
-pub(crate) async fn receive(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<StatusCode, ApiError> {
+pub(crate) async fn receive(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, ApiError> {
     let Some(secrets) = state.webhook_secrets.as_ref() else {
-        return Err(ApiError::NotFound);
+        return Err(ApiError::NotConfigured("webhooks are not configured (set WEBHOOK_SECRET)"));
     };
+    let body = body.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge
+        } else {
+            ApiError::Malformed(r.body_text())
+        }
+    })?;
     let webhook_id = authenticate(secrets, &headers, &body)?;
     let callback: Callback = serde_json::from_slice(&body).map_err(|e| ApiError::Invalid(format!("webhook body: {e}")))?;
     let order_id = callback.data.reference.as_deref().and_then(|r| r.parse::<Uuid>().ok());
