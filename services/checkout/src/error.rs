@@ -42,6 +42,16 @@ impl From<store::StoreError> for ApiError {
     }
 }
 
+impl From<axum::extract::rejection::BytesRejection> for ApiError {
+    fn from(r: axum::extract::rejection::BytesRejection) -> Self {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge
+        } else {
+            ApiError::Malformed(r.body_text())
+        }
+    }
+}
+
 impl ApiError {
     pub(crate) fn problem(&self) -> Problem {
         use StatusCode as S;

@@ -44,13 +44,7 @@ async fn place(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(Response, &'static str), ApiError> {
-    let body = body.map_err(|r| {
-        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::TooLarge
-        } else {
-            ApiError::Malformed(r.body_text())
-        }
-    })?;
+    let body = body?;
     request::check_content_type(headers)?;
     let key = request::idempotency_key(headers)?;
     let req = request::parse(&body)?;

@@ -119,13 +119,7 @@ pub(crate) async fn receive(
     let Some(secrets) = state.webhook_secrets.as_ref() else {
         return Err(ApiError::NotConfigured("webhooks are not configured (set WEBHOOK_SECRET)"));
     };
-    let body = body.map_err(|r| {
-        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::TooLarge
-        } else {
-            ApiError::Malformed(r.body_text())
-        }
-    })?;
+    let body = body?;
     let webhook_id = authenticate(secrets, &headers, &body)?;
     let callback: Callback = serde_json::from_slice(&body).map_err(|e| ApiError::Invalid(format!("webhook body: {e}")))?;
     let order_id = callback.data.reference.as_deref().and_then(|r| r.parse::<Uuid>().ok());
