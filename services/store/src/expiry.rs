@@ -60,9 +60,35 @@ pub async fn release_batch(pool: &PgPool, limit: i64, now: DateTime<Utc>) -> Res
     .bind(&order_ids)
     .execute(&mut *tx)
     .await?;
-    for (order, next, events) in &released {
-        let meta = Metadata { correlation_id: order.id, causation_id: Uuid::now_v7(), source: "expiry".into(), traceparent: None };
-        crate::orders::append(&mut tx, Some(order), next, events, &meta).await?;
+    // Every order's event and outbox row in one statement, every projection row in another.
+    let metas: Vec<Metadata> = released
+        .iter()
+        .map(|(o, _, _)| Metadata { correlation_id: o.id, causation_id: Uuid::now_v7(), source: "expiry".into(), traceparent: None })
+        .collect();
+    let mut records = Vec::with_capacity(released.len());
+    for ((order, _, events), meta) in released.iter().zip(&metas) {
+        for (event, version) in events.iter().zip(order.version + 1..) {
+            records.push(crate::orders::Record::order(order.id, version, event, meta));
+        }
+    }
+    crate::orders::append_records(&mut tx, &records).await?;
+    let ids: Vec<Uuid> = released.iter().map(|(_, next, _)| next.id).collect();
+    let states: Vec<&str> = released.iter().map(|(_, next, _)| next.state.as_str()).collect();
+    let versions: Vec<i32> = released.iter().map(|(_, next, _)| next.version).collect();
+    let times: Vec<DateTime<Utc>> = released.iter().map(|(_, next, _)| next.updated_at).collect();
+    let updated = sqlx::query(
+        "UPDATE orders o SET state = x.state, version = x.version, updated_at = x.at \
+         FROM unnest($1::uuid[], $2::text[], $3::int[], $4::timestamptz[]) AS x(id, state, version, at) \
+         WHERE o.id = x.id AND o.version = x.version - 1",
+    )
+    .bind(&ids)
+    .bind(&states)
+    .bind(&versions)
+    .bind(&times)
+    .execute(&mut *tx)
+    .await?;
+    if updated.rows_affected() != ids.len() as u64 {
+        return Err(StoreError::Conflict(ids[0]));
     }
     tx.commit().await?;
     Ok(released.len() as u64)

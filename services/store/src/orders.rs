@@ -119,68 +119,64 @@ pub(crate) async fn append(
     events: &[Event],
     meta: &Metadata,
 ) -> Result<(), StoreError> {
-    let records: Vec<Record> = events
-        .iter()
-        .map(|e| Record {
-            type_name: e.type_name(),
-            subject: envelope::subject(e, after.id),
-            data: e.data(),
-            at: e.at(),
-        })
-        .collect();
-    append_records(conn, after.id, before.map_or(1, |o| o.version + 1), &records, meta).await?;
+    let first = before.map_or(1, |o| o.version + 1);
+    let records: Vec<Record<'_>> = events.iter().zip(first..).map(|(e, version)| Record::order(after.id, version, e, meta)).collect();
+    append_records(conn, &records).await?;
     write_projection(conn, before, after).await
 }
 
-/// One event to record, of any aggregate.
-pub(crate) struct Record {
+/// One event to record, of any aggregate, at its version of its stream.
+pub(crate) struct Record<'a> {
+    pub stream_id: Uuid,
+    pub version: i32,
     pub type_name: &'static str,
     pub subject: String,
     pub data: serde_json::Value,
     pub at: DateTime<Utc>,
+    pub meta: &'a Metadata,
 }
 
-/// Appends records to a stream from `first_version` on, each with its outbox row.
-pub(crate) async fn append_records(
-    conn: &mut PgConnection,
-    stream_id: Uuid,
-    first_version: i32,
-    records: &[Record],
-    meta: &Metadata,
-) -> Result<(), StoreError> {
-    let mut ids = Vec::with_capacity(records.len());
-    let mut versions = Vec::with_capacity(records.len());
-    let mut types = Vec::with_capacity(records.len());
-    let mut datas = Vec::with_capacity(records.len());
-    let mut times = Vec::with_capacity(records.len());
-    let mut subjects = Vec::with_capacity(records.len());
-    let mut payloads = Vec::with_capacity(records.len());
-    for (i, r) in records.iter().enumerate() {
+impl<'a> Record<'a> {
+    /// An order event.
+    pub(crate) fn order(order_id: Uuid, version: i32, e: &Event, meta: &'a Metadata) -> Self {
+        Record { stream_id: order_id, version, type_name: e.type_name(), subject: envelope::subject(e, order_id), data: e.data(), at: e.at(), meta }
+    }
+}
+
+/// Appends records (of one or many streams) with their outbox rows, in one
+/// statement. A version already taken is `StoreError::Conflict`.
+pub(crate) async fn append_records(conn: &mut PgConnection, records: &[Record<'_>]) -> Result<(), StoreError> {
+    let n = records.len();
+    let (mut ids, mut streams, mut versions, mut types, mut datas) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut times, mut metas, mut subjects, mut payloads, mut headers) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
+    for r in records {
         let id = Uuid::now_v7();
-        let envelope = envelope::wrap_parts(id, stream_id, r.type_name, r.at, r.data.clone(), meta);
+        let envelope = envelope::wrap_parts(id, r.stream_id, r.type_name, r.at, r.data.clone(), r.meta);
         ids.push(id);
-        versions.push(first_version + i32::try_from(i).unwrap_or(i32::MAX));
+        streams.push(r.stream_id);
+        versions.push(r.version);
         types.push(r.type_name);
         datas.push(r.data.clone());
         times.push(r.at);
+        metas.push(serde_json::to_value(r.meta).map_err(corrupt)?);
         subjects.push(r.subject.clone());
-        payloads.push(serde_json::to_value(&envelope).map_err(|e| StoreError::Corrupt(e.to_string()))?);
+        payloads.push(serde_json::to_value(&envelope).map_err(corrupt)?);
+        headers.push(serde_json::json!({ "traceparent": r.meta.traceparent }));
     }
-    let metadata = serde_json::to_value(meta).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    let headers = serde_json::json!({ "traceparent": meta.traceparent });
     let appended = sqlx::query(
         "WITH e AS (INSERT INTO events (event_id, stream_id, version, type, data, metadata, recorded_at) \
-                    SELECT id, $2, v, t, d, $7, at FROM unnest($1::uuid[], $3::int[], $4::text[], $5::jsonb[], $6::timestamptz[]) AS x(id, v, t, d, at)) \
+                    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[], $5::jsonb[], $6::jsonb[], $7::timestamptz[])) \
          INSERT INTO outbox (id, stream_id, subject, payload, headers) \
-         SELECT id, $2, s, p, $10 FROM unnest($1::uuid[], $8::text[], $9::jsonb[]) AS y(id, s, p)",
+         SELECT * FROM unnest($1::uuid[], $2::uuid[], $8::text[], $9::jsonb[], $10::jsonb[])",
     )
     .bind(&ids)
-    .bind(stream_id)
+    .bind(&streams)
     .bind(&versions)
     .bind(&types)
     .bind(&datas)
+    .bind(&metas)
     .bind(&times)
-    .bind(&metadata)
     .bind(&subjects)
     .bind(&payloads)
     .bind(&headers)
@@ -188,7 +184,7 @@ pub(crate) async fn append_records(
     .await;
     if let Err(e) = &appended {
         if crate::violated_constraint(e) == Some("events_stream_version") {
-            return Err(StoreError::Conflict(stream_id));
+            return Err(StoreError::Conflict(streams.first().copied().unwrap_or_default()));
         }
     }
     appended?;

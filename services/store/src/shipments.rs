@@ -19,8 +19,11 @@ pub struct ShipmentView {
     pub state: String,
 }
 
-fn record(event: &ShipmentEvent) -> Result<Record, StoreError> {
+fn record<'a>(event: &ShipmentEvent, version: i32, meta: &'a Metadata) -> Result<Record<'a>, StoreError> {
     Ok(Record {
+        stream_id: event.shipment_id,
+        version,
+        meta,
         type_name: event.state.event_type(),
         subject: format!("soldonce.{}.{}", event.state.event_type().trim_end_matches(".v1"), event.shipment_id),
         data: serde_json::to_value(event).map_err(|e| StoreError::Corrupt(e.to_string()))?,
@@ -45,7 +48,7 @@ pub async fn create(conn: &mut PgConnection, order_id: Uuid, meta: &Metadata) ->
         return Ok(None);
     }
     let event = ShipmentEvent { shipment_id: id, order_id, state: ShipmentState::Pending, at };
-    append_records(conn, id, 1, &[record(&event)?], meta).await?;
+    append_records(conn, &[record(&event, 1, meta)?]).await?;
     Ok(Some(id))
 }
 
@@ -75,7 +78,7 @@ pub async fn advance_due(pool: &PgPool, step_delay: Duration, limit: i64) -> Res
             .await?;
         let meta = Metadata { correlation_id: order_id, causation_id: Uuid::now_v7(), source: "fulfillment".into(), traceparent: None };
         let event = ShipmentEvent { shipment_id: id, order_id, state: next, at };
-        append_records(&mut tx, id, version + 1, &[record(&event)?], &meta).await?;
+        append_records(&mut tx, &[record(&event, version + 1, &meta)?]).await?;
         moved += 1;
     }
     tx.commit().await?;
