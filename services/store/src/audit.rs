@@ -60,20 +60,34 @@ pub async fn run(pool: &PgPool, max_outbox_age_secs: f64) -> Result<AuditReport,
     Ok(report)
 }
 
+/// One SKU's buckets beside its ledger sums and the units its orders hold.
+#[derive(sqlx::FromRow)]
+struct SkuBooks {
+    sku: String,
+    available: i64,
+    reserved: i64,
+    sold: i64,
+    ledger_available: i64,
+    ledger_reserved: i64,
+    ledger_sold: i64,
+    pending: i64,
+    confirmed: i64,
+}
+
 async fn check_stock(pool: &PgPool, report: &mut AuditReport) -> Result<(), StoreError> {
-    let rows: Vec<(String, i64, i64, i64, i64, i64, i64, i64, i64)> = sqlx::query_as(
+    let rows: Vec<SkuBooks> = sqlx::query_as(
         "WITH l AS (SELECT sku, sum(d_available)::bigint a, sum(d_reserved)::bigint r, sum(d_sold)::bigint s FROM stock_ledger GROUP BY sku), \
               o AS (SELECT ol.sku, \
                       coalesce(sum(ol.quantity) FILTER (WHERE o.state = 'payment_pending'), 0)::bigint pending, \
                       coalesce(sum(ol.quantity) FILTER (WHERE o.state = 'confirmed'), 0)::bigint confirmed \
                     FROM order_lines ol JOIN orders o ON o.id = ol.order_id GROUP BY ol.sku) \
-         SELECT s.sku, s.available, s.reserved, s.sold, coalesce(l.a, 0), coalesce(l.r, 0), coalesce(l.s, 0), \
-                coalesce(o.pending, 0), coalesce(o.confirmed, 0) \
+         SELECT s.sku, s.available, s.reserved, s.sold, coalesce(l.a, 0) AS ledger_available, coalesce(l.r, 0) AS ledger_reserved, \
+                coalesce(l.s, 0) AS ledger_sold, coalesce(o.pending, 0) AS pending, coalesce(o.confirmed, 0) AS confirmed \
          FROM stock s LEFT JOIN l ON l.sku = s.sku LEFT JOIN o ON o.sku = s.sku ORDER BY s.sku",
     )
     .fetch_all(pool)
     .await?;
-    for (sku, a, r, s, la, lr, ls, pending, confirmed) in rows {
+    for SkuBooks { sku, available: a, reserved: r, sold: s, ledger_available: la, ledger_reserved: lr, ledger_sold: ls, pending, confirmed } in rows {
         report.skus += 1;
         let mut flag = |check, detail: String| report.violations.push(Violation { check, subject: sku.clone(), detail });
         if (a, r, s) != (la, lr, ls) {
