@@ -10,11 +10,20 @@ async fn main() -> ExitCode {
     let loaded = Settings::from_env();
     if std::env::args().skip(1).any(|a| a == "--check-config") {
         // What a deployment may set, for checking compose files against.
-        let reads: serde_json::Map<String, serde_json::Value> =
-            psp_sim::settings::VARIABLES.iter().map(|v| ((*v).to_owned(), false.into())).collect();
+        let reads: serde_json::Map<String, serde_json::Value> = psp_sim::settings::VARIABLES
+            .iter()
+            .map(|v| ((*v).to_owned(), false.into()))
+            .collect();
         let error = loaded.as_ref().err().map(ToString::to_string);
-        println!("{}", serde_json::json!({ "valid": error.is_none(), "error": error, "reads": reads }));
-        return if error.is_none() { ExitCode::SUCCESS } else { ExitCode::from(2) };
+        println!(
+            "{}",
+            serde_json::json!({ "valid": error.is_none(), "error": error, "reads": reads })
+        );
+        return if error.is_none() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(2)
+        };
     }
     let settings = match loaded {
         Ok(settings) => settings,

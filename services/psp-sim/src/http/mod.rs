@@ -57,6 +57,23 @@ impl AppState {
 
 type SharedState = State<Arc<AppState>>;
 
+/// The start every money-moving POST shares: the `fail_first` fault, then
+/// the required `Idempotency-Key` (recorded on the current span).
+fn admit_keyed(
+    state: &AppState,
+    headers: &axum::http::HeaderMap,
+) -> Result<(crate::faults::Faults, String), crate::problem::ApiError> {
+    let crate::faults::Admission::Admitted(faults) = state.faults.admit() else {
+        state
+            .counters
+            .fault_injected(crate::counters::Fault::FailFirst, 1);
+        return Err(crate::problem::ApiError::InjectedFailure);
+    };
+    let key = request::idempotency_key(headers)?;
+    tracing::Span::current().record("idempotency_key", key.as_str());
+    Ok((faults, key))
+}
+
 /// Every route of the simulator.
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     let api = Router::new()

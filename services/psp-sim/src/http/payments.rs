@@ -9,10 +9,10 @@ use axum::Json;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 
-use super::request::{idempotency_key, json_body};
+use super::request::json_body;
 use super::{reply, SharedState};
 use crate::counters::Fault;
-use crate::faults::{roll, Admission};
+use crate::faults::roll;
 use crate::ledger::Recorded;
 use crate::model::{Payment, PaymentRequest, PaymentStatus};
 use crate::problem::ApiError;
@@ -24,12 +24,7 @@ pub(super) async fn create(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let Admission::Admitted(faults) = state.faults.admit() else {
-        state.counters.fault_injected(Fault::FailFirst, 1);
-        return Err(ApiError::InjectedFailure);
-    };
-    let key = idempotency_key(&headers)?;
-    tracing::Span::current().record("idempotency_key", key.as_str());
+    let (faults, key) = super::admit_keyed(&state, &headers)?;
     let request: PaymentRequest = json_body(&body)?;
     request.validate()?;
     let declined = roll(faults.decline_rate);

@@ -6,10 +6,8 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use chrono::Utc;
 
-use super::request::{idempotency_key, optional_json_body};
+use super::request::optional_json_body;
 use super::{reply, SharedState};
-use crate::counters::Fault;
-use crate::faults::Admission;
 use crate::ledger::Recorded;
 use crate::model::RefundRequest;
 use crate::problem::ApiError;
@@ -22,12 +20,7 @@ pub(super) async fn create(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let Admission::Admitted(faults) = state.faults.admit() else {
-        state.counters.fault_injected(Fault::FailFirst, 1);
-        return Err(ApiError::InjectedFailure);
-    };
-    let key = idempotency_key(&headers)?;
-    tracing::Span::current().record("idempotency_key", key.as_str());
+    let (faults, key) = super::admit_keyed(&state, &headers)?;
     let request: RefundRequest = optional_json_body(&body)?;
     request.validate()?;
     let recorded = state
