@@ -13,18 +13,52 @@ pub struct Saga {
     pub app: Arc<TestApp>,
     pub nats: Nats,
     pub psp_url: String,
+    psp_timeout: Duration,
+    compensation_interval: Duration,
     stops: Vec<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// How a saga starts.
+#[derive(Debug, Clone)]
+pub struct SagaOptions {
+    /// PSP faults, as JSON.
+    pub faults: String,
+    /// The payment worker's per-call PSP timeout.
+    pub psp_timeout: Duration,
+    /// How long reservations last.
+    pub ttl: Duration,
+    /// Whether the payment worker starts with the rest ([`Saga::start_worker`] starts it later).
+    pub worker: bool,
+    /// How often the worker looks for due compensations.
+    pub compensation_interval: Duration,
+}
+
+impl Default for SagaOptions {
+    fn default() -> Self {
+        SagaOptions {
+            faults: "{}".into(),
+            psp_timeout: Duration::from_secs(2),
+            ttl: Duration::from_secs(900),
+            worker: true,
+            compensation_interval: Duration::from_millis(100),
+        }
+    }
 }
 
 impl Saga {
     /// Starts the saga with these PSP faults (JSON) and a per-call PSP timeout.
     pub async fn start(faults: &str, psp_timeout: Duration) -> Saga {
-        Saga::start_with_ttl(faults, psp_timeout, Duration::from_secs(900)).await
+        Saga::start_with(SagaOptions { faults: faults.into(), psp_timeout, ..SagaOptions::default() }).await
     }
 
     /// Like [`Saga::start`], with reservations that last `ttl`.
     pub async fn start_with_ttl(faults: &str, psp_timeout: Duration, ttl: Duration) -> Saga {
-        let app = Arc::new(TestApp::spawn_with_ttl(ttl).await);
+        Saga::start_with(SagaOptions { faults: faults.into(), psp_timeout, ttl, ..SagaOptions::default() }).await
+    }
+
+    /// Starts checkout, a relay, psp-sim and (unless told not to) a payment worker.
+    pub async fn start_with(options: SagaOptions) -> Saga {
+        let app = Arc::new(TestApp::spawn_with_ttl(options.ttl).await);
         let nats = Nats::start_temporary().expect("private nats");
         let mut stops = vec![crate::relay::spawn_in_process(&app.database_url, &nats.url()).await];
 
@@ -34,7 +68,8 @@ impl Saga {
                 url: app.url("/v1/psp/webhooks").parse().expect("url"),
                 secret: psp_sim::signature::WebhookSecret::parse(WEBHOOK_SECRET).expect("secret"),
             }),
-            faults: psp_sim::Faults::from_json(faults).expect("faults"),
+            faults: psp_sim::Faults::from_json(&options.faults).expect("faults"),
+            data_dir: None,
         };
         let psp = psp_sim::Application::build(psp_settings).await.expect("psp-sim");
         let psp_url = format!("http://{}", psp.local_addr());
@@ -43,16 +78,34 @@ impl Saga {
             let _ = stopped.await;
         }));
         stops.push(stop);
+        let mut saga = Saga {
+            app,
+            nats,
+            psp_url,
+            psp_timeout: options.psp_timeout,
+            compensation_interval: options.compensation_interval,
+            stops,
+        };
+        if options.worker {
+            saga.start_worker().await;
+        }
+        saga
+    }
 
+    /// Starts a payment worker (it also carries out compensations).
+    pub async fn start_worker(&mut self) {
         let worker_settings = payment_worker::Settings {
             addr: "127.0.0.1:0".parse().expect("addr"),
-            database_url: app.database_url.clone(),
-            nats_url: nats.url(),
-            psp_url: psp_url.clone(),
-            psp_timeout,
+            database_url: self.app.database_url.clone(),
+            nats_url: self.nats.url(),
+            psp_url: self.psp_url.clone(),
+            psp_timeout: self.psp_timeout,
             psp_deadline: Duration::from_secs(20),
             // Enough to start every test's charges at once.
             concurrency: 256,
+            compensation_interval: self.compensation_interval,
+            // Tests reconcile explicitly, so each run is seen.
+            reconcile_interval: Duration::ZERO,
             stream: bus::StreamSettings::default(),
         };
         let worker = payment_worker::Application::build(worker_settings).await.expect("payment worker");
@@ -60,8 +113,7 @@ impl Saga {
         tokio::spawn(worker.run_until_stopped(async move {
             let _ = stopped.await;
         }));
-        stops.push(stop);
-        Saga { app, nats, psp_url, stops }
+        self.stops.push(stop);
     }
 
     /// Adds a fulfillment process with this warehouse step delay.
@@ -112,6 +164,51 @@ impl Saga {
                     }
                 }
                 (idle && busy == 0 && crate::relay::stream_len(&js).await == u64::try_from(events).unwrap_or(0)).then_some(())
+            }
+        })
+        .await;
+    }
+
+    /// Replaces the PSP's faults (JSON), as an operator's `PUT /admin/faults` does.
+    pub async fn set_faults(&self, faults: &str) {
+        let body: serde_json::Value = serde_json::from_str(faults).expect("faults json");
+        let r = self.app.send(self.app.client.put(format!("{}/admin/faults", self.psp_url)).json(&body)).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+
+    /// Charges at the PSP directly, as a worker that then crashed would have;
+    /// returns the payment.
+    pub async fn charge_directly(&self, reference: &str, amount_minor: i64, currency: &str, key: &str) -> serde_json::Value {
+        let body = serde_json::json!({ "amount_minor": amount_minor, "currency": currency, "reference": reference });
+        let request = self.app.client.post(format!("{}/v1/payments", self.psp_url)).header("idempotency-key", key).json(&body);
+        let r = self.app.send(request).await;
+        assert!(r.status == 201 || r.status == 200, "{}", r.body);
+        r.body
+    }
+
+    /// One PSP payment by id.
+    pub async fn psp_payment(&self, payment_id: &str) -> serde_json::Value {
+        let r = self.app.send(self.app.client.get(format!("{}/v1/payments/{payment_id}", self.psp_url))).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.body
+    }
+
+    /// A PSP client like the payment worker's.
+    pub fn psp_client(&self) -> payment_worker::psp::Psp {
+        payment_worker::psp::Psp::new(&self.psp_url, Duration::from_secs(5), Duration::from_secs(20)).expect("psp client")
+    }
+
+    /// Waits until the payment worker has nothing in hand or pending.
+    pub async fn wait_worker_idle(&self, within: Duration) {
+        let js = bus::connect(&self.nats.url()).await.expect("nats");
+        eventually("the payment worker to be idle", within, || {
+            let js = js.clone();
+            async move {
+                let mut c = js
+                    .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>("payment-worker", bus::STREAM)
+                    .await
+                    .ok()?;
+                c.info().await.is_ok_and(|i| i.num_pending == 0 && i.num_ack_pending == 0 && i.delivered.consumer_sequence > 0).then_some(())
             }
         })
         .await;
@@ -176,6 +273,24 @@ pub async fn spawn_expiry(database_url: &str, interval: Duration) -> tokio::sync
     stop
 }
 
+/// Delivers a PSP payment object (as the PSP's API shows it) in a freshly
+/// signed `payment.succeeded` webhook with a new webhook id; returns the status.
+pub async fn redeliver_payment_webhook(app: &TestApp, payment: &serde_json::Value) -> u16 {
+    let now = chrono::Utc::now();
+    let webhook_id = format!("msg_{}", Uuid::new_v4().simple());
+    let body = serde_json::json!({ "type": "payment.succeeded", "timestamp": now, "data": payment }).to_string();
+    let secret = psp_sim::signature::WebhookSecret::parse(WEBHOOK_SECRET).expect("secret");
+    let signature = psp_sim::signature::sign(&secret, &webhook_id, now.timestamp(), body.as_bytes());
+    let request = app
+        .client
+        .post(app.url("/v1/psp/webhooks"))
+        .header("webhook-id", webhook_id)
+        .header("webhook-timestamp", now.timestamp().to_string())
+        .header("webhook-signature", signature)
+        .body(body);
+    app.send(request).await.status
+}
+
 /// Delivers a correctly signed `payment.succeeded` webhook for an order; returns the status.
 pub async fn pay_by_webhook(app: &TestApp, order_id: &str, amount_minor: i64) -> u16 {
     let now = chrono::Utc::now();
@@ -197,8 +312,18 @@ pub async fn pay_by_webhook(app: &TestApp, order_id: &str, amount_minor: i64) ->
     app.send(request).await.status
 }
 
+/// Runs the audit with these graces (seconds) for compensations and shipments.
+pub async fn audit_with(app: &TestApp, compensation_grace: u64, shipment_grace: u64) -> store::audit::AuditReport {
+    let options = store::audit::AuditOptions {
+        compensation_grace: Duration::from_secs(compensation_grace),
+        shipment_grace: Duration::from_secs(shipment_grace),
+        ..store::audit::AuditOptions::default()
+    };
+    store::audit::run(&app.pool, &options).await.expect("audit runs")
+}
+
 /// Runs the audit and panics naming every violation.
 pub async fn assert_audit_clean(app: &TestApp) {
-    let report = store::audit::run(&app.pool, 300.0).await.expect("audit runs");
+    let report = store::audit::run(&app.pool, &store::audit::AuditOptions::default()).await.expect("audit runs");
     assert!(report.clean(), "audit violations: {:#?}", report.violations);
 }

@@ -1,2 +1,3 @@
 mod flow;
+mod money;
 mod webhooks;

@@ -21,6 +21,18 @@ pub struct PaymentView {
     pub psp_payment_id: String,
 }
 
+/// A refund decided against a payment that could not settle the order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefundView {
+    pub psp_payment_id: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    /// Why the payment could not settle the order, e.g. `cancelled`.
+    pub reason: String,
+    /// `pending` until the PSP confirms the refund, then `refunded`.
+    pub state: String,
+}
+
 /// The order resource.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OrderView {
@@ -31,6 +43,8 @@ pub struct OrderView {
     pub currency: String,
     pub shipping: Option<Shipping>,
     pub payment: Option<PaymentView>,
+    /// Payments that could not settle the order, and their refunds.
+    pub refunds: Vec<RefundView>,
     /// The shipment, once fulfillment created one.
     pub shipment: Option<store::shipments::ShipmentView>,
     pub expires_at: DateTime<Utc>,
@@ -56,6 +70,17 @@ impl From<&Order> for OrderView {
                 amount_minor: p.amount_minor,
                 psp_payment_id: p.payment_id.clone(),
             }),
+            refunds: o
+                .refunds
+                .iter()
+                .map(|r| RefundView {
+                    psp_payment_id: r.payment_id.clone(),
+                    amount_minor: r.amount_minor,
+                    currency: r.currency.clone(),
+                    reason: r.reason.as_str().to_owned(),
+                    state: if r.refunded { "refunded" } else { "pending" }.into(),
+                })
+                .collect(),
             shipment: None,
             expires_at: o.expires_at,
             created_at: o.created_at,

@@ -2,7 +2,9 @@
 //! (Standard Webhooks v1). The signature is checked over the raw body before
 //! anything is parsed; the webhook id is recorded in the same transaction as
 //! the effect, so a repeat is a no-op; whichever of the worker's synchronous
-//! reply and this webhook arrives first advances the order.
+//! reply and this webhook arrives first advances the order. A payment that
+//! cannot settle its order is answered like any other: the refund it needs
+//! is recorded with the receipt, and the payment worker carries it out.
 
 use crate::error::ApiError;
 use crate::AppState;
@@ -15,8 +17,7 @@ use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use sha2::Sha256;
 use store::envelope::Metadata;
-use store::orders::Transition;
-use store::payments::Verdict;
+use store::payments::{Learned, PaymentFact, Source};
 use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
@@ -84,9 +85,28 @@ struct CallbackData {
     #[serde(default)]
     amount_minor: Option<i64>,
     #[serde(default)]
+    currency: Option<String>,
+    #[serde(default)]
     reference: Option<String>,
     #[serde(default)]
     failure_reason: Option<String>,
+    /// Set on refunds: the payment refunded.
+    #[serde(default)]
+    payment_id: Option<String>,
+}
+
+impl CallbackData {
+    /// The payment fact a `payment.*` callback reports, if it is complete.
+    fn payment_fact(&self) -> Option<PaymentFact> {
+        Some(PaymentFact {
+            payment_id: self.id.chars().take(255).collect(),
+            order_id: self.reference.as_deref().and_then(|r| r.parse().ok()),
+            status: domain::PspStatus::parse(self.status.as_deref()?),
+            amount_minor: self.amount_minor?,
+            currency: self.currency.as_deref()?.chars().take(16).collect(),
+            failure_reason: self.failure_reason.as_deref().map(|r| r.chars().take(200).collect()),
+        })
+    }
 }
 
 fn reject(reason: &'static str) -> ApiError {
@@ -123,36 +143,33 @@ pub(crate) async fn receive(
     let webhook_id = authenticate(secrets, &headers, &body)?;
     let callback: Callback = serde_json::from_slice(&body).map_err(|e| ApiError::Invalid(format!("webhook body: {e}")))?;
     let order_id = callback.data.reference.as_deref().and_then(|r| r.parse::<Uuid>().ok());
-    let verdict = match (callback.event_type.as_str(), callback.data.status.as_deref()) {
-        ("payment.succeeded", Some("succeeded")) => callback
-            .data
-            .amount_minor
-            .map(|amount_minor| Verdict::Succeeded { payment_id: callback.data.id.clone(), amount_minor }),
-        ("payment.failed", Some("failed")) => Some(Verdict::Failed {
-            payment_id: callback.data.id.clone(),
-            reason: callback.data.failure_reason.clone().unwrap_or_else(|| "declined".into()),
-        }),
-        _ => None,
-    };
+    if callback.event_type == "refund.succeeded" && callback.data.status.as_deref() == Some("succeeded") {
+        // Idempotent on its own: a refund is recorded once, whoever learns of it first.
+        if let Some(payment_id) = callback.data.payment_id.as_deref() {
+            store::compensations::complete(&state.pool, payment_id, &callback.data.id, "checkout").await?;
+        }
+    }
+    let fact = callback.event_type.starts_with("payment.").then(|| callback.data.payment_fact()).flatten();
     let mut tx = state.pool.begin().await.map_err(store::StoreError::from)?;
     if !store::payments::record_webhook(&mut tx, &webhook_id, &callback.event_type, order_id).await? {
         metrics::counter!("soldonce_webhooks_total", "outcome" => "duplicate").increment(1);
         return Ok(StatusCode::OK);
     }
-    let outcome = match (order_id, &verdict) {
-        (Some(order_id), Some(verdict)) => {
-            let meta = Metadata { correlation_id: order_id, causation_id: Uuid::now_v7(), source: "checkout".into(), traceparent: None };
-            Some(store::payments::settle(&mut tx, order_id, verdict, &meta).await?)
+    let outcome = match &fact {
+        Some(fact) => {
+            let meta = Metadata { correlation_id: order_id.unwrap_or_default(), causation_id: Uuid::now_v7(), source: "checkout".into(), traceparent: None };
+            store::payments::learn(&mut tx, fact, Source::Webhook, &meta).await?
         }
-        _ => None,
+        None => Learned::AlreadyKnown,
     };
-    if let Some(Transition::StockShort(_)) = outcome {
-        // A late payment whose units are gone: the payment worker refunds it.
-        // Keep no receipt so a redelivery is handled again, after that.
-        metrics::counter!("soldonce_webhooks_total", "outcome" => "deferred").increment(1);
-        return Err(ApiError::Unavailable("late payment awaiting compensation".into()));
-    }
     tx.commit().await.map_err(store::StoreError::from)?;
-    metrics::counter!("soldonce_webhooks_total", "outcome" => "applied").increment(1);
+    let label = match outcome {
+        Learned::Confirmed { .. } => "confirmed",
+        Learned::RefundDecided(_) => "refund_decided",
+        Learned::Declined(_) => "declined",
+        Learned::AlreadyKnown => "applied",
+        Learned::Unknown(_) => "unknown_status",
+    };
+    metrics::counter!("soldonce_webhooks_total", "outcome" => label).increment(1);
     Ok(StatusCode::OK)
 }

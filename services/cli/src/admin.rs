@@ -166,31 +166,41 @@ pub async fn account(cmd: AccountCommand, _out: &Output) -> Result<ExitCode, Cli
 
 pub async fn projections(cmd: ProjectionsCommand, out: &Output) -> Result<ExitCode, CliError> {
     let ProjectionsCommand::Rebuild = cmd;
-    let report = store::projections::rebuild(&pool().await?).await.context("rebuilding the orders projection")?;
+    let report = store::projections::rebuild(&pool().await?).await.context("rebuilding the projections")?;
     out.print(&report, || {
-        format!(
-            "rebuilt {} orders from their events; {} rows differed and were corrected; {} rows without events removed",
-            report.orders, report.corrected, report.orphans_removed
-        )
+        [("orders", &report.orders), ("shipments", &report.shipments)]
+            .iter()
+            .map(|(table, t)| {
+                format!(
+                    "{table}: rebuilt {} rows from their events; {} differed and were corrected; {} without events removed",
+                    t.rows, t.corrected, t.orphans_removed
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     });
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn audit(max_outbox_age: f64, out: &Output) -> Result<ExitCode, CliError> {
+pub async fn audit(options: store::audit::AuditOptions, out: &Output) -> Result<ExitCode, CliError> {
     let started = std::time::Instant::now();
-    let report = store::audit::run(&pool().await?, max_outbox_age).await.context("running the audit")?;
+    let report = store::audit::run(&pool().await?, &options).await.context("running the audit")?;
     let seconds = started.elapsed().as_secs_f64();
     let value = serde_json::json!({ "clean": report.clean(), "seconds": seconds, "report": report });
     out.print(&value, || {
         let mut t = format!(
-            "audited {} SKUs, {} orders, {} events in {seconds:.2}s; outbox backlog {} (oldest {:.0}s)",
-            report.skus, report.orders, report.events, report.outbox_backlog, report.outbox_oldest_seconds
+            "audited {} SKUs, {} orders, {} events, {} payments in {seconds:.2}s; outbox backlog {} (oldest {:.0}s)",
+            report.skus, report.orders, report.events, report.payments, report.outbox_backlog, report.outbox_oldest_seconds
         );
         if report.clean() {
             t.push_str("\nclean: every invariant holds");
         }
         for v in &report.violations {
             t.push_str(&format!("\nVIOLATION {} {}: {}", v.check, v.subject, v.detail));
+        }
+        let unlisted = report.violation_count.saturating_sub(report.violations.len() as u64);
+        if unlisted > 0 {
+            t.push_str(&format!("\n... and {unlisted} more violations"));
         }
         t
     });

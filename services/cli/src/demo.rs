@@ -84,7 +84,7 @@ pub async fn flash_sale(pool: &sqlx::PgPool, url: &str, token: &str, buyers: usi
     };
     let (_, paid, failed, expired, shipped) = counts;
     let row = store::catalog::show(pool, Some(&sku)).await.context("reading stock")?.into_iter().next().context("stock row")?;
-    let audit = store::audit::run(pool, 300.0).await.context("running the audit")?;
+    let audit = store::audit::run(pool, &store::audit::AuditOptions::default()).await.context("running the audit")?;
     let sold_out = report.by_status.get("409").copied().unwrap_or(0);
     let ok = audit.clean()
         && report.orders_in_database == Some(report.accepted)

@@ -7,6 +7,7 @@ mod load;
 mod demo;
 mod events;
 mod output;
+mod reconcile;
 mod replay;
 mod schemas;
 mod up;
@@ -41,9 +42,18 @@ enum Commands {
     /// Check every invariant from the database; exit 1 naming each violation.
     Audit {
         /// Outbox rows older than this many seconds count as a violation.
-        #[arg(long, default_value_t = 300.0)]
+        #[arg(long, default_value_t = 300.0, value_parser = seconds)]
         max_outbox_age: f64,
+        /// Confirmed orders without a shipment for longer than this many seconds count as a violation.
+        #[arg(long, default_value_t = 600.0, value_parser = seconds)]
+        shipment_grace: f64,
+        /// Decided refunds not carried out within this many seconds count as a violation.
+        #[arg(long, default_value_t = 60.0, value_parser = seconds)]
+        compensation_grace: f64,
     },
+    /// Reconcile soldonce's books with the PSP's (reads DATABASE_URL and PSP_URL): record a refund
+    /// for every payment that cannot be attached to its order, and name what cannot be repaired.
+    Reconcile(reconcile::ReconcileArgs),
     /// Demonstrations against a running system.
     #[command(subcommand)]
     Demo(demo::DemoCommand),
@@ -79,6 +89,14 @@ pub enum CliError {
     /// Something failed while running: exit 1.
     #[error("{0:#}")]
     Failed(#[from] anyhow::Error),
+}
+
+/// A number of seconds: finite and not negative.
+fn seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && (0.0..=1e9).contains(&s) => Ok(s),
+        _ => Err(format!("{text:?} is not a number of seconds (0 or more)")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -122,7 +140,15 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Commands::Product(cmd) => admin::product(cmd, &out).await,
         Commands::Stock(cmd) => admin::stock(cmd, &out).await,
         Commands::Account(cmd) => admin::account(cmd, &out).await,
-        Commands::Audit { max_outbox_age } => admin::audit(max_outbox_age, &out).await,
+        Commands::Audit { max_outbox_age, shipment_grace, compensation_grace } => {
+            let options = store::audit::AuditOptions {
+                max_outbox_age: std::time::Duration::from_secs_f64(max_outbox_age),
+                shipment_grace: std::time::Duration::from_secs_f64(shipment_grace),
+                compensation_grace: std::time::Duration::from_secs_f64(compensation_grace),
+            };
+            admin::audit(options, &out).await
+        }
+        Commands::Reconcile(args) => reconcile::run(args, &out).await,
         Commands::Demo(cmd) => demo::run(cmd, &out).await,
         Commands::Replay(args) => replay::run(args, &out).await,
         Commands::Events(cmd) => events::tail(cmd, &out).await,

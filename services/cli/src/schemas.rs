@@ -10,6 +10,7 @@ const SCHEMAS: &[(&str, &str)] = &[
     ("soldonce.order.payment_failed.v1", include_str!("../../../proto/events/order.payment_failed.v1.schema.json")),
     ("soldonce.order.cancelled.v1", include_str!("../../../proto/events/order.cancelled.v1.schema.json")),
     ("soldonce.order.expired.v1", include_str!("../../../proto/events/order.expired.v1.schema.json")),
+    ("soldonce.order.refund_decided.v1", include_str!("../../../proto/events/order.refund_decided.v1.schema.json")),
     ("soldonce.order.refunded.v1", include_str!("../../../proto/events/order.refunded.v1.schema.json")),
     ("soldonce.shipment.created.v1", include_str!("../../../proto/events/shipment.created.v1.schema.json")),
     ("soldonce.shipment.picked.v1", include_str!("../../../proto/events/shipment.picked.v1.schema.json")),

@@ -5,12 +5,13 @@
 
 pub mod money;
 pub mod order;
+pub mod payment;
 pub mod shipment;
 pub mod stock;
 
 pub use money::{Currency, Money, MoneyError};
-pub use order::{PaymentRef, 
-    decide, evolve, fold, Command, DomainError, Event, Order, OrderLine, OrderState, PlaceOrder,
-    Shipping,
+pub use order::{
+    decide, evolve, fold, Command, DomainError, Event, Order, OrderLine, OrderState, PaymentRef, PlaceOrder, Shipping,
 };
+pub use payment::{PaidFact, PspStatus, RefundReason, RefundRef};
 pub use stock::{Buckets, Quantity, Sku, StockError};

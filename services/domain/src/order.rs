@@ -3,6 +3,7 @@
 //! is exactly the fold of its events; the `orders` table is a cache of it.
 
 use crate::money::{Currency, Money, MoneyError};
+use crate::payment::{self, PaidFact, RefundReason, RefundRef};
 use crate::stock::{Quantity, Sku};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -88,6 +89,8 @@ pub struct Order {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub payment: Option<PaymentRef>,
+    /// Refunds decided against payments that could not settle this order.
+    pub refunds: Vec<RefundRef>,
     /// How many events the order has: the version the next one must follow.
     pub version: i32,
 }
@@ -107,16 +110,16 @@ pub struct PlaceOrder {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     Place(PlaceOrder),
-    /// The PSP charged the order while its units were reserved.
-    Confirm { payment_id: String, amount_minor: i64, at: DateTime<Utc> },
-    /// The PSP charged an expired or cancelled order and its units were reserved again.
-    Reactivate { payment_id: String, amount_minor: i64, at: DateTime<Utc> },
+    /// The PSP reports a succeeded payment for the order: confirm on it, or
+    /// decide to refund it. `units_gone`: an expired order's units were
+    /// found sold when the store tried to reclaim them.
+    Paid { fact: PaidFact, units_gone: bool },
     /// The PSP declined: final.
     FailPayment { payment_id: Option<String>, reason: String, at: DateTime<Utc> },
     Cancel { at: DateTime<Utc> },
     Expire { at: DateTime<Utc> },
-    /// A late payment whose units were gone was refunded.
-    Refund { payment_id: String, amount_minor: i64, at: DateTime<Utc> },
+    /// The PSP confirmed the refund decided for this payment.
+    RecordRefund { payment_id: String, at: DateTime<Utc> },
 }
 
 /// Something that happened to an order. The serde tag is the event's stable
@@ -143,6 +146,11 @@ pub enum Event {
     Cancelled { at: DateTime<Utc> },
     #[serde(rename = "order.expired.v1")]
     Expired { at: DateTime<Utc> },
+    /// A payment that cannot settle the order is to be refunded; decided
+    /// before the PSP is called, so nothing can confirm on it afterwards.
+    #[serde(rename = "order.refund_decided.v1")]
+    RefundDecided { payment_id: String, amount_minor: i64, currency: String, reason: RefundReason, at: DateTime<Utc> },
+    /// The PSP confirmed a decided refund.
     #[serde(rename = "order.refunded.v1")]
     Refunded { payment_id: String, amount_minor: i64, at: DateTime<Utc> },
 }
@@ -156,6 +164,7 @@ impl Event {
             Event::PaymentFailed { .. } => "order.payment_failed.v1",
             Event::Cancelled { .. } => "order.cancelled.v1",
             Event::Expired { .. } => "order.expired.v1",
+            Event::RefundDecided { .. } => "order.refund_decided.v1",
             Event::Refunded { .. } => "order.refunded.v1",
         }
     }
@@ -187,6 +196,7 @@ impl Event {
             | Event::PaymentFailed { at, .. }
             | Event::Cancelled { at }
             | Event::Expired { at }
+            | Event::RefundDecided { at, .. }
             | Event::Refunded { at, .. } => *at,
         }
     }
@@ -207,12 +217,10 @@ pub enum DomainError {
     NotFound,
     #[error("cannot {action} an order that is {from}")]
     IllegalTransition { from: OrderState, action: &'static str },
-    #[error("payment of {paid} does not match the order total {total}")]
-    AmountMismatch { paid: i64, total: i64 },
     #[error("the reservation does not expire until {0}")]
     NotYetExpired(DateTime<Utc>),
-    #[error("the order was already settled by payment {0}")]
-    OtherPayment(String),
+    #[error("no refund was decided for payment {0}")]
+    NoRefundDecided(String),
 }
 
 /// Decides which events a command produces against the current state.
@@ -255,29 +263,8 @@ fn decide_existing(order: &Order, command: Command) -> Result<Vec<Event>, Domain
     let illegal = |action| Err(DomainError::IllegalTransition { from: order.state, action });
     match (order.state, command) {
         (_, Command::Place(_)) => Err(DomainError::AlreadyExists),
-        (PaymentPending, Command::Confirm { payment_id, amount_minor, at }) => {
-            check_amount(order, amount_minor)?;
-            Ok(vec![Event::Confirmed { payment_id, amount_minor, reactivated: false, at }])
-        }
-        (Confirmed, Command::Confirm { payment_id, .. } | Command::Reactivate { payment_id, .. }) => {
-            match &order.payment {
-                Some(p) if p.payment_id == payment_id => Ok(vec![]),
-                Some(p) => Err(DomainError::OtherPayment(p.payment_id.clone())),
-                None => illegal("confirm"),
-            }
-        }
-        (Expired | Cancelled, Command::Reactivate { payment_id, amount_minor, at }) => {
-            check_amount(order, amount_minor)?;
-            Ok(vec![Event::Confirmed { payment_id, amount_minor, reactivated: true, at }])
-        }
-        (Expired | Cancelled, Command::Refund { payment_id, amount_minor, at }) => {
-            check_amount(order, amount_minor)?;
-            Ok(vec![Event::Refunded { payment_id, amount_minor, at }])
-        }
-        (Refunded, Command::Refund { payment_id, .. }) => match &order.payment {
-            Some(p) if p.payment_id == payment_id => Ok(vec![]),
-            _ => illegal("refund"),
-        },
+        (_, Command::Paid { fact, units_gone }) => payment::decide_paid(order, fact, units_gone),
+        (_, Command::RecordRefund { payment_id, at }) => payment::decide_refunded(order, &payment_id, at),
         (PaymentPending, Command::FailPayment { payment_id, reason, at }) => {
             Ok(vec![Event::PaymentFailed { payment_id, reason, at }])
         }
@@ -289,20 +276,10 @@ fn decide_existing(order: &Order, command: Command) -> Result<Vec<Event>, Domain
             }
             Ok(vec![Event::Expired { at }])
         }
-        (_, Command::Confirm { .. }) => illegal("confirm"),
-        (_, Command::Reactivate { .. }) => illegal("reactivate"),
-        (_, Command::Refund { .. }) => illegal("refund"),
         (_, Command::FailPayment { .. }) => illegal("fail the payment of"),
         (_, Command::Cancel { .. }) => illegal("cancel"),
         (_, Command::Expire { .. }) => illegal("expire"),
     }
-}
-
-fn check_amount(order: &Order, paid: i64) -> Result<(), DomainError> {
-    if paid != order.total_minor {
-        return Err(DomainError::AmountMismatch { paid, total: order.total_minor });
-    }
-    Ok(())
 }
 
 /// Folds one event into the state. Events are facts: `evolve` never refuses.
@@ -330,6 +307,7 @@ pub fn evolve(state: Option<Order>, event: &Event) -> Option<Order> {
             created_at: *at,
             updated_at: *at,
             payment: None,
+            refunds: Vec::new(),
             version: 1,
         });
     }
@@ -340,9 +318,9 @@ pub fn evolve(state: Option<Order>, event: &Event) -> Option<Order> {
             order.payment = Some(PaymentRef { payment_id: payment_id.clone(), amount_minor: *amount_minor });
             OrderState::Confirmed
         }
-        Event::Refunded { payment_id, amount_minor, .. } => {
-            order.payment = Some(PaymentRef { payment_id: payment_id.clone(), amount_minor: *amount_minor });
-            OrderState::Refunded
+        Event::RefundDecided { .. } | Event::Refunded { .. } => {
+            payment::evolve_refund(&mut order, event);
+            order.state
         }
         Event::PaymentFailed { .. } => OrderState::PaymentFailed,
         Event::Cancelled { .. } => OrderState::Cancelled,
@@ -351,6 +329,13 @@ pub fn evolve(state: Option<Order>, event: &Event) -> Option<Order> {
     order.updated_at = event.at();
     order.version += 1;
     Some(order)
+}
+
+impl Order {
+    /// The refund decided for this payment, if any.
+    pub fn refund_of(&self, payment_id: &str) -> Option<&RefundRef> {
+        self.refunds.iter().find(|r| r.payment_id == payment_id)
+    }
 }
 
 /// The state of an order with these events, in recorded order.

@@ -41,8 +41,16 @@ fn placed() -> Event {
     decide(None, place(vec![line("B", 2, 500), line("A", 1, 1000)])).expect("placed").remove(0)
 }
 
+fn paid_with(p: &str, amount_minor: i64, currency: &str) -> Command {
+    Command::Paid { fact: PaidFact { payment_id: p.into(), amount_minor, currency: currency.into(), at: t(10) }, units_gone: false }
+}
+
 fn confirm(p: &str) -> Command {
-    Command::Confirm { payment_id: p.into(), amount_minor: 2000, at: t(10) }
+    paid_with(p, 2000, "BRL")
+}
+
+fn refund_decided(p: &str, reason: RefundReason) -> Event {
+    Event::RefundDecided { payment_id: p.into(), amount_minor: 2000, currency: "BRL".into(), reason, at: t(10) }
 }
 
 fn confirmed(p: &str) -> Event {
@@ -100,34 +108,73 @@ fn an_order_cannot_expire_before_its_deadline() {
 }
 
 #[test]
-fn a_payment_for_the_wrong_amount_is_refused() {
-    let cmd = Command::Confirm { payment_id: "p".into(), amount_minor: 1999, at: t(1) };
-    assert_eq!(given(vec![placed()]).when(cmd), Err(DomainError::AmountMismatch { paid: 1999, total: 2000 }));
+fn a_payment_for_the_wrong_amount_or_currency_is_refunded_and_the_order_keeps_waiting() {
+    let then = given(vec![placed()]).when(paid_with("p", 1999, "BRL")).expect("decided");
+    assert!(matches!(&then[..], [Event::RefundDecided { reason: RefundReason::AmountMismatch, amount_minor: 1999, .. }]));
+    let then = given(vec![placed()]).when(paid_with("p", 2000, "USD")).expect("decided");
+    assert!(matches!(&then[..], [Event::RefundDecided { reason: RefundReason::CurrencyMismatch, .. }]));
+    let order = fold(&[placed(), then[0].clone()]).expect("order");
+    assert_eq!(order.state, OrderState::PaymentPending);
+    assert_eq!(order.refunds.len(), 1);
 }
 
 #[test]
-fn repeating_a_settlement_is_a_no_op_but_a_second_payment_is_refused() {
+fn repeating_a_settlement_is_a_no_op_and_a_second_payment_is_refunded() {
     assert_eq!(given(vec![placed(), confirmed("p1")]).when(confirm("p1")), Ok(vec![]));
     assert_eq!(
         given(vec![placed(), confirmed("p1")]).when(confirm("p2")),
-        Err(DomainError::OtherPayment("p1".into()))
+        Ok(vec![refund_decided("p2", RefundReason::SecondPayment)])
     );
     let failed = Event::PaymentFailed { payment_id: None, reason: "x".into(), at: t(1) };
     assert_eq!(given(vec![placed(), failed]).when(fail()), Ok(vec![]));
 }
 
 #[test]
-fn a_late_payment_reactivates_or_refunds_an_ended_order() {
-    for ended in [Event::Expired { at: t(900) }, Event::Cancelled { at: t(3) }] {
-        let reactivate = Command::Reactivate { payment_id: "p".into(), amount_minor: 2000, at: t(901) };
-        let then = given(vec![placed(), ended.clone()]).when(reactivate).expect("reactivated");
-        assert!(matches!(&then[..], [Event::Confirmed { reactivated: true, .. }]));
-        let refund = Command::Refund { payment_id: "p".into(), amount_minor: 2000, at: t(901) };
-        let then = given(vec![placed(), ended]).when(refund).expect("refunded");
-        let order = fold(&[placed(), Event::Expired { at: t(900) }, then[0].clone()]).expect("order");
+fn a_late_payment_reclaims_an_expired_order_but_a_cancel_is_final() {
+    let expired = Event::Expired { at: t(900) };
+    let then = given(vec![placed(), expired.clone()]).when(confirm("p")).expect("reclaimed");
+    assert!(matches!(&then[..], [Event::Confirmed { reactivated: true, .. }]));
+    let gone = Command::Paid { fact: PaidFact { payment_id: "p".into(), amount_minor: 2000, currency: "BRL".into(), at: t(10) }, units_gone: true };
+    assert_eq!(given(vec![placed(), expired.clone()]).when(gone), Ok(vec![refund_decided("p", RefundReason::UnitsGone)]));
+    let cancelled = Event::Cancelled { at: t(3) };
+    assert_eq!(given(vec![placed(), cancelled.clone()]).when(confirm("p")), Ok(vec![refund_decided("p", RefundReason::Cancelled)]));
+    for ended in [expired, cancelled.clone()] {
+        let history = vec![placed(), ended.clone(), refund_decided("p", RefundReason::Cancelled)];
+        let order = fold(&history).expect("order");
+        assert_eq!(order.state, ended_state(&ended), "deciding a refund does not end the order yet");
+        let recorded = given(history.clone()).when(Command::RecordRefund { payment_id: "p".into(), at: t(20) }).expect("recorded");
+        let order = fold(history.iter().chain(&recorded)).expect("order");
         assert_eq!(order.state, OrderState::Refunded);
+        assert!(order.refunds[0].refunded);
         assert_eq!(order.payment.expect("payment").payment_id, "p");
     }
+}
+
+fn ended_state(e: &Event) -> OrderState {
+    fold(&[placed(), e.clone()]).expect("order").state
+}
+
+#[test]
+fn once_a_refund_is_decided_nothing_confirms_on_that_payment() {
+    let history = vec![placed(), Event::Expired { at: t(900) }, refund_decided("p", RefundReason::UnitsGone)];
+    // The units came back and the webhook is redelivered: still no confirmation.
+    assert_eq!(given(history.clone()).when(confirm("p")), Ok(vec![]));
+    let mismatched = vec![placed(), refund_decided("p", RefundReason::AmountMismatch)];
+    assert_eq!(given(mismatched).when(confirm("p")), Ok(vec![]), "a pending order never confirms on a refunded payment");
+}
+
+#[test]
+fn a_refund_is_recorded_only_where_it_was_decided() {
+    let confirmed_history = vec![placed(), confirmed("p1")];
+    let record = |p: &str| Command::RecordRefund { payment_id: p.into(), at: t(20) };
+    assert_eq!(given(confirmed_history.clone()).when(record("p1")), Err(DomainError::NoRefundDecided("p1".into())));
+    let with_second = vec![placed(), confirmed("p1"), refund_decided("p2", RefundReason::SecondPayment)];
+    let recorded = given(with_second.clone()).when(record("p2")).expect("recorded");
+    let order = fold(with_second.iter().chain(&recorded)).expect("order");
+    assert_eq!(order.state, OrderState::Confirmed, "the order stays confirmed on its own payment");
+    assert_eq!(order.payment.expect("payment").payment_id, "p1");
+    let again: Vec<Event> = with_second.into_iter().chain(recorded).collect();
+    assert_eq!(given(again).when(record("p2")), Ok(vec![]));
 }
 
 #[test]
@@ -152,20 +199,19 @@ fn every_illegal_transition_is_an_error() {
         if state != PaymentFailed {
             assert!(given(history.clone()).when(fail()).is_err(), "fail from {state}");
         }
-        if !matches!(state, Confirmed) {
-            assert!(given(history.clone()).when(confirm("p9")).is_err(), "confirm from {state}");
+        if state != Expired {
+            let then = given(history.clone()).when(confirm("p9")).expect("decided");
+            assert!(matches!(&then[..], [Event::RefundDecided { .. }]), "a payment on a {state} order is refunded");
         }
     }
-    let reactivate = Command::Reactivate { payment_id: "p".into(), amount_minor: 2000, at: t(1) };
-    assert!(given(vec![placed()]).when(reactivate).is_err());
-    let refund = Command::Refund { payment_id: "p".into(), amount_minor: 2000, at: t(1) };
+    let refund = Command::RecordRefund { payment_id: "p".into(), at: t(1) };
     assert!(given(vec![placed()]).when(refund).is_err());
     assert_eq!(given(vec![]).when(Command::Cancel { at: t(1) }), Err(DomainError::NotFound));
 }
 
 #[test]
 fn events_round_trip_through_their_stored_parts() {
-    for e in [placed(), confirmed("p"), Event::Expired { at: t(1) }] {
+    for e in [placed(), confirmed("p"), Event::Expired { at: t(1) }, refund_decided("p", RefundReason::Cancelled)] {
         let back = Event::from_parts(e.type_name(), e.data()).expect("parse");
         assert_eq!(back, e);
     }

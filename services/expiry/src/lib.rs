@@ -1,8 +1,9 @@
 //! expiry: every `EXPIRY_INTERVAL` releases `payment_pending` orders past
 //! `expires_at` (each exactly once, safe with N copies), purges idempotency
 //! keys, inbox rows and webhook receipts past their retention, and runs the
-//! audit every `AUDIT_INTERVAL`, exporting `soldonce_audit_violations`. It
-//! must never release an order whose payment window is still open.
+//! audit every `AUDIT_INTERVAL` in a task of its own (releasing never waits
+//! for it), exporting `soldonce_audit_violations`. It must never release an
+//! order whose payment window is still open.
 
 use anyhow::Context;
 use platform::config::{self, ConfigError};
@@ -75,10 +76,12 @@ impl Application {
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         let (stop_tx, stop_rx) = watch::channel(false);
         let server = platform::ops::spawn(self.listener, store::readiness(self.pool.clone()), stop_rx.clone());
+        let auditor = tokio::spawn(audit_loop(self.pool.clone(), self.settings.audit_interval, stop_rx.clone()));
         let worker = tokio::spawn(run_loop(self.pool, self.settings, stop_rx));
         shutdown.await;
         let _ = stop_tx.send(true);
         worker.await.context("expiry task")?;
+        auditor.await.context("audit task")?;
         server.await.context("server task")??;
         Ok(())
     }
@@ -98,7 +101,6 @@ pub async fn release_overdue(pool: &PgPool, batch_size: i64) -> Result<u64, stor
 
 async fn run_loop(pool: PgPool, s: Settings, mut stop: watch::Receiver<bool>) {
     let mut last_purge: Option<Instant> = None;
-    let mut last_audit: Option<Instant> = None;
     loop {
         match release_overdue(&pool, s.batch_size).await {
             Ok(n) => {
@@ -120,21 +122,33 @@ async fn run_loop(pool: PgPool, s: Settings, mut stop: watch::Receiver<bool>) {
             }
             last_purge = Some(Instant::now());
         }
-        if !s.audit_interval.is_zero() && last_audit.is_none_or(|t| t.elapsed() > s.audit_interval) {
-            match store::audit::run(&pool, 300.0).await {
-                Ok(report) => {
-                    metrics::gauge!("soldonce_audit_violations").set(report.violations.len() as f64);
-                    for v in &report.violations {
-                        tracing::error!(check = v.check, subject = %v.subject, detail = %v.detail, "audit violation");
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "audit failed"),
-            }
-            last_audit = Some(Instant::now());
-        }
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
             () = tokio::time::sleep(s.interval) => {}
+        }
+    }
+}
+
+/// Audits every `interval` (never, if zero), apart from releasing.
+async fn audit_loop(pool: PgPool, interval: Duration, mut stop: watch::Receiver<bool>) {
+    if interval.is_zero() {
+        return;
+    }
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+        let started = Instant::now();
+        match store::audit::run(&pool, &store::audit::AuditOptions::default()).await {
+            Ok(report) => {
+                metrics::gauge!("soldonce_audit_violations").set(report.violation_count as f64);
+                metrics::histogram!("soldonce_audit_seconds").record(started.elapsed().as_secs_f64());
+                for v in &report.violations {
+                    tracing::error!(check = v.check, subject = %v.subject, detail = %v.detail, "audit violation");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "audit failed"),
         }
     }
 }

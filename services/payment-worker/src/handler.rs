@@ -1,15 +1,15 @@
-//! On `order.placed`: charge the order once, then record the verdict. The
-//! amount is the server-computed total read from the database, never taken
-//! from the message. A success for an order that has since expired or been
-//! cancelled reclaims its units if they are still there, and is refunded if
-//! they are not.
+//! On `order.placed`: charge the order once, then record what the PSP said.
+//! The amount is the server-computed total read from the database, never
+//! taken from the message. An order that is no longer pending is never
+//! charged; its charge from before a crash is looked up by key. Whatever the
+//! PSP answers is learned through the one store path every source shares: a
+//! payment that cannot settle its order gets a refund recorded with it.
 
-use crate::psp::{Psp, PspError};
+use crate::psp::{Psp, PspError, PspPayment};
 use bus::consumer::{Delivery, HandleError, Handler};
-use domain::{Command, OrderState};
+use domain::OrderState;
 use store::envelope::Metadata;
-use store::orders::Transition;
-use store::payments::Verdict;
+use store::payments::{Learned, Source};
 use uuid::Uuid;
 
 /// The payment worker's handler.
@@ -35,16 +35,21 @@ impl Handler for PayOrders {
         let order = store::orders::load(delivery.pool(), order_id, None)
             .await?
             .ok_or_else(|| HandleError::Permanent(format!("order {order_id} is not in the database")))?;
+        let key = format!("pay:{order_id}");
         let payment = match order.state {
-            OrderState::PaymentPending => self.psp.pay(order_id, order.total_minor, order.currency.as_str()).await,
-            // Ended before we settled it: we may have charged it before a crash; ask by key, never charge now.
-            OrderState::Expired | OrderState::Cancelled => match self.psp.find_by_key(&format!("pay:{order_id}")).await {
-                Ok(Some(p)) if p.status == "succeeded" => Ok(p),
-                Ok(_) => return Ok(()),
+            // A redelivery may follow a charge whose reply was lost: ask by key first.
+            OrderState::PaymentPending if delivery.delivered > 1 => match self.psp.find_by_key(&key).await {
+                Ok(Some(p)) => Ok(p),
+                Ok(None) => self.psp.pay(order_id, order.total_minor, order.currency.as_str()).await,
                 Err(e) => Err(e),
             },
-            // Already settled (perhaps by the webhook): nothing to do.
-            _ => return Ok(()),
+            OrderState::PaymentPending => self.psp.pay(order_id, order.total_minor, order.currency.as_str()).await,
+            // Ended or settled meanwhile: never charge now, but learn of a charge made before.
+            _ => match self.psp.find_by_key(&key).await {
+                Ok(Some(p)) => Ok(p),
+                Ok(None) => return Ok(()),
+                Err(e) => Err(e),
+            },
         }
         .map_err(|e| match e {
             PspError::Retryable(why) => {
@@ -53,49 +58,37 @@ impl Handler for PayOrders {
             }
             PspError::Refused(why) => HandleError::Permanent(format!("the PSP refused the charge request: {why}")),
         })?;
-        let verdict = if payment.status == "succeeded" {
-            metrics::counter!("soldonce_payments_authorized_minor_total").increment(u64::try_from(payment.amount_minor).unwrap_or(0));
-            Verdict::Succeeded { payment_id: payment.id.clone(), amount_minor: payment.amount_minor }
-        } else {
-            Verdict::Failed { payment_id: payment.id.clone(), reason: payment.failure_reason.clone().unwrap_or_else(|| "declined".into()) }
-        };
-        let Some(mut tx) = delivery.begin().await? else {
-            tracing::info!(%order_id, "already handled by another delivery");
-            return Ok(());
-        };
-        match store::payments::settle(&mut tx, order_id, &verdict, &meta(delivery, order_id)).await? {
-            Transition::StockShort(sku) => {
-                drop(tx);
-                tracing::warn!(%order_id, %sku, "late payment but the units are gone: refunding");
-                self.refund(delivery, order_id, &payment.id, payment.amount_minor).await
-            }
-            Transition::Refused(why) => {
-                tracing::warn!(%order_id, %why, "verdict not applicable to the order's state");
-                tx.commit().await?;
-                Ok(())
-            }
-            _ => {
-                tx.commit().await?;
-                Ok(())
-            }
-        }
+        self.record(delivery, order_id, &payment).await
     }
 }
 
 impl PayOrders {
-    async fn refund(&self, delivery: &Delivery, order_id: Uuid, payment_id: &str, amount_minor: i64) -> Result<(), HandleError> {
-        self.psp.refund(payment_id, order_id).await.map_err(|e| HandleError::Transient(e.into()))?;
-        metrics::counter!("soldonce_compensations_total", "kind" => "refund").increment(1);
-        let Some(mut tx) = delivery.begin().await? else { return Ok(()) };
-        let at = store::now();
-        let payment_id = payment_id.to_owned();
-        store::orders::transition_in(&mut tx, order_id, None, &meta(delivery, order_id), |_| Command::Refund {
-            payment_id,
-            amount_minor,
-            at,
-        })
-        .await?;
+    async fn record(&self, delivery: &Delivery, order_id: Uuid, payment: &PspPayment) -> Result<(), HandleError> {
+        let fact = payment.fact();
+        if let domain::PspStatus::Unknown(status) = &fact.status {
+            // Not a clear answer: never release, ask again by key on redelivery.
+            metrics::counter!("soldonce_psp_outcome_unknown_total").increment(1);
+            return Err(HandleError::Transient(anyhow::anyhow!("payment {} is {status}; asking again by key", payment.id)));
+        }
+        let Some(mut tx) = delivery.begin().await? else {
+            tracing::info!(%order_id, "already handled by another delivery");
+            return Ok(());
+        };
+        let learned = store::payments::learn(&mut tx, &fact, Source::Worker, &meta(delivery, order_id)).await?;
         tx.commit().await?;
+        match learned {
+            Learned::Confirmed { reclaimed, .. } => {
+                metrics::counter!("soldonce_payments_authorized_minor_total").increment(u64::try_from(payment.amount_minor).unwrap_or(0));
+                if reclaimed {
+                    tracing::info!(%order_id, payment_id = %payment.id, "late payment reclaimed the expired order's units");
+                }
+            }
+            Learned::RefundDecided(reason) => {
+                metrics::counter!("soldonce_compensations_recorded_total", "reason" => reason.as_str(), "source" => "worker").increment(1);
+                tracing::warn!(%order_id, payment_id = %payment.id, reason = reason.as_str(), "payment cannot settle the order: refund recorded");
+            }
+            Learned::Declined(_) | Learned::AlreadyKnown | Learned::Unknown(_) => {}
+        }
         Ok(())
     }
 }

@@ -2,10 +2,15 @@
 //! payment provider with `Idempotency-Key: pay:<order_id>`, and records the
 //! verdict (confirmed: reserved → sold; declined: payment_failed, reserved →
 //! available). It must never charge with a new key, and never release stock
-//! because a call timed out.
+//! because a call timed out. It also owns the money's loose ends: it carries
+//! out every recorded compensation (a refund of a payment that cannot settle
+//! its order) until the PSP confirms it, and reconciles soldonce's books
+//! with the PSP's listing every `RECONCILE_INTERVAL`.
 
+pub mod compensate;
 mod handler;
 pub mod psp;
+pub mod reconcile;
 
 use anyhow::Context;
 use platform::config::{self, ConfigError};
@@ -30,6 +35,10 @@ pub struct Settings {
     pub psp_deadline: Duration,
     /// `PAYMENT_WORKER_CONCURRENCY`, default 32: orders charged at once.
     pub concurrency: usize,
+    /// `COMPENSATION_INTERVAL`, default 500ms: how often due refunds are looked for.
+    pub compensation_interval: Duration,
+    /// `RECONCILE_INTERVAL`, default 60s; 0 turns periodic reconciliation off.
+    pub reconcile_interval: Duration,
     pub stream: bus::StreamSettings,
 }
 
@@ -52,9 +61,19 @@ impl Settings {
             psp_timeout: config::duration("PSP_TIMEOUT", Duration::from_secs(2))?,
             psp_deadline: config::duration("PSP_DEADLINE", Duration::from_secs(30))?,
             concurrency,
+            compensation_interval: positive("COMPENSATION_INTERVAL", Duration::from_millis(500))?,
+            reconcile_interval: config::duration("RECONCILE_INTERVAL", Duration::from_secs(60))?,
             stream: bus::StreamSettings::from_env()?,
         })
     }
+}
+
+fn positive(name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
+    let d = config::duration(name, default)?;
+    if d.is_zero() {
+        return Err(ConfigError::new(name, "must be longer than zero"));
+    }
+    Ok(d)
 }
 
 /// The consumer spec of the payment worker.
@@ -77,6 +96,8 @@ pub struct Application {
     js: async_nats::jetstream::Context,
     psp: psp::Psp,
     concurrency: usize,
+    compensation_interval: Duration,
+    reconcile_interval: Duration,
 }
 
 impl Application {
@@ -88,7 +109,15 @@ impl Application {
         bus::ensure_stream(&js, &settings.stream).await.context("creating the SOLDONCE stream")?;
         let psp = psp::Psp::new(&settings.psp_url, settings.psp_timeout, settings.psp_deadline).context("PSP client")?;
         let listener = TcpListener::bind(settings.addr).await.with_context(|| format!("binding {}", settings.addr))?;
-        Ok(Application { listener, pool, js, psp, concurrency: settings.concurrency })
+        Ok(Application {
+            listener,
+            pool,
+            js,
+            psp,
+            concurrency: settings.concurrency,
+            compensation_interval: settings.compensation_interval,
+            reconcile_interval: settings.reconcile_interval,
+        })
     }
 
     /// The operations endpoint's address.
@@ -109,12 +138,59 @@ impl Application {
             })
         });
         let server = platform::ops::spawn(self.listener, ready, stop_rx.clone());
+        let compensations = tokio::spawn(compensation_loop(self.pool.clone(), self.psp.clone(), self.compensation_interval, stop_rx.clone()));
+        let reconciler = tokio::spawn(reconcile_loop(self.pool.clone(), self.psp.clone(), self.reconcile_interval, stop_rx.clone()));
         let handler = Arc::new(handler::PayOrders { psp: self.psp });
         let consumer = tokio::spawn(bus::consumer::run(self.js, self.pool, consumer_spec(self.concurrency), handler, stop_rx));
         shutdown.await;
         let _ = stop_tx.send(true);
         consumer.await.context("consumer task")??;
+        compensations.await.context("compensation task")?;
+        reconciler.await.context("reconciliation task")?;
         server.await.context("server task")??;
         Ok(())
+    }
+}
+
+/// Carries out due compensations every `interval` (at once again while a round finds work).
+async fn compensation_loop(pool: sqlx::PgPool, psp: psp::Psp, interval: Duration, mut stop: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        let busy = match compensate::run_due(&pool, &psp).await {
+            Ok(round) => round.refunded + round.postponed + round.refused > 0,
+            Err(e) => {
+                tracing::warn!(error = %e, "compensation round failed; retrying");
+                false
+            }
+        };
+        if *stop.borrow() {
+            return;
+        }
+        if !busy {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                () = tokio::time::sleep(interval) => {}
+            }
+        }
+    }
+}
+
+/// Reconciles with the PSP every `interval` (never, if zero).
+async fn reconcile_loop(pool: sqlx::PgPool, psp: psp::Psp, interval: Duration, mut stop: tokio::sync::watch::Receiver<bool>) {
+    if interval.is_zero() {
+        return;
+    }
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+        match reconcile::run(&pool, &psp, None, true).await {
+            Ok(report) => {
+                for f in report.findings.iter().filter(|f| !f.repaired) {
+                    tracing::error!(kind = %f.kind, subject = %f.subject, detail = %f.detail, "reconciliation finding");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "reconciliation failed; retrying next interval"),
+        }
     }
 }

@@ -1,5 +1,5 @@
-//! The payment provider client. One stable key per order and action
-//! (`pay:<order_id>`, `refund:<order_id>`); only what is retryable is
+//! The payment provider client. One stable key per action (`pay:<order_id>`,
+//! `refund:<payment_id>`); only what is retryable is
 //! retried (connect error, timeout, 5xx, 429), with jittered exponential
 //! backoff under a total deadline. A timeout is an unknown outcome, resolved
 //! by asking the provider by key — never by charging with a new key.
@@ -15,8 +15,50 @@ pub struct PspPayment {
     pub id: String,
     pub status: String,
     pub amount_minor: i64,
+    pub currency: String,
+    #[serde(default)]
+    pub reference: Option<String>,
     #[serde(default)]
     pub failure_reason: Option<String>,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    #[serde(default)]
+    pub refunds: Vec<PspRefund>,
+}
+
+impl PspPayment {
+    /// The fact soldonce learns from this payment.
+    pub fn fact(&self) -> store::payments::PaymentFact {
+        store::payments::PaymentFact {
+            payment_id: self.id.clone(),
+            order_id: self.reference.as_deref().and_then(|r| r.parse().ok()),
+            status: domain::PspStatus::parse(&self.status),
+            amount_minor: self.amount_minor,
+            currency: self.currency.clone(),
+            failure_reason: self.failure_reason.clone(),
+        }
+    }
+
+    /// How much of it the provider has given back.
+    pub fn refunded_minor(&self) -> i64 {
+        self.refunds.iter().filter(|r| r.status == "succeeded").fold(0i64, |sum, r| sum.saturating_add(r.amount_minor))
+    }
+}
+
+/// A refund as the provider reports it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PspRefund {
+    pub id: String,
+    pub status: String,
+    pub amount_minor: i64,
+}
+
+/// One page of the provider's payment listing.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PaymentPage {
+    pub data: Vec<PspPayment>,
+    pub has_more: bool,
+    #[serde(default)]
+    pub next_cursor: Option<String>,
 }
 
 /// Why a call did not give an answer.
@@ -85,14 +127,38 @@ impl Psp {
         .await
     }
 
-    /// Refunds a payment in full, idempotently by `refund:<order_id>`.
-    pub async fn refund(&self, payment_id: &str, order_id: Uuid) -> Result<(), PspError> {
-        let key = format!("refund:{order_id}");
+    /// Asks once for a full refund of a payment with a stable `key`; the
+    /// caller owns retrying (a compensation is retried across restarts).
+    pub async fn refund_once(&self, payment_id: &str, key: &str) -> Result<PspRefund, PspError> {
         let url = format!("{}/v1/payments/{payment_id}/refunds", self.base);
-        (|| async { self.post::<serde_json::Value>(&url, &key, &serde_json::json!({})).await.map(|_| ()) })
-            .retry(self.backoff())
-            .when(PspError::retryable)
+        self.post(&url, key, &serde_json::json!({})).await
+    }
+
+    /// One page of payments created at or after `since`, oldest first.
+    pub async fn list_payments(
+        &self,
+        since: Option<chrono::DateTime<chrono::Utc>>,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<PaymentPage, PspError> {
+        let mut query = vec![("limit", limit.to_string())];
+        if let Some(since) = since {
+            query.push(("created_gte", since.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)));
+        }
+        if let Some(cursor) = cursor {
+            query.push(("cursor", cursor.to_owned()));
+        }
+        let response = self
+            .http
+            .get(format!("{}/v1/payments", self.base))
+            .query(&query)
+            .send()
             .await
+            .map_err(|e| PspError::Retryable(e.to_string()))?;
+        match response.status().as_u16() {
+            200 => response.json().await.map_err(|e| PspError::Retryable(format!("unreadable listing: {e}"))),
+            s => Err(classify(s)),
+        }
     }
 
     /// The payment made with `key`, if any.
@@ -130,7 +196,8 @@ impl Psp {
 }
 
 fn classify(status: u16) -> PspError {
-    if status == 429 || status >= 500 {
+    // 409: the provider is not ready for the request yet (a payment still processing).
+    if status == 429 || status == 409 || status >= 500 {
         PspError::Retryable(format!("HTTP {status}"))
     } else {
         PspError::Refused(format!("HTTP {status}"))

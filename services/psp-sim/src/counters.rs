@@ -21,16 +21,19 @@ pub enum Fault {
     DuplicateWebhook,
     /// A batch of webhooks sent newest first because of `webhook_reorder`.
     ReorderWebhooks,
+    /// A payment that started as `processing` because of `processing_rate`.
+    Processing,
 }
 
 impl Fault {
-    const ALL: [Fault; 6] = [
+    const ALL: [Fault; 7] = [
         Fault::FailFirst,
         Fault::Decline,
         Fault::LoseReply,
         Fault::DropWebhook,
         Fault::DuplicateWebhook,
         Fault::ReorderWebhooks,
+        Fault::Processing,
     ];
 
     fn label(self) -> &'static str {
@@ -41,6 +44,7 @@ impl Fault {
             Fault::DropWebhook => "drop_webhook",
             Fault::DuplicateWebhook => "duplicate_webhook",
             Fault::ReorderWebhooks => "reorder_webhooks",
+            Fault::Processing => "processing",
         }
     }
 }
@@ -69,9 +73,11 @@ fn read(counter: &AtomicU64) -> u64 {
 }
 
 impl Counters {
-    /// A new payment with this outcome.
-    pub fn payment_created(&self, status: PaymentStatus) {
+    /// A payment reached this status: at creation, or when it settled from `processing`.
+    /// `processing` itself is no outcome, so it counts nothing here.
+    pub fn payment_outcome(&self, status: PaymentStatus) {
         match status {
+            PaymentStatus::Processing => {}
             PaymentStatus::Succeeded => bump(&self.payments_succeeded, 1),
             PaymentStatus::Failed => bump(&self.payments_failed, 1),
         }
@@ -123,7 +129,7 @@ impl Counters {
         family(
             &mut out,
             "psp_sim_payments_total",
-            "Payments created, by outcome.",
+            "Payments by outcome, counted when it is known (at creation, or on settling).",
             &[
                 ("status=\"succeeded\"", read(&self.payments_succeeded)),
                 ("status=\"failed\"", read(&self.payments_failed)),
@@ -201,8 +207,9 @@ mod tests {
     #[test]
     fn counters_render_as_prometheus_text() {
         let counters = Counters::default();
-        counters.payment_created(PaymentStatus::Succeeded);
-        counters.payment_created(PaymentStatus::Succeeded);
+        counters.payment_outcome(PaymentStatus::Succeeded);
+        counters.payment_outcome(PaymentStatus::Succeeded);
+        counters.payment_outcome(PaymentStatus::Processing);
         counters.fault_injected(Fault::DuplicateWebhook, 2);
         counters.refund_created();
         let text = counters.render();

@@ -30,6 +30,10 @@ pub struct Faults {
     pub webhook_reorder: bool,
     /// Share of webhooks never sent, 0..=1.
     pub drop_webhook_rate: f64,
+    /// Share of new payments that start as `processing` and settle later, 0..=1.
+    pub processing_rate: f64,
+    /// How long a `processing` payment stays so before it settles.
+    pub processing_ms: u64,
 }
 
 impl Default for Faults {
@@ -43,6 +47,8 @@ impl Default for Faults {
             webhook_duplicates: 1,
             webhook_reorder: false,
             drop_webhook_rate: 0.0,
+            processing_rate: 0.0,
+            processing_ms: 1000,
         }
     }
 }
@@ -80,6 +86,7 @@ impl Faults {
             ("decline_rate", self.decline_rate),
             ("lose_reply_rate", self.lose_reply_rate),
             ("drop_webhook_rate", self.drop_webhook_rate),
+            ("processing_rate", self.processing_rate),
         ] {
             if !(0.0..=1.0).contains(&rate) {
                 return Err(out_of_range(field, "must be between 0 and 1", rate));
@@ -88,6 +95,7 @@ impl Faults {
         for (field, ms) in [
             ("latency_ms", self.latency_ms),
             ("webhook_delay_ms", self.webhook_delay_ms),
+            ("processing_ms", self.processing_ms),
         ] {
             if ms > MAX_DELAY_MS {
                 return Err(out_of_range(field, "must be at most 600000", ms));
@@ -230,6 +238,23 @@ mod tests {
             error.to_string(),
             "drop_webhook_rate: must be between 0 and 1, got 1.5"
         );
+    }
+
+    #[test]
+    fn processing_knobs_are_checked_like_the_others() {
+        assert_eq!(Faults::default().processing_ms, 1000);
+        let error = Faults::from_json(r#"{"processing_rate": -0.5}"#).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "processing_rate: must be between 0 and 1, got -0.5"
+        );
+        let error = Faults::from_json(r#"{"processing_ms": 600001}"#).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "processing_ms: must be at most 600000, got 600001"
+        );
+        let faults = Faults::from_json(r#"{"processing_rate": 1, "processing_ms": 0}"#).unwrap();
+        assert_eq!((faults.processing_rate, faults.processing_ms), (1.0, 0));
     }
 
     #[test]

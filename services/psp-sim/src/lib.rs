@@ -1,11 +1,18 @@
 //! psp-sim: a fake payment service provider for soldonce's tests and demos. It is a real HTTP
-//! server with its own in-memory state: idempotent payments and refunds, lookups by key and by
-//! reference, Standard Webhooks-signed `payment.*` / `refund.*` webhooks retried until
-//! acknowledged, and fault knobs (declines, latency, 503s, lost replies, dropped, duplicated,
-//! delayed and reordered webhooks) set from `PSP_FAULTS` or `PUT /admin/faults`.
+//! server with its own books: idempotent payments and refunds, lookups by key and by
+//! reference, paged listings by creation time for reconciliation (`GET /v1/payments`,
+//! `GET /v1/refunds`), Standard Webhooks-signed `payment.*` / `refund.*` webhooks retried
+//! until acknowledged, and fault knobs (declines, payments that stay `processing` for a while
+//! before they settle, latency, 503s, lost replies, dropped, duplicated, delayed and reordered
+//! webhooks) set from `PSP_FAULTS` or `PUT /admin/faults`.
+//!
+//! The books live in memory, and with `PSP_SIM_DATA_DIR` also in a journal there
+//! (`ledger.jsonl`): every change is appended before it is answered and replayed at start,
+//! so the books (not pending webhooks) survive a restart or a kill. See [`ledger`].
 //!
 //! It stands in for another company's system, so it must never depend on soldonce's crates,
-//! never persist anything, and never be pointed at real money: it charges nothing.
+//! never persist anything outside its own data directory, and never be pointed at real money:
+//! it charges nothing.
 
 pub mod counters;
 pub mod faults;
@@ -14,12 +21,14 @@ pub mod ledger;
 pub mod model;
 pub mod problem;
 pub mod settings;
+mod settlement;
 pub mod signature;
 pub mod webhook;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use tokio::net::TcpListener;
@@ -30,6 +39,8 @@ pub use settings::{Settings, SettingsError, WebhookTarget};
 
 use counters::Counters;
 use faults::FaultSwitch;
+use ledger::{JournalError, Ledger};
+use settlement::{SettlementQueue, Settler};
 use webhook::{Deliverer, Dispatcher, WebhookQueue};
 
 /// Why the simulator could not start.
@@ -46,6 +57,9 @@ pub enum BuildError {
     /// The webhook client could not be built.
     #[error(transparent)]
     WebhookClient(#[from] webhook::BuildClientError),
+    /// The journal in `PSP_SIM_DATA_DIR` could not be opened or replayed.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
 }
 
 /// A bound, ready-to-run simulator.
@@ -54,12 +68,18 @@ pub struct Application {
     local_addr: SocketAddr,
     router: Router,
     dispatcher: Option<Dispatcher>,
+    settler: Settler,
     stop: watch::Sender<bool>,
 }
 
 impl Application {
-    /// Binds the listener and wires state; nothing is served until [`Self::run_until_stopped`].
+    /// Replays the journal (if any), binds the listener and wires state; nothing is served
+    /// (and nothing settles) until [`Self::run_until_stopped`].
     pub async fn build(settings: Settings) -> Result<Self, BuildError> {
+        let ledger = match &settings.data_dir {
+            Some(dir) => Ledger::open(dir)?,
+            None => Ledger::default(),
+        };
         let addr = settings.addr;
         let bind_error = |source| BuildError::Bind { addr, source };
         let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
@@ -83,12 +103,34 @@ impl Application {
             }
             None => (WebhookQueue::disabled(), None),
         };
-        let state = http::AppState::new(faults, counters, queue, stopped);
+        // Payments replayed still processing settle `processing_ms` after this start.
+        let (settlements, due) = SettlementQueue::channel();
+        let processing = Duration::from_millis(faults.current().processing_ms);
+        for payment_id in ledger.unsettled() {
+            settlements.schedule(payment_id, processing);
+        }
+        let state = Arc::new(http::AppState::new(
+            ledger,
+            faults,
+            counters,
+            queue,
+            settlements,
+            stopped.clone(),
+        ));
+        let settler = Settler::new(
+            due,
+            stopped,
+            Box::new({
+                let state = Arc::clone(&state);
+                move |payment_id| http::settle(&state, payment_id)
+            }),
+        );
         Ok(Self {
             listener,
             local_addr,
-            router: http::router(Arc::new(state)),
+            router: http::router(state),
             dispatcher,
+            settler,
             stop,
         })
     }
@@ -104,12 +146,14 @@ impl Application {
     }
 
     /// Serves until `shutdown` resolves, then stops accepting, releases held replies, stops the
-    /// webhook dispatcher (abandoning pending retries) and waits for in-flight requests.
+    /// webhook dispatcher (abandoning pending retries) and the settlement timer (payments still
+    /// processing stay so), and waits for in-flight requests.
     pub async fn run_until_stopped(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let dispatcher = self.dispatcher.map(|d| tokio::spawn(d.run()));
+        let settler = tokio::spawn(self.settler.run());
         let stop = self.stop;
         let signal = async move {
             shutdown.await;
@@ -124,6 +168,9 @@ impl Application {
             if let Err(error) = dispatcher.await {
                 tracing::error!(%error, "webhook dispatcher ended abnormally");
             }
+        }
+        if let Err(error) = settler.await {
+            tracing::error!(%error, "settlement timer ended abnormally");
         }
         served
     }

@@ -7,11 +7,18 @@ use uuid::Uuid;
 
 /// Longest `reference` accepted, in characters.
 pub const MAX_REFERENCE_CHARS: usize = 255;
+/// What every payment id starts with.
+pub const PAYMENT_ID_PREFIX: &str = "pay_";
+/// What every refund id starts with.
+pub const REFUND_ID_PREFIX: &str = "re_";
 
 /// Whether a charge went through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PaymentStatus {
+    /// Not decided yet (decided by `processing_rate`); settles to `succeeded` or `failed`
+    /// after `processing_ms`.
+    Processing,
     /// The money was taken.
     Succeeded,
     /// The charge was refused; nothing was taken.
@@ -39,7 +46,7 @@ pub enum RefundStatus {
 pub struct Payment {
     /// `pay_<32 hex digits>`.
     pub id: String,
-    /// The outcome, final at creation.
+    /// The outcome: final at creation, or `processing` until it settles.
     pub status: PaymentStatus,
     /// Amount in minor units (cents), at least 1.
     pub amount_minor: i64,
@@ -139,12 +146,12 @@ fn invalid(field: &'static str, rule: &'static str) -> InvalidRequest {
 
 /// A fresh payment id.
 pub fn new_payment_id() -> String {
-    format!("pay_{}", Uuid::new_v4().simple())
+    format!("{PAYMENT_ID_PREFIX}{}", Uuid::new_v4().simple())
 }
 
 /// A fresh refund id.
 pub fn new_refund_id() -> String {
-    format!("re_{}", Uuid::new_v4().simple())
+    format!("{REFUND_ID_PREFIX}{}", Uuid::new_v4().simple())
 }
 
 #[cfg(test)]

@@ -115,6 +115,16 @@ impl ApiError {
                 "payment-not-refundable",
                 "Payment cannot be refunded",
             ),
+            ApiError::Ledger(LedgerError::PaymentProcessing(_)) => (
+                StatusCode::CONFLICT,
+                "payment-processing",
+                "Payment is still processing",
+            ),
+            ApiError::Ledger(LedgerError::Storage(_)) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "storage-failed",
+                "The books could not be written",
+            ),
             ApiError::Ledger(LedgerError::ExceedsRemaining { .. }) => (
                 StatusCode::CONFLICT,
                 "refund-exceeds-remaining",
@@ -166,6 +176,18 @@ mod tests {
         let response = ApiError::Ledger(LedgerError::KeyReused).into_response();
         assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
         assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
+    }
+
+    #[test]
+    fn refunding_a_processing_payment_is_a_409_problem_of_its_own() {
+        let error = ApiError::Ledger(LedgerError::PaymentProcessing("pay_1".to_owned()));
+        let problem = error.problem();
+        assert_eq!(problem.status, 409);
+        assert_eq!(
+            problem.problem_type,
+            "urn:psp-sim:problem:payment-processing"
+        );
+        assert!(problem.detail.contains("pay_1"), "{}", problem.detail);
     }
 
     #[test]

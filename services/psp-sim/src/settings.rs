@@ -1,10 +1,12 @@
 //! Configuration from the environment, validated at start; every error names its variable.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
 use reqwest::Url;
 
 use crate::faults::{Faults, FaultsError};
+use crate::ledger::Journal;
 use crate::signature::{SecretError, WebhookSecret};
 
 /// Where the simulator listens unless `PSP_SIM_ADDR` says otherwise.
@@ -20,6 +22,9 @@ pub struct Settings {
     pub webhook: Option<WebhookTarget>,
     /// `PSP_FAULTS`: the faults in force at start.
     pub faults: Faults,
+    /// `PSP_SIM_DATA_DIR`: where the books are journaled and replayed from at start; `None`
+    /// keeps them in memory only.
+    pub data_dir: Option<PathBuf>,
 }
 
 /// A webhook receiver and the secret its webhooks are signed with.
@@ -54,6 +59,14 @@ pub enum SettingsError {
     /// `PSP_FAULTS` is not a valid fault object.
     #[error("PSP_FAULTS: {0}")]
     Faults(FaultsError),
+    /// `PSP_SIM_DATA_DIR` is not a directory psp-sim can create and write in.
+    #[error("PSP_SIM_DATA_DIR: {value:?} is not a usable directory: {problem}")]
+    DataDir {
+        /// The value given.
+        value: String,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// A variable holds bytes that are not UTF-8.
     #[error("{0}: not valid UTF-8")]
     NotUnicode(&'static str),
@@ -65,20 +78,23 @@ impl Default for Settings {
             addr: DEFAULT_ADDR,
             webhook: None,
             faults: Faults::default(),
+            data_dir: None,
         }
     }
 }
 
 /// Every variable psp-sim reads.
-pub const VARIABLES: [&str; 4] = [
+pub const VARIABLES: [&str; 5] = [
     "PSP_SIM_ADDR",
     "PSP_WEBHOOK_URL",
     "WEBHOOK_SECRET",
     "PSP_FAULTS",
+    "PSP_SIM_DATA_DIR",
 ];
 
 impl Settings {
-    /// Reads `PSP_SIM_ADDR`, `PSP_WEBHOOK_URL`, `WEBHOOK_SECRET` and `PSP_FAULTS`.
+    /// Reads `PSP_SIM_ADDR`, `PSP_WEBHOOK_URL`, `WEBHOOK_SECRET`, `PSP_FAULTS` and
+    /// `PSP_SIM_DATA_DIR`.
     pub fn from_env() -> Result<Self, SettingsError> {
         let mut values = Vec::with_capacity(VARIABLES.len());
         for name in VARIABLES {
@@ -98,7 +114,8 @@ impl Settings {
         })
     }
 
-    /// Builds settings from any variable lookup; empty values count as unset.
+    /// Builds settings from any variable lookup; empty values count as unset. A missing
+    /// `PSP_SIM_DATA_DIR` is created, and an empty journal in it if there is none.
     pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
         let get = |name: &str| lookup(name).filter(|value| !value.trim().is_empty());
         let addr = match get("PSP_SIM_ADDR") {
@@ -122,12 +139,31 @@ impl Settings {
             Some(json) => Faults::from_json(&json).map_err(SettingsError::Faults)?,
             None => Faults::default(),
         };
+        let data_dir = get("PSP_SIM_DATA_DIR")
+            .map(|dir| usable_dir(dir.trim()))
+            .transpose()?;
         Ok(Self {
             addr,
             webhook,
             faults,
+            data_dir,
         })
     }
+}
+
+/// The directory, created if missing, once a journal is known to be writable in it.
+fn usable_dir(text: &str) -> Result<PathBuf, SettingsError> {
+    let refuse = |problem: String| SettingsError::DataDir {
+        value: text.to_owned(),
+        problem,
+    };
+    let path = Path::new(text);
+    if path.exists() && !path.is_dir() {
+        return Err(refuse("it exists and is not a directory".to_owned()));
+    }
+    std::fs::create_dir_all(path).map_err(|error| refuse(format!("cannot create it: {error}")))?;
+    Journal::probe(path).map_err(|error| refuse(format!("cannot write in it: {error}")))?;
+    Ok(path.to_path_buf())
 }
 
 fn parse_webhook_url(text: &str) -> Result<Url, SettingsError> {
@@ -164,6 +200,27 @@ mod tests {
         assert_eq!(settings.addr, DEFAULT_ADDR);
         assert!(settings.webhook.is_none());
         assert_eq!(settings.faults, Faults::default());
+        assert_eq!(settings.data_dir, None);
+    }
+
+    #[test]
+    fn a_missing_data_dir_is_created() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("books").join("psp");
+        let settings = settings(&[("PSP_SIM_DATA_DIR", dir.to_str().unwrap())]).unwrap();
+        assert_eq!(settings.data_dir.as_deref(), Some(dir.as_path()));
+        assert!(dir.join("ledger.jsonl").is_file());
+    }
+
+    #[test]
+    fn a_data_dir_that_is_a_file_is_one_line_naming_the_variable() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let error = settings(&[("PSP_SIM_DATA_DIR", file.path().to_str().unwrap())])
+            .unwrap_err()
+            .to_string();
+        assert!(error.starts_with("PSP_SIM_DATA_DIR: "), "{error}");
+        assert!(error.ends_with("is not a usable directory: it exists and is not a directory"));
+        assert_eq!(error.lines().count(), 1);
     }
 
     #[test]

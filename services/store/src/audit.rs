@@ -1,19 +1,26 @@
-//! The audit: proves soldonce's invariants from the database alone.
+//! The audit: proves soldonce's invariants from the database, read in one
+//! REPEATABLE READ snapshot (so live traffic never shows as a violation) and
+//! streamed (memory stays flat however many orders there are).
 //! - per SKU, `reserved` = units on `payment_pending` orders, `sold` = units
 //!   on confirmed orders, and each bucket = its ledger sum;
 //! - each order's projection row = the fold of its events;
-//! - no order settled by more than one payment; every payment the PSP
-//!   reported as succeeded belongs to a confirmed or refunded order;
-//! - the outbox backlog and its oldest row's age (reported, and a violation
-//!   past `max_outbox_age`).
+//! - money: no order confirmed twice; every confirmed order's payment is
+//!   attached to it and every attached payment settles its order; every
+//!   decided refund is carried out within `compensation_grace`; every
+//!   refund the PSP confirmed is recorded on its order; the last
+//!   reconciliation against the PSP found nothing it could not repair;
+//! - operations: confirmed orders shipped within `shipment_grace`, no dead
+//!   letters, the outbox drained within `max_outbox_age`.
 
 use crate::StoreError;
-use domain::Event;
 use futures::StreamExt;
 use serde::Serialize;
-use sqlx::PgPool;
-use std::collections::HashMap;
+use sqlx::{PgConnection, PgPool};
+use std::time::Duration;
 use uuid::Uuid;
+
+/// Most violations listed one by one; the rest are only counted.
+pub const MAX_LISTED: usize = 1000;
 
 /// One broken invariant, named.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -23,40 +30,65 @@ pub struct Violation {
     pub detail: String,
 }
 
+/// How patient the audit is with work still in flight.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AuditOptions {
+    /// Outbox rows older than this are a violation.
+    pub max_outbox_age: Duration,
+    /// Confirmed orders without a shipment for longer than this are a violation.
+    pub shipment_grace: Duration,
+    /// Decided refunds not carried out for longer than this are a violation.
+    pub compensation_grace: Duration,
+}
+
+impl Default for AuditOptions {
+    fn default() -> Self {
+        AuditOptions {
+            max_outbox_age: Duration::from_secs(300),
+            shipment_grace: Duration::from_secs(600),
+            compensation_grace: Duration::from_secs(60),
+        }
+    }
+}
+
 /// The audit's findings.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct AuditReport {
     pub skus: u64,
     pub orders: u64,
     pub events: u64,
+    pub payments: u64,
     pub outbox_backlog: i64,
     pub outbox_oldest_seconds: f64,
+    /// Every violation found; at most [`MAX_LISTED`] are in `violations`.
+    pub violation_count: u64,
     pub violations: Vec<Violation>,
 }
 
 impl AuditReport {
     /// Whether every invariant holds.
     pub fn clean(&self) -> bool {
-        self.violations.is_empty()
+        self.violation_count == 0
+    }
+
+    pub(crate) fn flag(&mut self, check: &'static str, subject: impl Into<String>, detail: impl Into<String>) {
+        self.violation_count += 1;
+        if self.violations.len() < MAX_LISTED {
+            self.violations.push(Violation { check, subject: subject.into(), detail: detail.into() });
+        }
     }
 }
 
-/// Runs every check.
-pub async fn run(pool: &PgPool, max_outbox_age_secs: f64) -> Result<AuditReport, StoreError> {
+/// Runs every check in one read-only snapshot.
+pub async fn run(pool: &PgPool, options: &AuditOptions) -> Result<AuditReport, StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY").execute(&mut *tx).await?;
     let mut report = AuditReport::default();
-    check_stock(pool, &mut report).await?;
-    check_projection(pool, &mut report).await?;
-    check_payments(pool, &mut report).await?;
-    let (backlog, oldest) = crate::outbox::backlog(pool).await?;
-    report.outbox_backlog = backlog;
-    report.outbox_oldest_seconds = oldest;
-    if oldest > max_outbox_age_secs {
-        report.violations.push(Violation {
-            check: "outbox_lag",
-            subject: "outbox".into(),
-            detail: format!("{backlog} rows wait, the oldest for {oldest:.0} s"),
-        });
-    }
+    check_stock(&mut tx, &mut report).await?;
+    check_projection(&mut tx, &mut report).await?;
+    crate::audit_money::check(&mut tx, options, &mut report).await?;
+    check_operations(&mut tx, options, &mut report).await?;
+    tx.rollback().await?;
     Ok(report)
 }
 
@@ -74,8 +106,8 @@ struct SkuBooks {
     confirmed: i64,
 }
 
-async fn check_stock(pool: &PgPool, report: &mut AuditReport) -> Result<(), StoreError> {
-    let rows: Vec<SkuBooks> = sqlx::query_as(
+async fn check_stock(conn: &mut PgConnection, report: &mut AuditReport) -> Result<(), StoreError> {
+    let mut rows = sqlx::query_as::<_, SkuBooks>(
         "WITH l AS (SELECT sku, sum(d_available)::bigint a, sum(d_reserved)::bigint r, sum(d_sold)::bigint s FROM stock_ledger GROUP BY sku), \
               o AS (SELECT ol.sku, \
                       coalesce(sum(ol.quantity) FILTER (WHERE o.state = 'payment_pending'), 0)::bigint pending, \
@@ -85,102 +117,87 @@ async fn check_stock(pool: &PgPool, report: &mut AuditReport) -> Result<(), Stor
                 coalesce(l.s, 0) AS ledger_sold, coalesce(o.pending, 0) AS pending, coalesce(o.confirmed, 0) AS confirmed \
          FROM stock s LEFT JOIN l ON l.sku = s.sku LEFT JOIN o ON o.sku = s.sku ORDER BY s.sku",
     )
-    .fetch_all(pool)
-    .await?;
-    for SkuBooks { sku, available: a, reserved: r, sold: s, ledger_available: la, ledger_reserved: lr, ledger_sold: ls, pending, confirmed } in rows {
+    .fetch(&mut *conn);
+    let mut flags = vec![];
+    while let Some(row) = rows.next().await {
+        let SkuBooks { sku, available: a, reserved: r, sold: s, ledger_available: la, ledger_reserved: lr, ledger_sold: ls, pending, confirmed } = row?;
         report.skus += 1;
-        let mut flag = |check, detail: String| report.violations.push(Violation { check, subject: sku.clone(), detail });
         if (a, r, s) != (la, lr, ls) {
-            flag("ledger_drift", format!("buckets available {a} reserved {r} sold {s}, ledger says {la} / {lr} / {ls}"));
+            flags.push(("ledger_drift", sku.clone(), format!("buckets available {a} reserved {r} sold {s}, ledger says {la} / {lr} / {ls}")));
         }
         if r != pending {
-            flag("reserved_mismatch", format!("reserved {r}, but payment_pending orders hold {pending}"));
+            flags.push(("reserved_mismatch", sku.clone(), format!("reserved {r}, but payment_pending orders hold {pending}")));
         }
         if s != confirmed {
-            flag("sold_mismatch", format!("sold {s}, but confirmed orders hold {confirmed}"));
+            flags.push(("sold_mismatch", sku, format!("sold {s}, but confirmed orders hold {confirmed}")));
         }
+    }
+    drop(rows);
+    for (check, subject, detail) in flags {
+        report.flag(check, subject, detail);
     }
     Ok(())
 }
 
-/// Streams events and projection rows in order id order and compares each
-/// order's fold with its row.
-async fn check_projection(pool: &PgPool, report: &mut AuditReport) -> Result<(), StoreError> {
-    let mut projected: HashMap<Uuid, domain::Order> = HashMap::new();
-    let mut rows = crate::orders::stream_all(pool);
-    while let Some(order) = rows.next().await {
-        let order = order?;
-        projected.insert(order.id, order);
-    }
-    report.orders = projected.len() as u64;
-    let mut events = sqlx::query_as::<_, (Uuid, String, serde_json::Value)>(
-        "SELECT stream_id, type, data FROM events WHERE type LIKE 'order.%' ORDER BY stream_id, version",
-    )
-    .fetch(pool);
-    let mut current: Option<(Uuid, Option<domain::Order>)> = None;
-    let mut finish = |stream: Uuid, folded: Option<domain::Order>, report: &mut AuditReport| {
-        let row = projected.remove(&stream);
-        if row != folded {
-            report.violations.push(Violation {
-                check: "projection_drift",
-                subject: stream.to_string(),
-                detail: format!(
-                    "projection says {}, events fold to {}",
-                    row.map_or("nothing".into(), |o| format!("{} v{}", o.state, o.version)),
-                    folded.map_or("nothing".into(), |o| format!("{} v{}", o.state, o.version))
-                ),
-            });
-        }
-    };
-    while let Some(row) = events.next().await {
-        let (stream, ty, data) = row?;
-        report.events += 1;
-        let event = Event::from_parts(&ty, data).map_err(|e| StoreError::Corrupt(format!("event of {stream}: {e}")))?;
-        match &mut current {
-            Some((s, state)) if *s == stream => *state = domain::evolve(state.take(), &event),
-            _ => {
-                if let Some((s, state)) = current.take() {
-                    finish(s, state, report);
-                }
-                current = Some((stream, domain::evolve(None, &event)));
+/// Streams each projection row beside its events, folds and compares, one
+/// order at a time; then names event streams that have no row.
+async fn check_projection(conn: &mut PgConnection, report: &mut AuditReport) -> Result<(), StoreError> {
+    let describe = |o: &Option<domain::Order>| o.as_ref().map_or("nothing".into(), |o| format!("{} v{}", o.state, o.version));
+    {
+        let mut rows = crate::orders::stream_with_history(&mut *conn);
+        while let Some(row) = rows.next().await {
+            let (row, events) = row?;
+            report.orders += 1;
+            report.events += events.len() as u64;
+            let folded = domain::fold(&events);
+            let row = Some(row);
+            if row != folded {
+                let subject = row.as_ref().map(|o| o.id.to_string()).unwrap_or_default();
+                let detail = format!("projection says {}, events fold to {}", describe(&row), describe(&folded));
+                report.flag("projection_drift", subject, detail);
             }
         }
     }
-    if let Some((s, state)) = current.take() {
-        finish(s, state, report);
-    }
-    for (id, row) in projected {
-        report.violations.push(Violation {
-            check: "projection_drift",
-            subject: id.to_string(),
-            detail: format!("projection row ({}) has no events", row.state),
-        });
+    let orphans: Vec<(Uuid, i64)> = sqlx::query_as(
+        "SELECT e.stream_id, count(*) FROM events e WHERE e.type LIKE 'order.%' \
+         AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = e.stream_id) GROUP BY e.stream_id LIMIT 1000",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for (stream, n) in orphans {
+        report.events += u64::try_from(n).unwrap_or(0);
+        report.flag("projection_drift", stream.to_string(), format!("{n} events but no projection row"));
     }
     Ok(())
 }
 
-async fn check_payments(pool: &PgPool, report: &mut AuditReport) -> Result<(), StoreError> {
-    let doubled: Vec<(Uuid, i64)> = sqlx::query_as(
-        "SELECT stream_id, count(DISTINCT data->>'payment_id') FROM events \
-         WHERE type IN ('order.confirmed.v1', 'order.refunded.v1') GROUP BY stream_id HAVING count(DISTINCT data->>'payment_id') > 1",
+async fn check_operations(conn: &mut PgConnection, options: &AuditOptions, report: &mut AuditReport) -> Result<(), StoreError> {
+    let unshipped: Vec<(Uuid, f64)> = sqlx::query_as(
+        "SELECT o.id, extract(epoch FROM now() - o.updated_at)::float8 FROM orders o \
+         WHERE o.state = 'confirmed' AND o.updated_at < now() - make_interval(secs => $1) \
+         AND NOT EXISTS (SELECT 1 FROM shipments s WHERE s.order_id = o.id) ORDER BY o.updated_at LIMIT 1000",
     )
-    .fetch_all(pool)
+    .bind(options.shipment_grace.as_secs_f64())
+    .fetch_all(&mut *conn)
     .await?;
-    for (order, n) in doubled {
-        report.violations.push(Violation { check: "double_payment", subject: order.to_string(), detail: format!("{n} payments settled it") });
+    for (order, age) in unshipped {
+        report.flag("unshipped", order.to_string(), format!("confirmed {age:.0} s ago and still without a shipment"));
     }
-    let orphans: Vec<(String, Option<Uuid>, Option<String>)> = sqlx::query_as(
-        "SELECT w.webhook_id, w.order_id, o.state FROM webhook_receipts w LEFT JOIN orders o ON o.id = w.order_id \
-         WHERE w.event_type = 'payment.succeeded' AND (o.state IS NULL OR o.state NOT IN ('confirmed', 'refunded'))",
+    let dead: Vec<(String, i64)> = sqlx::query_as("SELECT consumer, count(*) FROM dead_letters GROUP BY consumer ORDER BY consumer")
+        .fetch_all(&mut *conn)
+        .await?;
+    for (consumer, n) in dead {
+        report.flag("dead_letters", consumer, format!("{n} messages could not be handled (see the dead_letters table)"));
+    }
+    let (backlog, oldest): (i64, f64) = sqlx::query_as(
+        "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 FROM outbox",
     )
-    .fetch_all(pool)
+    .fetch_one(&mut *conn)
     .await?;
-    for (webhook, order, state) in orphans {
-        report.violations.push(Violation {
-            check: "unsettled_payment",
-            subject: order.map_or("unknown order".into(), |o| o.to_string()),
-            detail: format!("payment.succeeded ({webhook}) but the order is {}", state.as_deref().unwrap_or("missing")),
-        });
+    report.outbox_backlog = backlog;
+    report.outbox_oldest_seconds = oldest;
+    if oldest > options.max_outbox_age.as_secs_f64() {
+        report.flag("outbox_lag", "outbox", format!("{backlog} rows wait, the oldest for {oldest:.0} s"));
     }
     Ok(())
 }

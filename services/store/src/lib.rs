@@ -6,7 +6,9 @@
 
 pub mod accounts;
 pub mod audit;
+mod audit_money;
 pub mod catalog;
+pub mod compensations;
 pub mod envelope;
 pub mod expiry;
 pub mod idempotency;
@@ -14,6 +16,7 @@ pub mod orders;
 pub mod outbox;
 pub mod payments;
 pub mod projections;
+pub mod reconcile;
 pub mod shipments;
 mod stock_moves;
 

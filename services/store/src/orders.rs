@@ -98,15 +98,31 @@ pub async fn transition_in(
     if events.is_empty() {
         return Ok(Transition::Unchanged(order));
     }
+    Ok(match apply(conn, &order, &events, meta).await? {
+        Applied::Done(next) => Transition::Applied(next),
+        Applied::StockShort(sku) => Transition::StockShort(sku),
+    })
+}
+
+/// What became of decided events.
+pub(crate) enum Applied {
+    Done(Order),
+    /// A stock movement lacked the units: nothing may be committed.
+    StockShort(Sku),
+}
+
+/// Moves stock for `events`, folds them into `order` and appends them with
+/// the projection; the caller rolls back after `StockShort`.
+pub(crate) async fn apply(conn: &mut PgConnection, order: &Order, events: &[Event], meta: &Metadata) -> Result<Applied, StoreError> {
     let mut next = order.clone();
-    for event in &events {
-        if let Some(sku) = stock_moves::apply_event(conn, &order, event).await? {
-            return Ok(Transition::StockShort(sku));
+    for event in events {
+        if let Some(sku) = stock_moves::apply_event(conn, order, event).await? {
+            return Ok(Applied::StockShort(sku));
         }
         next = domain::evolve(Some(next), event).ok_or_else(|| StoreError::Corrupt("fold lost the order".into()))?;
     }
-    append(conn, Some(&order), &next, &events, meta).await?;
-    Ok(Transition::Applied(next))
+    append(conn, Some(order), &next, events, meta).await?;
+    Ok(Applied::Done(next))
 }
 
 /// Appends `events` (which turn `before` into `after`) with their outbox rows
@@ -192,11 +208,13 @@ pub(crate) async fn append_records(conn: &mut PgConnection, records: &[Record<'_
 }
 
 pub(crate) async fn write_projection(conn: &mut PgConnection, before: Option<&Order>, o: &Order) -> Result<(), StoreError> {
-    let shipping = o.shipping.as_ref().map(serde_json::to_value).transpose().map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
+    let shipping = o.shipping.as_ref().map(serde_json::to_value).transpose().map_err(corrupt)?;
+    let refunds = serde_json::to_value(&o.refunds).map_err(corrupt)?;
     let written = sqlx::query(
-        "INSERT INTO orders (id, account_id, state, currency, total_minor, shipping, payment_id, paid_minor, version, expires_at, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
-         ON CONFLICT (id) DO UPDATE SET state = $3, payment_id = $7, paid_minor = $8, version = $9, updated_at = $12 \
+        "INSERT INTO orders (id, account_id, state, currency, total_minor, shipping, payment_id, paid_minor, version, expires_at, created_at, updated_at, refunds) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14) \
+         ON CONFLICT (id) DO UPDATE SET state = $3, payment_id = $7, paid_minor = $8, version = $9, updated_at = $12, refunds = $14 \
          WHERE orders.version = $13",
     )
     .bind(o.id)
@@ -212,6 +230,7 @@ pub(crate) async fn write_projection(conn: &mut PgConnection, before: Option<&Or
     .bind(o.created_at)
     .bind(o.updated_at)
     .bind(before.map_or(0, |b| b.version))
+    .bind(refunds)
     .execute(&mut *conn)
     .await?;
     if written.rows_affected() != 1 {
@@ -249,6 +268,7 @@ struct OrderRow {
     expires_at: DateTime<Utc>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
+    refunds: serde_json::Value,
     lines: serde_json::Value,
 }
 
@@ -256,7 +276,7 @@ struct OrderRow {
 macro_rules! select_orders {
     () => {
         "SELECT o.id, o.account_id, o.state, o.currency, o.total_minor, o.shipping, o.payment_id, o.paid_minor, \
-            o.version, o.expires_at, o.created_at, o.updated_at, \
+            o.version, o.expires_at, o.created_at, o.updated_at, o.refunds, \
             (SELECT coalesce(jsonb_agg(jsonb_build_object('sku', l.sku, 'quantity', l.quantity, 'unit_price_minor', l.unit_price_minor) ORDER BY l.sku COLLATE \"C\"), '[]') \
                FROM order_lines l WHERE l.order_id = o.id) AS lines \
          FROM orders o"
@@ -273,6 +293,7 @@ impl TryFrom<OrderRow> for Order {
             serde_json::from_value(serde_json::Value::String(r.state.clone())).map_err(|_| corrupt("state"))?;
         let lines: Vec<OrderLine> = serde_json::from_value(r.lines.clone()).map_err(|_| corrupt("lines"))?;
         let shipping = r.shipping.clone().map(serde_json::from_value).transpose().map_err(|_| corrupt("shipping"))?;
+        let refunds = serde_json::from_value(r.refunds.clone()).map_err(|_| corrupt("refunds"))?;
         Ok(Order {
             id: r.id,
             account_id: r.account_id,
@@ -288,6 +309,7 @@ impl TryFrom<OrderRow> for Order {
                 payment_id,
                 amount_minor: r.paid_minor.unwrap_or_default(),
             }),
+            refunds,
             version: r.version,
         })
     }
@@ -308,6 +330,36 @@ pub fn stream_all(pool: &PgPool) -> impl futures::Stream<Item = Result<Order, St
     sqlx::query_as::<_, OrderRow>(select_orders!()).fetch(pool).map(|r| r.map_err(StoreError::from).and_then(Order::try_from))
 }
 
+/// Every projection row with its events in recorded order, streamed in one
+/// query (each row's events aggregated beside it), for the audit.
+pub(crate) fn stream_with_history(conn: &mut PgConnection) -> impl futures::Stream<Item = Result<(Order, Vec<Event>), StoreError>> + '_ {
+    use futures::StreamExt;
+    #[derive(sqlx::FromRow)]
+    struct WithHistory {
+        #[sqlx(flatten)]
+        row: OrderRow,
+        history: serde_json::Value,
+    }
+    const SQL: &str = concat!(
+        "SELECT x.*, (SELECT coalesce(jsonb_agg(jsonb_build_array(e.type, e.data) ORDER BY e.version), '[]') \
+            FROM events e WHERE e.stream_id = x.id) AS history FROM (",
+        select_orders!(),
+        ") x"
+    );
+    sqlx::query_as::<_, WithHistory>(SQL).fetch(conn).map(|r| {
+        let r = r?;
+        let id = r.row.id;
+        let parts: Vec<(String, serde_json::Value)> =
+            serde_json::from_value(r.history).map_err(|e| StoreError::Corrupt(format!("events of {id}: {e}")))?;
+        let events = parts
+            .into_iter()
+            .map(|(t, data)| Event::from_parts(&t, data))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StoreError::Corrupt(format!("event of {id}: {e}")))?;
+        Ok((Order::try_from(r.row)?, events))
+    })
+}
+
 /// The order as the projection holds it; `account` scopes the lookup.
 pub async fn load(pool: &PgPool, order_id: Uuid, account: Option<Uuid>) -> Result<Option<Order>, StoreError> {
     let row: Option<OrderRow> =
@@ -315,7 +367,7 @@ pub async fn load(pool: &PgPool, order_id: Uuid, account: Option<Uuid>) -> Resul
     row.map(Order::try_from).transpose()
 }
 
-async fn load_locked(conn: &mut PgConnection, order_id: Uuid, account: Option<Uuid>) -> Result<Option<Order>, StoreError> {
+pub(crate) async fn load_locked(conn: &mut PgConnection, order_id: Uuid, account: Option<Uuid>) -> Result<Option<Order>, StoreError> {
     let sql = format!("{SELECT_ORDER} FOR UPDATE OF o");
     let row: Option<OrderRow> = sqlx::query_as(&sql).bind(order_id).bind(account).fetch_optional(&mut *conn).await?;
     row.map(Order::try_from).transpose()

@@ -1,35 +1,188 @@
-//! Applying a payment provider's verdict to an order, from whichever of the
-//! synchronous reply and the webhook arrives first; the other is a no-op.
+//! Learning what the payment provider says about a payment, from whichever
+//! path hears it first: the worker's reply, a webhook, a lookup by key, or
+//! reconciliation. Each fact commits, in the caller's transaction, with what
+//! it decides: the order confirmed on the payment (`attached`), or a refund
+//! of it recorded as a compensation (`refund`). The decision is made once;
+//! the `payments` primary key serialises two deciders and a trigger keeps it
+//! final, so no later fact can confirm on a refunded payment or the reverse.
 
 use crate::envelope::Metadata;
-use crate::orders::{self, Transition};
+use crate::orders::{self, Applied};
 use crate::StoreError;
-use domain::{Command, OrderState};
-use sqlx::PgConnection;
+use domain::{Command, Event, Order, PaidFact, PspStatus, RefundReason};
+use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
-/// What the PSP said about a charge.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    Succeeded { payment_id: String, amount_minor: i64 },
-    Failed { payment_id: String, reason: String },
+/// Which path learned a fact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Worker,
+    Webhook,
+    Lookup,
+    Reconcile,
 }
 
-/// Applies `verdict` inside the caller's transaction. A success on an order
-/// that already ended (expired, cancelled) reclaims its units if they are
-/// still there (`Transition::StockShort` otherwise: the caller rolls back
-/// and refunds).
-pub async fn settle(conn: &mut PgConnection, order_id: Uuid, verdict: &Verdict, meta: &Metadata) -> Result<Transition, StoreError> {
+impl Source {
+    /// The column and metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Worker => "worker",
+            Source::Webhook => "webhook",
+            Source::Lookup => "lookup",
+            Source::Reconcile => "reconcile",
+        }
+    }
+}
+
+/// What the PSP reported about one payment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentFact {
+    pub payment_id: String,
+    /// The order the PSP's reference names, if it names one.
+    pub order_id: Option<Uuid>,
+    pub status: PspStatus,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub failure_reason: Option<String>,
+}
+
+/// What became of a fact.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Learned {
+    /// The order is confirmed on the payment (`reclaimed`: an expired order's units were taken back).
+    Confirmed { order: Order, reclaimed: bool },
+    /// The payment is to be refunded; the compensation is recorded.
+    RefundDecided(RefundReason),
+    /// A definite failure declined the order.
+    Declined(Order),
+    /// Nothing new: the payment's disposition was decided before, or the
+    /// failure no longer applies.
+    AlreadyKnown,
+    /// Not a clear answer: ask the PSP again by key. Nothing was changed.
+    Unknown(String),
+}
+
+/// Applies `fact` inside the caller's transaction, which the caller commits.
+#[tracing::instrument(skip_all, fields(payment_id = %fact.payment_id, source = source.as_str()))]
+pub async fn learn(conn: &mut PgConnection, fact: &PaymentFact, source: Source, meta: &Metadata) -> Result<Learned, StoreError> {
     let at = crate::now();
-    let verdict = verdict.clone();
-    orders::transition_in(conn, order_id, None, meta, move |order| match verdict {
-        Verdict::Succeeded { payment_id, amount_minor } => match order.state {
-            OrderState::Expired | OrderState::Cancelled => Command::Reactivate { payment_id, amount_minor, at },
-            _ => Command::Confirm { payment_id, amount_minor, at },
-        },
-        Verdict::Failed { payment_id, reason } => Command::FailPayment { payment_id: Some(payment_id), reason, at },
-    })
-    .await
+    match &fact.status {
+        PspStatus::Unknown(status) => Ok(Learned::Unknown(status.clone())),
+        PspStatus::Failed => {
+            let Some(order_id) = fact.order_id else { return Ok(Learned::AlreadyKnown) };
+            let payment_id = Some(fact.payment_id.clone());
+            let reason = fact.failure_reason.clone().unwrap_or_else(|| "declined".into());
+            let command = Command::FailPayment { payment_id, reason, at };
+            match orders::transition_in(conn, order_id, None, meta, |_| command).await? {
+                orders::Transition::Applied(order) => Ok(Learned::Declined(order)),
+                _ => Ok(Learned::AlreadyKnown),
+            }
+        }
+        PspStatus::Succeeded => learn_success(conn, fact, source, meta, at).await,
+    }
+}
+
+async fn learn_success(
+    conn: &mut PgConnection,
+    fact: &PaymentFact,
+    source: Source,
+    meta: &Metadata,
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<Learned, StoreError> {
+    // Lock order: the order row, then the payment row, on every path.
+    let order = match fact.order_id {
+        Some(id) => orders::load_locked(conn, id, None).await?,
+        None => None,
+    };
+    let known: Option<(String,)> = sqlx::query_as("SELECT disposition FROM payments WHERE payment_id = $1 FOR UPDATE")
+        .bind(&fact.payment_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    if known.is_some() {
+        return Ok(Learned::AlreadyKnown);
+    }
+    let Some(order) = order else {
+        let recorded = record(conn, fact, None, Disposition::Refund(RefundReason::NoSuchOrder), source).await?;
+        return Ok(if recorded { Learned::RefundDecided(RefundReason::NoSuchOrder) } else { Learned::AlreadyKnown });
+    };
+    let paid = |units_gone| Command::Paid {
+        fact: PaidFact { payment_id: fact.payment_id.clone(), amount_minor: fact.amount_minor, currency: fact.currency.clone(), at },
+        units_gone,
+    };
+    let events = decide(&order, paid(false))?;
+    if events.is_empty() {
+        return Ok(Learned::AlreadyKnown);
+    }
+    // Reclaiming an expired order's units may find them sold: try it under a
+    // savepoint, and refund instead if they are gone.
+    let outcome = if matches!(events[..], [Event::Confirmed { reactivated: true, .. }]) {
+        let mut savepoint = conn.begin().await?;
+        match orders::apply(&mut savepoint, &order, &events, meta).await? {
+            Applied::Done(next) => {
+                savepoint.commit().await?;
+                Some(next)
+            }
+            Applied::StockShort(_) => {
+                savepoint.rollback().await?;
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let (events, next) = match outcome {
+        Some(next) => (events, next),
+        None => {
+            let events = if matches!(events[..], [Event::Confirmed { reactivated: true, .. }]) { decide(&order, paid(true))? } else { events };
+            match orders::apply(conn, &order, &events, meta).await? {
+                Applied::Done(next) => (events, next),
+                Applied::StockShort(sku) => return Err(StoreError::Corrupt(format!("order {}: confirming found {sku} short", order.id))),
+            }
+        }
+    };
+    let (disposition, learned) = match &events[..] {
+        [Event::Confirmed { reactivated, .. }] => {
+            (Disposition::Attached, Learned::Confirmed { order: next, reclaimed: *reactivated })
+        }
+        [Event::RefundDecided { reason, .. }] => (Disposition::Refund(*reason), Learned::RefundDecided(*reason)),
+        other => return Err(StoreError::Corrupt(format!("a payment decided {other:?}"))),
+    };
+    if !record(conn, fact, Some(order.id), disposition, source).await? {
+        return Err(StoreError::Conflict(order.id));
+    }
+    Ok(learned)
+}
+
+fn decide(order: &Order, command: Command) -> Result<Vec<Event>, StoreError> {
+    domain::decide(Some(order), command).map_err(|e| StoreError::Corrupt(format!("order {}: {e}", order.id)))
+}
+
+enum Disposition {
+    Attached,
+    Refund(RefundReason),
+}
+
+/// Inserts the payment's one row; `false` if another decider got there first.
+async fn record(conn: &mut PgConnection, fact: &PaymentFact, order_id: Option<Uuid>, disposition: Disposition, source: Source) -> Result<bool, StoreError> {
+    let (disposition, reason, refund_state) = match disposition {
+        Disposition::Attached => ("attached", None, None),
+        Disposition::Refund(reason) => ("refund", Some(reason.as_str()), Some("pending")),
+    };
+    let inserted = sqlx::query(
+        "INSERT INTO payments (payment_id, order_id, amount_minor, currency, disposition, reason, learned_from, refund_state, next_attempt_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $8 IS NULL THEN NULL ELSE now() END) ON CONFLICT DO NOTHING",
+    )
+    .bind(&fact.payment_id)
+    .bind(order_id)
+    .bind(fact.amount_minor)
+    .bind(&fact.currency)
+    .bind(disposition)
+    .bind(reason)
+    .bind(source.as_str())
+    .bind(refund_state)
+    .execute(&mut *conn)
+    .await?;
+    Ok(inserted.rows_affected() == 1)
 }
 
 /// Records a webhook id; `false` if it was seen before (then do nothing).

@@ -1,68 +1,136 @@
-//! Rebuilding the orders projection from the event store. The projection is
-//! a cache of each order's fold; rebuilding must reproduce it exactly.
+//! Rebuilding every projection the events define — `orders` (with
+//! `order_lines`) and `shipments` — from the event store. A projection is a
+//! cache of each stream's fold; rebuilding must reproduce it exactly.
 
 use crate::orders::write_projection;
 use crate::StoreError;
+use chrono::{DateTime, Utc};
+use domain::shipment::ShipmentEvent;
 use domain::Event;
+use futures::TryStreamExt;
 use sqlx::{PgConnection, PgPool};
 use std::collections::BTreeMap;
 use uuid::Uuid;
 
-/// What a rebuild found.
+/// What a rebuild found in one table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TableReport {
+    /// Rows folded from their events.
+    pub rows: u64,
+    /// Rows that differed from their fold before the rebuild.
+    pub corrected: u64,
+    /// Rows with no events, removed.
+    pub orphans_removed: u64,
+}
+
+/// What a rebuild found, per table.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RebuildReport {
-    /// Orders folded from their events.
-    pub orders: u64,
-    /// Orders whose projection row differed from their fold before the rebuild.
-    pub corrected: u64,
-    /// Projection rows with no events, removed.
-    pub orphans_removed: u64,
+    pub orders: TableReport,
+    pub shipments: TableReport,
 }
 
 /// Every projection row with its lines, as JSON, by order id.
 pub async fn snapshot(conn: &mut PgConnection) -> Result<BTreeMap<Uuid, serde_json::Value>, StoreError> {
-    let rows: Vec<(Uuid, serde_json::Value)> = sqlx::query_as(
+    rows(
+        conn,
         "SELECT o.id, to_jsonb(o.*) || jsonb_build_object('lines', \
             (SELECT coalesce(jsonb_agg(to_jsonb(l.*) ORDER BY l.sku COLLATE \"C\"), '[]') FROM order_lines l WHERE l.order_id = o.id)) \
          FROM orders o",
     )
-    .fetch_all(&mut *conn)
-    .await?;
-    Ok(rows.into_iter().collect())
+    .await
 }
 
-/// Replaces the projection with the fold of the event store, in one
-/// transaction that blocks writers of the projection meanwhile.
+/// Every shipment row, as JSON, by shipment id.
+pub async fn snapshot_shipments(conn: &mut PgConnection) -> Result<BTreeMap<Uuid, serde_json::Value>, StoreError> {
+    rows(conn, "SELECT s.id, to_jsonb(s.*) FROM shipments s").await
+}
+
+async fn rows(conn: &mut PgConnection, sql: &str) -> Result<BTreeMap<Uuid, serde_json::Value>, StoreError> {
+    Ok(sqlx::query_as::<_, (Uuid, serde_json::Value)>(sql).fetch(&mut *conn).try_collect().await?)
+}
+
+/// Replaces every projection with the fold of the event store, in one
+/// transaction that blocks writers of the projections meanwhile.
 pub async fn rebuild(pool: &PgPool) -> Result<RebuildReport, StoreError> {
     let mut tx = pool.begin().await?;
-    sqlx::query("LOCK TABLE orders, order_lines IN EXCLUSIVE MODE").execute(&mut *tx).await?;
-    let before = snapshot(&mut tx).await?;
-    sqlx::query("DELETE FROM order_lines").execute(&mut *tx).await?;
-    sqlx::query("DELETE FROM orders").execute(&mut *tx).await?;
-    let rows: Vec<(Uuid, String, serde_json::Value)> =
-        sqlx::query_as("SELECT stream_id, type, data FROM events WHERE type LIKE 'order.%' ORDER BY stream_id, version")
-            .fetch_all(&mut *tx)
-            .await?;
+    sqlx::query("LOCK TABLE orders, order_lines, shipments IN EXCLUSIVE MODE").execute(&mut *tx).await?;
+    let orders_before = snapshot(&mut tx).await?;
+    let shipments_before = snapshot_shipments(&mut tx).await?;
+    // Shipments reference orders: out first, back in last.
+    for table in ["shipments", "order_lines", "orders"] {
+        sqlx::query(&format!("DELETE FROM {table}")).execute(&mut *tx).await?;
+    }
     let mut report = RebuildReport::default();
-    let mut i = 0;
-    while i < rows.len() {
-        let stream = rows[i].0;
-        let mut events = Vec::new();
-        while i < rows.len() && rows[i].0 == stream {
-            let e = Event::from_parts(&rows[i].1, rows[i].2.clone())
-                .map_err(|e| StoreError::Corrupt(format!("event of order {stream}: {e}")))?;
-            events.push(e);
-            i += 1;
-        }
+    for (stream, events) in streams(&mut tx, "order.%").await? {
+        let events: Vec<Event> = events
+            .into_iter()
+            .map(|(t, data)| Event::from_parts(&t, data))
+            .collect::<Result<_, _>>()
+            .map_err(|e| StoreError::Corrupt(format!("event of order {stream}: {e}")))?;
         let order = domain::fold(&events).ok_or_else(|| StoreError::Corrupt(format!("order {stream} has no order.placed")))?;
         write_projection(&mut tx, None, &order).await?;
-        report.orders += 1;
+        report.orders.rows += 1;
     }
-    let after = snapshot(&mut tx).await?;
-    report.corrected = after.iter().filter(|(id, row)| before.get(id) != Some(row)).count() as u64;
-    report.orphans_removed = before.keys().filter(|id| !after.contains_key(id)).count() as u64;
+    for (stream, events) in streams(&mut tx, "shipment.%").await? {
+        write_shipment(&mut tx, stream, &events).await?;
+        report.shipments.rows += 1;
+    }
+    let orders_after = snapshot(&mut tx).await?;
+    let shipments_after = snapshot_shipments(&mut tx).await?;
+    report.orders = compare(&orders_before, &orders_after, report.orders.rows);
+    report.shipments = compare(&shipments_before, &shipments_after, report.shipments.rows);
     tx.commit().await?;
     Ok(report)
+}
+
+fn compare(before: &BTreeMap<Uuid, serde_json::Value>, after: &BTreeMap<Uuid, serde_json::Value>, rows: u64) -> TableReport {
+    TableReport {
+        rows,
+        corrected: after.iter().filter(|(id, row)| before.get(id) != Some(row)).count() as u64,
+        orphans_removed: before.keys().filter(|id| !after.contains_key(id)).count() as u64,
+    }
+}
+
+type Stream = (Uuid, Vec<(String, serde_json::Value)>);
+
+/// The events of every stream whose types match `pattern`, grouped by stream in version order.
+async fn streams(conn: &mut PgConnection, pattern: &str) -> Result<Vec<Stream>, StoreError> {
+    let rows: Vec<(Uuid, String, serde_json::Value)> =
+        sqlx::query_as("SELECT stream_id, type, data FROM events WHERE type LIKE $1 ORDER BY stream_id, version")
+            .bind(pattern)
+            .fetch_all(&mut *conn)
+            .await?;
+    let mut grouped: Vec<Stream> = vec![];
+    for (stream, t, data) in rows {
+        match grouped.last_mut() {
+            Some((s, events)) if *s == stream => events.push((t, data)),
+            _ => grouped.push((stream, vec![(t, data)])),
+        }
+    }
+    Ok(grouped)
+}
+
+/// Folds one shipment's events into its row: the last step's state, the
+/// first step's time as created, the last one's as updated.
+async fn write_shipment(conn: &mut PgConnection, id: Uuid, events: &[(String, serde_json::Value)]) -> Result<(), StoreError> {
+    let parsed: Vec<ShipmentEvent> = events
+        .iter()
+        .map(|(_, data)| serde_json::from_value(data.clone()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| StoreError::Corrupt(format!("event of shipment {id}: {e}")))?;
+    let (Some(first), Some(last)) = (parsed.first(), parsed.last()) else { return Ok(()) };
+    let created: DateTime<Utc> = first.at;
+    sqlx::query("INSERT INTO shipments (id, order_id, state, version, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6)")
+        .bind(id)
+        .bind(last.order_id)
+        .bind(last.state.as_str())
+        .bind(i32::try_from(parsed.len()).unwrap_or(i32::MAX))
+        .bind(created)
+        .bind(last.at)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }
 
 /// Writes one order's projection row and lines (into whatever `orders` the

@@ -37,7 +37,7 @@ impl Movement {
             Event::Confirmed { reactivated: false, .. } => Some(Movement::Confirm),
             Event::Confirmed { reactivated: true, .. } => Some(Movement::Reclaim),
             Event::PaymentFailed { .. } | Event::Cancelled { .. } | Event::Expired { .. } => Some(Movement::Release),
-            Event::Refunded { .. } => None,
+            Event::RefundDecided { .. } | Event::Refunded { .. } => None,
         }
     }
 }

@@ -1,6 +1,9 @@
-//! The HTTP surface: routes, shared state, and the latency fault applied to every `/v1` call.
+//! The HTTP surface: routes, shared state, the latency fault applied to every `/v1` call, and
+//! what settling a `processing` payment does besides changing the books (counting and
+//! announcing it).
 
 mod admin;
+mod listing;
 mod ops;
 mod payments;
 mod refunds;
@@ -17,10 +20,12 @@ use axum::routing::{get, post};
 use axum::Router;
 use tokio::sync::watch;
 
-use crate::counters::Counters;
+use crate::counters::{Counters, Fault};
 use crate::faults::FaultSwitch;
 use crate::ledger::Ledger;
+use crate::model::{Payment, PaymentStatus};
 use crate::problem::ApiError;
+use crate::settlement::{Settled, SettlementQueue};
 use crate::webhook::WebhookQueue;
 
 /// What every handler shares.
@@ -29,22 +34,26 @@ pub(crate) struct AppState {
     faults: Arc<FaultSwitch>,
     counters: Arc<Counters>,
     webhooks: WebhookQueue,
+    settlements: SettlementQueue,
     /// Turns true when the application stops, releasing replies held by `lose_reply_rate`.
     stop: watch::Receiver<bool>,
 }
 
 impl AppState {
     pub(crate) fn new(
+        ledger: Ledger,
         faults: Arc<FaultSwitch>,
         counters: Arc<Counters>,
         webhooks: WebhookQueue,
+        settlements: SettlementQueue,
         stop: watch::Receiver<bool>,
     ) -> Self {
         Self {
-            ledger: Mutex::new(Ledger::default()),
+            ledger: Mutex::new(ledger),
             faults,
             counters,
             webhooks,
+            settlements,
             stop,
         }
     }
@@ -56,6 +65,33 @@ impl AppState {
 }
 
 type SharedState = State<Arc<AppState>>;
+
+/// Counts and announces a payment's outcome, if it has one yet.
+fn payment_outcome(state: &AppState, payment: &Payment) {
+    state.counters.payment_outcome(payment.status);
+    if payment.status == PaymentStatus::Failed {
+        state.counters.fault_injected(Fault::Decline, 1);
+    }
+    state.webhooks.payment_outcome(payment);
+}
+
+/// Settles a `processing` payment that fell due: journaled and applied, then counted and
+/// announced. Called by the settlement timer.
+pub(crate) fn settle(state: &AppState, payment_id: &str) -> Settled {
+    let settled = state.ledger().settle(payment_id, chrono::Utc::now());
+    match settled {
+        Ok(Some(payment)) => {
+            tracing::info!(payment_id, status = ?payment.status, "payment settled");
+            payment_outcome(state, &payment);
+            Settled::Done
+        }
+        Ok(None) => Settled::Done,
+        Err(error) => {
+            tracing::error!(%error, payment_id, "could not settle the payment; will try again");
+            Settled::Retry
+        }
+    }
+}
 
 /// The start every money-moving POST shares: the `fail_first` fault, then
 /// the required `Idempotency-Key` (recorded on the current span).
@@ -80,6 +116,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/payments", post(payments::create).get(payments::find))
         .route("/v1/payments/{id}", get(payments::show))
         .route("/v1/payments/{id}/refunds", post(refunds::create))
+        .route("/v1/refunds", get(listing::refunds))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             inject_latency,

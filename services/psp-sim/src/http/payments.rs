@@ -1,4 +1,7 @@
-//! `POST /v1/payments`, `GET /v1/payments/{id}` and `GET /v1/payments?…`.
+//! `POST /v1/payments`, `GET /v1/payments/{id}` and `GET /v1/payments?…` (a lookup by key or
+//! reference, or else a paged listing).
+
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
@@ -9,11 +12,12 @@ use axum::Json;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 
+use super::listing::ListQuery;
 use super::request::json_body;
 use super::{reply, SharedState};
 use crate::counters::Fault;
 use crate::faults::roll;
-use crate::ledger::Recorded;
+use crate::ledger::{Outcome, Recorded, Roll};
 use crate::model::{Payment, PaymentRequest, PaymentStatus};
 use crate::problem::ApiError;
 
@@ -27,16 +31,21 @@ pub(super) async fn create(
     let (faults, key) = super::admit_keyed(&state, &headers)?;
     let request: PaymentRequest = json_body(&body)?;
     request.validate()?;
-    let declined = roll(faults.decline_rate);
-    let recorded = state.ledger().charge(&key, request, declined, Utc::now())?;
+    let rolled = Roll {
+        outcome: Outcome::declined_if(roll(faults.decline_rate)),
+        processing: roll(faults.processing_rate),
+    };
+    let recorded = state.ledger().charge(&key, request, rolled, Utc::now())?;
     match &recorded {
         Recorded::Created(payment) => {
-            state.counters.payment_created(payment.status);
-            if payment.status == PaymentStatus::Failed {
-                state.counters.fault_injected(Fault::Decline, 1);
-            }
             tracing::info!(payment_id = %payment.id, status = ?payment.status, "payment created");
-            state.webhooks.payment_created(payment);
+            if payment.status == PaymentStatus::Processing {
+                state.counters.fault_injected(Fault::Processing, 1);
+                let after = Duration::from_millis(faults.processing_ms);
+                state.settlements.schedule(payment.id.clone(), after);
+            } else {
+                super::payment_outcome(&state, payment);
+            }
         }
         Recorded::Replayed(_) => state.counters.payment_replayed(),
     }
@@ -55,12 +64,16 @@ pub(super) async fn show(
         .ok_or_else(|| ApiError::NotFound(format!("no payment has id {id}")))
 }
 
-/// The query of `GET /v1/payments`: exactly one of the two.
+/// The query of `GET /v1/payments`: one of `idempotency_key` or `reference`, or else (with
+/// neither) the listing parameters.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct Lookup {
     idempotency_key: Option<String>,
     reference: Option<String>,
+    created_gte: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
 }
 
 /// Body of `GET /v1/payments?reference=`.
@@ -69,13 +82,28 @@ struct PaymentList {
     payments: Vec<Payment>,
 }
 
-/// `GET /v1/payments?idempotency_key=K` (one payment or 404) or `?reference=R` (a list).
+/// `GET /v1/payments?idempotency_key=K` (one payment or 404), `?reference=R` (a list), or
+/// with neither a page of every payment (`created_gte`, `limit`, `cursor`).
 pub(super) async fn find(
     State(state): SharedState,
     query: Result<Query<Lookup>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(lookup) = query.map_err(|rejection| ApiError::InvalidQuery(rejection.body_text()))?;
+    let list = ListQuery {
+        created_gte: lookup.created_gte,
+        limit: lookup.limit,
+        cursor: lookup.cursor,
+    };
+    let lookup_given = lookup.idempotency_key.is_some() || lookup.reference.is_some();
+    if lookup_given && !list.is_empty() {
+        return Err(ApiError::InvalidQuery(
+            "created_gte, limit and cursor list payments; they cannot be combined with \
+             idempotency_key or reference"
+                .to_owned(),
+        ));
+    }
     match (lookup.idempotency_key, lookup.reference) {
+        (None, None) => super::listing::payments(&state, list),
         (Some(key), None) => state
             .ledger()
             .payment_by_key(&key)
@@ -85,7 +113,7 @@ pub(super) async fn find(
             let payments = state.ledger().payments_for_reference(&reference);
             Ok(Json(PaymentList { payments }).into_response())
         }
-        _ => Err(ApiError::InvalidQuery(
+        (Some(_), Some(_)) => Err(ApiError::InvalidQuery(
             "give exactly one of idempotency_key or reference".to_owned(),
         )),
     }

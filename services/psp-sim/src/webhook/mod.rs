@@ -20,10 +20,10 @@ pub use dispatch::Dispatcher;
 /// The kinds of event announced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventType {
-    /// A payment was created and succeeded.
+    /// A payment succeeded (at creation, or on settling from `processing`).
     #[serde(rename = "payment.succeeded")]
     PaymentSucceeded,
-    /// A payment was created and failed.
+    /// A payment failed (at creation, or on settling from `processing`).
     #[serde(rename = "payment.failed")]
     PaymentFailed,
     /// A refund was created.
@@ -41,11 +41,12 @@ impl EventType {
         }
     }
 
-    /// The event announcing a new payment with this outcome.
-    pub fn for_payment(status: PaymentStatus) -> Self {
+    /// The event announcing a payment's outcome; `None` while it is `processing`.
+    pub fn for_payment(status: PaymentStatus) -> Option<Self> {
         match status {
-            PaymentStatus::Succeeded => EventType::PaymentSucceeded,
-            PaymentStatus::Failed => EventType::PaymentFailed,
+            PaymentStatus::Processing => None,
+            PaymentStatus::Succeeded => Some(EventType::PaymentSucceeded),
+            PaymentStatus::Failed => Some(EventType::PaymentFailed),
         }
     }
 }
@@ -117,9 +118,12 @@ impl WebhookQueue {
         )
     }
 
-    /// Announces a new payment.
-    pub fn payment_created(&self, payment: &Payment) {
-        self.publish(EventType::for_payment(payment.status), payment);
+    /// Announces a payment's outcome: when it is created, or when it settles from
+    /// `processing`; a payment still processing has none, so nothing is sent.
+    pub fn payment_outcome(&self, payment: &Payment) {
+        if let Some(event_type) = EventType::for_payment(payment.status) {
+            self.publish(event_type, payment);
+        }
     }
 
     /// Announces a new refund.

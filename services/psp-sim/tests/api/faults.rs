@@ -170,7 +170,9 @@ async fn faults_round_trip_through_the_admin_endpoint() {
         "webhook_delay_ms": 10,
         "webhook_duplicates": 2,
         "webhook_reorder": true,
-        "drop_webhook_rate": 0.5
+        "drop_webhook_rate": 0.5,
+        "processing_rate": 0.75,
+        "processing_ms": 250
     });
 
     let response = app.put_faults(&wanted).await;

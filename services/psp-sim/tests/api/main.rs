@@ -2,7 +2,10 @@
 #![allow(clippy::unwrap_used)]
 
 mod faults;
+mod listing;
 mod payments;
+mod persistence;
+mod processing;
 mod refunds;
 mod support;
 mod webhooks;

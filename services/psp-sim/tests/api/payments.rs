@@ -158,22 +158,23 @@ async fn unknown_payments_and_routes_get_404_problems() {
 }
 
 #[tokio::test]
-async fn a_lookup_needs_exactly_one_of_key_or_reference() {
+async fn a_lookup_takes_one_of_key_or_reference_and_no_listing_parameters() {
     let app = TestApp::spawn().await;
-    let response = app
-        .client
-        .get(app.url("/v1/payments"))
-        .send()
-        .await
-        .unwrap();
-    problem(response, 400).await;
-    let both = app
-        .client
-        .get(app.url("/v1/payments?idempotency_key=a&reference=b"))
-        .send()
-        .await
-        .unwrap();
-    problem(both, 400).await;
+    for query in [
+        "idempotency_key=a&reference=b",
+        "reference=b&limit=10",
+        "idempotency_key=a&created_gte=2026-01-01T00:00:00Z",
+        "reference=b&cursor=x",
+    ] {
+        let response = app
+            .client
+            .get(app.url(&format!("/v1/payments?{query}")))
+            .send()
+            .await
+            .unwrap();
+        let problem = problem(response, 400).await;
+        assert_eq!(problem.problem_type, "urn:psp-sim:problem:invalid-query");
+    }
     assert!(app.payments_for("ord_nothing_here").await.is_empty());
 }
 

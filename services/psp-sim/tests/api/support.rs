@@ -2,6 +2,7 @@
 //! with a deadline instead of sleeps.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -15,8 +16,12 @@ use psp_sim::problem::Problem;
 use psp_sim::signature::WebhookSecret;
 use psp_sim::webhook::WebhookPayload;
 use psp_sim::{Application, Faults, Settings, WebhookTarget};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use serde_json::Value;
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 /// How long `eventually` waits before failing the test.
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -62,6 +67,7 @@ impl TestApp {
                 secret: secret(),
             }),
             faults,
+            data_dir: None,
         };
         let (addr, app) = Self::build(settings).await;
         tokio::spawn(app.run_until_stopped(std::future::pending()));
@@ -139,6 +145,41 @@ impl TestApp {
         }
     }
 
+    /// One page of a listing (`/v1/payments` or `/v1/refunds`), which must answer 200.
+    pub async fn list<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+    ) -> Listing<T> {
+        let response = self
+            .client
+            .get(self.url(path))
+            .query(query)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response.json().await.unwrap()
+    }
+
+    /// Every page of a listing, following `next_cursor` while `has_more`.
+    pub async fn list_all<T: DeserializeOwned>(&self, path: &str, limit: usize) -> Vec<Listing<T>> {
+        let limit = limit.to_string();
+        let mut pages: Vec<Listing<T>> = Vec::new();
+        loop {
+            let mut query = vec![("limit", limit.as_str())];
+            if let Some(cursor) = pages.last().and_then(|page| page.next_cursor.as_deref()) {
+                query.push(("cursor", cursor));
+            }
+            let page = self.list(path, &query).await;
+            let more = page.has_more;
+            pages.push(page);
+            if !more {
+                return pages;
+            }
+        }
+    }
+
     pub async fn put_faults(&self, faults: &Value) -> reqwest::Response {
         self.client
             .put(self.url("/admin/faults"))
@@ -164,6 +205,53 @@ impl TestApp {
             .unwrap_or_else(|| panic!("no sample {sample} in\n{text}"))
             .parse()
             .unwrap()
+    }
+}
+
+/// A listing page: `{"data", "has_more", "next_cursor"}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Listing<T> {
+    pub data: Vec<T>,
+    pub has_more: bool,
+    pub next_cursor: Option<String>,
+}
+
+/// Settings for an in-process simulator on port 0 keeping its books in `dir`.
+pub fn settings_in(dir: &Path, faults: Faults) -> Settings {
+    Settings {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        faults,
+        data_dir: Some(dir.to_path_buf()),
+        ..Settings::default()
+    }
+}
+
+/// A simulator running in this process until the test stops it.
+pub struct Running {
+    pub app: TestApp,
+    stop: oneshot::Sender<()>,
+    server: JoinHandle<std::io::Result<()>>,
+}
+
+impl Running {
+    pub async fn start(settings: Settings) -> Self {
+        let (addr, app) = TestApp::build(settings).await;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(app.run_until_stopped(async move {
+            let _ = stopped.await;
+        }));
+        let app = TestApp {
+            addr,
+            client: reqwest::Client::new(),
+        };
+        Self { app, stop, server }
+    }
+
+    /// Stops the simulator and waits until it has.
+    pub async fn stop(self) {
+        self.stop.send(()).unwrap();
+        self.server.await.unwrap().unwrap();
     }
 }
 

@@ -1,0 +1,166 @@
+//! What the payment provider tells us, and what soldonce decides about it.
+//! A payment the PSP reports as succeeded ends attached to exactly one
+//! confirmed order or refunded: `decide_paid` picks which, before anything
+//! is called, so the decision can commit with the fact that prompted it.
+//! Only `succeeded` confirms and only `failed` declines; every other status
+//! is an unknown outcome, resolved by asking the PSP by key.
+
+use crate::order::{DomainError, Event, Order, OrderState};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// A payment's status as the PSP reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PspStatus {
+    /// The money was taken: the only status that confirms.
+    Succeeded,
+    /// A definite refusal: the only status that declines.
+    Failed,
+    /// Anything else (`processing`, an unknown word): ask again by key.
+    Unknown(String),
+}
+
+impl PspStatus {
+    /// Reads the PSP's status word.
+    pub fn parse(status: &str) -> PspStatus {
+        match status {
+            "succeeded" => PspStatus::Succeeded,
+            "failed" => PspStatus::Failed,
+            other => PspStatus::Unknown(other.chars().take(64).collect()),
+        }
+    }
+}
+
+/// A payment the PSP reports as succeeded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaidFact {
+    pub payment_id: String,
+    pub amount_minor: i64,
+    /// As the PSP spelled it; compared with the order's, never trusted.
+    pub currency: String,
+    pub at: DateTime<Utc>,
+}
+
+/// Why a payment is refunded rather than attached to its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefundReason {
+    /// The buyer cancelled before the charge landed: a cancel is final.
+    Cancelled,
+    /// The order expired and its units were sold to someone else.
+    UnitsGone,
+    /// The PSP charged another amount than the order's total.
+    AmountMismatch,
+    /// The PSP charged in another currency than the order's.
+    CurrencyMismatch,
+    /// The order is already settled by another payment.
+    SecondPayment,
+    /// The order's payment had already failed definitively.
+    AfterDecline,
+    /// The payment's reference names no order of ours.
+    NoSuchOrder,
+}
+
+impl RefundReason {
+    /// The wire and column name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefundReason::Cancelled => "cancelled",
+            RefundReason::UnitsGone => "units_gone",
+            RefundReason::AmountMismatch => "amount_mismatch",
+            RefundReason::CurrencyMismatch => "currency_mismatch",
+            RefundReason::SecondPayment => "second_payment",
+            RefundReason::AfterDecline => "after_decline",
+            RefundReason::NoSuchOrder => "no_such_order",
+        }
+    }
+}
+
+/// A refund decided against one of the order's payments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefundRef {
+    pub payment_id: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub reason: RefundReason,
+    /// Whether the PSP has confirmed the refund.
+    pub refunded: bool,
+}
+
+/// Decides what a succeeded payment does to `order`. `units_gone` says the
+/// store already tried to reclaim an expired order's units and found them
+/// sold. Nothing here ever refunds the payment an order is confirmed on,
+/// and nothing confirms on a payment whose refund is decided.
+pub(crate) fn decide_paid(order: &Order, fact: PaidFact, units_gone: bool) -> Result<Vec<Event>, DomainError> {
+    let attached = order.state == OrderState::Confirmed && order.payment.as_ref().is_some_and(|p| p.payment_id == fact.payment_id);
+    if attached || order.refund_of(&fact.payment_id).is_some() {
+        return Ok(vec![]);
+    }
+    let mismatch = if fact.currency != order.currency.as_str() {
+        Some(RefundReason::CurrencyMismatch)
+    } else if fact.amount_minor != order.total_minor {
+        Some(RefundReason::AmountMismatch)
+    } else {
+        None
+    };
+    let refund = |reason: RefundReason| {
+        Ok(vec![Event::RefundDecided {
+            payment_id: fact.payment_id.clone(),
+            amount_minor: fact.amount_minor,
+            currency: fact.currency.clone(),
+            reason,
+            at: fact.at,
+        }])
+    };
+    let confirm = |reactivated| Ok(vec![Event::Confirmed { payment_id: fact.payment_id.clone(), amount_minor: fact.amount_minor, reactivated, at: fact.at }]);
+    match (order.state, mismatch) {
+        (_, Some(reason)) => refund(reason),
+        (OrderState::PaymentPending, None) => confirm(false),
+        (OrderState::Expired, None) if units_gone => refund(RefundReason::UnitsGone),
+        (OrderState::Expired, None) => confirm(true),
+        (OrderState::Cancelled, None) => refund(RefundReason::Cancelled),
+        (OrderState::PaymentFailed, None) => refund(RefundReason::AfterDecline),
+        (OrderState::Confirmed | OrderState::Refunded, None) => refund(RefundReason::SecondPayment),
+    }
+}
+
+/// Records that the PSP confirmed the refund of `payment_id`; only a
+/// decided refund can be recorded.
+pub(crate) fn decide_refunded(order: &Order, payment_id: &str, at: DateTime<Utc>) -> Result<Vec<Event>, DomainError> {
+    match order.refund_of(payment_id) {
+        Some(r) if r.refunded => Ok(vec![]),
+        Some(r) => Ok(vec![Event::Refunded { payment_id: r.payment_id.clone(), amount_minor: r.amount_minor, at }]),
+        None => Err(DomainError::NoRefundDecided(payment_id.to_owned())),
+    }
+}
+
+/// Folds a refund event into the order.
+pub(crate) fn evolve_refund(order: &mut Order, event: &Event) {
+    match event {
+        Event::RefundDecided { payment_id, amount_minor, currency, reason, .. } => order.refunds.push(RefundRef {
+            payment_id: payment_id.clone(),
+            amount_minor: *amount_minor,
+            currency: currency.clone(),
+            reason: *reason,
+            refunded: false,
+        }),
+        Event::Refunded { payment_id, amount_minor, .. } => {
+            match order.refunds.iter_mut().find(|r| &r.payment_id == payment_id) {
+                Some(r) => r.refunded = true,
+                // Recorded before refunds were decided first: a late payment on an ended order.
+                None => order.refunds.push(RefundRef {
+                    payment_id: payment_id.clone(),
+                    amount_minor: *amount_minor,
+                    currency: order.currency.to_string(),
+                    reason: RefundReason::UnitsGone,
+                    refunded: true,
+                }),
+            }
+            if matches!(order.state, OrderState::Cancelled | OrderState::Expired | OrderState::PaymentFailed) {
+                order.state = OrderState::Refunded;
+                order.payment = Some(crate::order::PaymentRef { payment_id: payment_id.clone(), amount_minor: *amount_minor });
+            }
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,103 @@
+//! What reconciliation against the PSP's books needs from the database: the
+//! cursor of the periodic walk, each payment's recorded disposition, the
+//! confirmed orders to check, and the last run's findings (which the audit
+//! reports).
+
+use crate::StoreError;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::PgPool;
+use std::collections::HashMap;
+use uuid::Uuid;
+
+/// Something the books disagree on, named.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct Finding {
+    pub kind: String,
+    pub subject: String,
+    pub detail: String,
+    /// A compensation was recorded for it; it ends when the refund does.
+    pub repaired: bool,
+}
+
+/// A payment as soldonce recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Recorded {
+    pub payment_id: String,
+    pub order_id: Option<Uuid>,
+    pub disposition: String,
+    pub refund_state: Option<String>,
+}
+
+/// Where the periodic walk resumes.
+pub async fn cursor(pool: &PgPool) -> Result<Option<DateTime<Utc>>, StoreError> {
+    Ok(sqlx::query_scalar("SELECT cursor_time FROM reconcile_state").fetch_optional(pool).await?.flatten())
+}
+
+/// The recorded dispositions of these payments.
+pub async fn recorded(pool: &PgPool, payment_ids: &[String]) -> Result<HashMap<String, Recorded>, StoreError> {
+    let rows: Vec<Recorded> =
+        sqlx::query_as("SELECT payment_id, order_id, disposition, refund_state FROM payments WHERE payment_id = ANY($1)")
+            .bind(payment_ids)
+            .fetch_all(pool)
+            .await?;
+    Ok(rows.into_iter().map(|r| (r.payment_id.clone(), r)).collect())
+}
+
+/// One confirmed order and the payment it is confirmed on.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ConfirmedOrder {
+    pub id: Uuid,
+    pub payment_id: Option<String>,
+    pub total_minor: i64,
+    pub currency: String,
+}
+
+/// Orders placed at or after `since` (all without it) and confirmed no later than `until`, streamed.
+pub fn confirmed_since(pool: &PgPool, since: Option<DateTime<Utc>>, until: DateTime<Utc>) -> impl futures::Stream<Item = Result<ConfirmedOrder, StoreError>> + '_ {
+    use futures::StreamExt;
+    sqlx::query_as(
+        "SELECT id, payment_id, total_minor, currency FROM orders WHERE state = 'confirmed' AND ($1::timestamptz IS NULL OR created_at >= $1) AND updated_at <= $2",
+    )
+        .bind(since)
+        .bind(until)
+        .fetch(pool)
+        .map(|r| r.map_err(StoreError::from))
+}
+
+/// Records a finished run: its findings replace the last run's.
+pub async fn save_run(
+    pool: &PgPool,
+    cursor: Option<DateTime<Utc>>,
+    seconds: f64,
+    seen: i64,
+    findings: &[Finding],
+) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "INSERT INTO reconcile_state (id, cursor_time, last_run_at, last_run_seconds, payments_seen) VALUES (true, $1, now(), $2, $3) \
+         ON CONFLICT (id) DO UPDATE SET cursor_time = coalesce($1, reconcile_state.cursor_time), last_run_at = now(), \
+         last_run_seconds = $2, payments_seen = $3",
+    )
+    .bind(cursor)
+    .bind(seconds)
+    .bind(seen)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("DELETE FROM reconcile_findings").execute(&mut *tx).await?;
+    let kinds: Vec<&str> = findings.iter().map(|f| f.kind.as_str()).collect();
+    let subjects: Vec<&str> = findings.iter().map(|f| f.subject.as_str()).collect();
+    let details: Vec<&str> = findings.iter().map(|f| f.detail.as_str()).collect();
+    let repaired: Vec<bool> = findings.iter().map(|f| f.repaired).collect();
+    sqlx::query(
+        "INSERT INTO reconcile_findings (kind, subject, detail, repaired) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bool[])",
+    )
+    .bind(&kinds)
+    .bind(&subjects)
+    .bind(&details)
+    .bind(&repaired)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
