@@ -1,3 +1,4 @@
 mod flow;
 mod money;
 mod webhooks;
+mod audit;

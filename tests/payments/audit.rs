@@ -1,0 +1,86 @@
+//! The audit an operator can trust: silent under live traffic, loud about
+//! every planted fault — including a charge the PSP holds that no order owns.
+
+use soldonce_tests::relay::binary;
+use soldonce_tests::saga::{audit_with, Saga, SagaOptions};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn soldonce(args: &[&str], saga: &Saga) -> (Option<i32>, String) {
+    let out = std::process::Command::new(binary("soldonce"))
+        .args(args)
+        .env("DATABASE_URL", &saga.app.database_url)
+        .env("PSP_URL", &saga.psp_url)
+        .output()
+        .expect("run soldonce");
+    (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violation() {
+    // Compensations stay recorded (not carried out) so the planted charge stays visible.
+    let options = SagaOptions { faults: r#"{"webhook_duplicates": 2}"#.into(), compensation_interval: Duration::from_secs(3600), ..SagaOptions::default() };
+    let saga = Arc::new(Saga::start_with(options).await);
+    let app = saga.app.clone();
+    app.add_product("LOAD", 100, 1_000_000).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let placed = Arc::new(AtomicU64::new(0));
+    let load = {
+        let (saga, stop, placed) = (saga.clone(), stop.clone(), placed.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let batch = futures::future::join_all((0..20).map(|_| saga.order("LOAD"))).await;
+                for id in batch.iter().step_by(5) {
+                    saga.app.post_empty(&saga.app.token, &format!("/v1/orders/{id}/cancel")).await;
+                }
+                placed.fetch_add(20, Ordering::Relaxed);
+            }
+        })
+    };
+    for run in 0..10 {
+        let before = placed.load(Ordering::Relaxed);
+        soldonce_tests::eventually("orders to flow", Duration::from_secs(30), || async {
+            (placed.load(Ordering::Relaxed) >= before + 20).then_some(())
+        })
+        .await;
+        let report = audit_with(&app, 60, 600).await;
+        assert!(report.clean(), "run {run} under load: {:#?}", report.violations);
+        assert!(report.orders > 0);
+    }
+    stop.store(true, Ordering::Relaxed);
+    load.await.expect("load");
+    assert!(placed.load(Ordering::Relaxed) >= 200, "the audits ran under load");
+
+    // Plant three faults: an edited bucket, a forged event, a charge no order owns.
+    sqlx::query("UPDATE stock SET available = available + 3 WHERE sku = 'LOAD'").execute(&app.pool).await.expect("edit");
+    let (victim, version): (uuid::Uuid, i32) =
+        sqlx::query_as("SELECT id, version FROM orders WHERE state = 'confirmed' LIMIT 1").fetch_one(&app.pool).await.expect("a confirmed order");
+    sqlx::query("INSERT INTO events (event_id, stream_id, version, type, data) VALUES ($1, $2, $3, 'order.cancelled.v1', $4)")
+        .bind(uuid::Uuid::now_v7())
+        .bind(victim)
+        .bind(version + 1)
+        .bind(serde_json::json!({ "at": chrono::Utc::now() }))
+        .execute(&app.pool)
+        .await
+        .expect("forge");
+    saga.set_faults(r#"{"drop_webhook_rate": 1.0}"#).await;
+    let stray = saga.charge_directly(&uuid::Uuid::new_v4().to_string(), 4200, "BRL", "stray-charge").await;
+    let stray_id = stray["id"].as_str().expect("id");
+
+    let (code, text) = soldonce(&["--json", "reconcile"], &saga);
+    assert_eq!(code, Some(0), "every finding repaired: {text}");
+    let report: serde_json::Value = serde_json::from_str(text.trim()).expect("json");
+    let findings = report["report"]["findings"].as_array().expect("findings");
+    assert!(
+        findings.iter().any(|f| f["subject"] == stray_id && f["kind"] == "unattached_payment" && f["repaired"] == true),
+        "reconciliation names the stray charge: {text}"
+    );
+    let (code, text) = soldonce(&["audit", "--compensation-grace", "0"], &saga);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("ledger_drift LOAD"), "names the edited bucket: {text}");
+    assert!(text.contains(&format!("projection_drift {victim}")), "names the forged event: {text}");
+    assert!(text.contains(&format!("compensation_overdue {stray_id}")) && text.contains("no_such_order"), "names the stray charge: {text}");
+    let (code, text) = soldonce(&["audit", "--compensation-grace", "-1"], &saga);
+    assert_eq!(code, Some(2), "bad input is exit 2: {text}");
+}
