@@ -20,6 +20,8 @@ pub struct System {
     pub env: BTreeMap<&'static str, BTreeMap<&'static str, String>>,
     pub ports: BTreeMap<&'static str, u16>,
     children: BTreeMap<&'static str, Child>,
+    /// Where psp-sim keeps its books, so it can be killed and restarted.
+    _psp_books: tempfile::TempDir,
 }
 
 impl System {
@@ -35,8 +37,10 @@ impl System {
         let addr = |s: &str| format!("127.0.0.1:{}", ports[s]);
         let db = app.database_url.clone();
         let mut env: BTreeMap<&'static str, BTreeMap<&'static str, String>> = BTreeMap::new();
+        let psp_books = tempfile::tempdir().expect("psp-sim data dir");
         env.insert("psp-sim", BTreeMap::from([
             ("PSP_SIM_ADDR", addr("psp-sim")),
+            ("PSP_SIM_DATA_DIR", psp_books.path().display().to_string()),
             ("PSP_WEBHOOK_URL", format!("http://{}/v1/psp/webhooks", addr("checkout"))),
             ("WEBHOOK_SECRET", WEBHOOK_SECRET.to_owned()),
         ]));
@@ -68,7 +72,7 @@ impl System {
             ("FULFILLMENT_ADDR", addr("fulfillment")),
             ("FULFILLMENT_STEP_DELAY", "20ms".to_owned()),
         ]));
-        let mut system = System { app, nats, env, ports, children: BTreeMap::new() };
+        let mut system = System { app, nats, env, ports, children: BTreeMap::new(), _psp_books: psp_books };
         for s in SERVICES {
             system.launch(s).await;
         }
@@ -88,7 +92,7 @@ impl System {
             .env("RUST_LOG", "warn")
             .envs(&self.env[service])
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(self.log(service))
             .kill_on_drop(true)
             .spawn()
             .expect("start a service");
@@ -101,6 +105,28 @@ impl System {
             async move { client.get(&url).send().await.ok().filter(|r| r.status().is_success()).map(|_| ()) }
         })
         .await;
+    }
+
+    /// Where a service's log goes: a file beside psp-sim's books, appended across restarts.
+    fn log(&self, service: &str) -> std::process::Stdio {
+        let path = self._psp_books.path().join(format!("{service}.log"));
+        match std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            Ok(file) => file.into(),
+            Err(_) => std::process::Stdio::null(),
+        }
+    }
+
+    /// The last lines a service logged (for a failing assertion's message).
+    pub fn log_tail(&self, service: &str) -> String {
+        let text = std::fs::read_to_string(self._psp_books.path().join(format!("{service}.log"))).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    /// Kills a service with SIGKILL: no chance to finish anything.
+    pub async fn kill(&mut self, service: &'static str) {
+        let mut child = self.children.remove(service).expect("running service");
+        child.kill().await.expect("SIGKILL");
     }
 
     /// Sends SIGTERM and returns the exit code once the service has drained.

@@ -84,7 +84,7 @@ async fn sigterm_to_each_service_in_turn_during_load_loses_no_order_and_no_event
     };
     for service in SERVICES {
         let code = system.terminate(service).await;
-        assert_eq!(code, Some(0), "{service} drains and exits cleanly on SIGTERM");
+        assert_eq!(code, Some(0), "{service} drains and exits cleanly on SIGTERM; its log:\n{}", system.log_tail(service));
         system.launch(service).await;
     }
     running.store(false, Ordering::Relaxed);
@@ -96,7 +96,11 @@ async fn sigterm_to_each_service_in_turn_during_load_loses_no_order_and_no_event
         let js = js.clone();
         async move {
             let busy = app
-                .count("SELECT (SELECT count(*) FROM orders WHERE state = 'payment_pending') + (SELECT count(*) FROM outbox)")
+                .count(
+                    "SELECT (SELECT count(*) FROM orders WHERE state = 'payment_pending') + (SELECT count(*) FROM outbox) \
+                          + (SELECT count(*) FROM orders o WHERE o.state = 'confirmed' AND NOT EXISTS \
+                               (SELECT 1 FROM shipments s WHERE s.order_id = o.id AND s.state = 'delivered'))",
+                )
                 .await;
             let events = app.count("SELECT count(*) FROM events").await;
             (busy == 0 && soldonce_tests::relay::stream_len(&js).await == u64::try_from(events).unwrap_or(0)).then_some(())

@@ -4,3 +4,4 @@
 
 mod compose;
 mod lifecycle;
+mod psp_books;
