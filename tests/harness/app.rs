@@ -65,13 +65,26 @@ impl TestApp {
 
     /// A checkout over an existing migrated database.
     pub async fn spawn_on(database_url: String, ttl: Duration) -> TestApp {
-        let settings = checkout::Settings {
+        TestApp::spawn_configured(database_url, ttl, |_| {}).await
+    }
+
+    /// A checkout with these abuse limits, over a fresh database.
+    pub async fn spawn_with_limits(limits: checkout::Limits) -> TestApp {
+        TestApp::spawn_configured(servers::fresh_database().await, Duration::from_secs(900), |s| s.limits = limits).await
+    }
+
+    /// A checkout whose settings `configure` adjusts before it starts.
+    pub async fn spawn_configured(database_url: String, ttl: Duration, configure: impl FnOnce(&mut checkout::Settings)) -> TestApp {
+        let mut settings = checkout::Settings {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             database_url: database_url.clone(),
             reservation_ttl: ttl,
             pool_size: 32,
             webhook_secrets: Some(checkout::Secrets::parse(WEBHOOK_SECRET).expect("test secret")),
+            ops_addr: None,
+            limits: checkout::Limits::unlimited(),
         };
+        configure(&mut settings);
         let app = checkout::Application::build(settings).await.expect("build checkout");
         let addr = app.local_addr();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

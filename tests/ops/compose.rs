@@ -29,11 +29,29 @@ fn merged(node: &Yaml) -> BTreeMap<String, Yaml> {
     out
 }
 
-/// `${VAR:-default}` → `default`, as compose would with VAR unset.
+/// `${VAR:-default}` → `default`, as compose would with VAR unset;
+/// `${VAR:?message}` (no default: the operator must set it) → a test value.
 fn interpolate(value: &str) -> String {
-    match value.strip_prefix("${").and_then(|v| v.strip_suffix('}')).and_then(|v| v.split_once(":-")) {
-        Some((_, default)) => default.to_owned(),
+    let inner = value.strip_prefix("${").and_then(|v| v.strip_suffix('}'));
+    if let Some((_, default)) = inner.and_then(|v| v.split_once(":-")) {
+        return default.to_owned();
+    }
+    match inner.and_then(|v| v.split_once(":?")) {
+        Some(("WEBHOOK_SECRET", _)) => soldonce_tests::app::WEBHOOK_SECRET.to_owned(),
+        Some((name, _)) => panic!("no test value for the required {name}"),
         None => value.to_owned(),
+    }
+}
+
+#[test]
+fn compose_ships_no_secret_and_refuses_to_start_without_one() {
+    let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/compose.yaml")).expect("compose");
+    assert!(!text.contains("whsec_c29s") && !text.contains(":-whsec_"), "no default signing secret in the shipped file");
+    let services = merged(&compose()["services"]);
+    for name in ["checkout", "psp-sim"] {
+        let env = merged(merged(&services[name]).get("environment").expect("environment"));
+        let secret = env["WEBHOOK_SECRET"].as_str().expect("WEBHOOK_SECRET");
+        assert!(secret.starts_with("${WEBHOOK_SECRET:?") && secret.contains("WEBHOOK_SECRET"), "{name}: compose stops with a message naming it: {secret}");
     }
 }
 
@@ -59,6 +77,12 @@ fn compose_runs_workspace_binaries_with_exactly_the_variables_they_read() {
             assert_eq!(command.get(1).and_then(Yaml::as_str), Some("migrate"), "{name}: the CLI only migrates here");
             assert!(env.contains_key("DATABASE_URL"), "{name}: migrate needs DATABASE_URL");
             continue;
+        }
+        // psp-sim's data directory is the container's; check a private one here.
+        let scratch = tempfile::tempdir().expect("scratch dir");
+        let mut env = env;
+        if env.contains_key("PSP_SIM_DATA_DIR") {
+            env.insert("PSP_SIM_DATA_DIR".into(), scratch.path().display().to_string());
         }
         let out = std::process::Command::new(&path)
             .arg("--check-config")
@@ -96,6 +120,12 @@ fn every_service_turns_bad_configuration_into_exit_2_and_one_line_naming_it() {
         ("fulfillment", &[("DATABASE_URL", "postgres://x/y"), ("NATS_URL", "nats://x"), ("FULFILLMENT_STEP_DELAY", "-1")], "FULFILLMENT_STEP_DELAY"),
         ("psp-sim", &[("PSP_SIM_ADDR", "not an address")], "PSP_SIM_ADDR"),
         ("psp-sim", &[("PSP_FAULTS", r#"{"decline_rate": 2}"#)], "PSP_FAULTS"),
+        // Signing keys: empty or shorter than 24 bytes are refused by both ends.
+        ("checkout", &[("DATABASE_URL", "postgres://x/y"), ("WEBHOOK_SECRET", "whsec_")], "WEBHOOK_SECRET"),
+        ("checkout", &[("DATABASE_URL", "postgres://x/y"), ("WEBHOOK_SECRET", "whsec_c2hvcnQ=")], "WEBHOOK_SECRET"),
+        ("psp-sim", &[("PSP_WEBHOOK_URL", "http://127.0.0.1:1/h"), ("WEBHOOK_SECRET", "whsec_c2hvcnQ=")], "WEBHOOK_SECRET"),
+        // Receipts kept shorter than the webhook tolerance would reopen replay.
+        ("expiry", &[("DATABASE_URL", "postgres://x/y"), ("RETENTION", "5m")], "RETENTION"),
     ];
     for (service, env, names) in cases {
         let out = std::process::Command::new(binary(service)).env_clear().envs(env.iter().copied()).output().expect("run");

@@ -2,3 +2,4 @@ mod flow;
 mod money;
 mod webhooks;
 mod audit;
+mod free;

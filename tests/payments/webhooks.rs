@@ -68,3 +68,38 @@ async fn forged_stale_or_malformed_webhooks_are_401_and_change_nothing() {
     assert_eq!(app.buckets("MUG").await, Buckets { available: 4, reserved: 0, sold: 1 });
     assert_eq!(app.count("SELECT count(*) FROM events WHERE type = 'order.confirmed.v1'").await, 1);
 }
+
+/// An HMAC-SHA256 Standard Webhooks signature with any key, even one no secret parser accepts.
+fn signed_with_key(key: &[u8], id: &str, ts: i64, body: &str) -> String {
+    use base64::Engine;
+    use hmac::{Hmac, Mac};
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(key).expect("any key length");
+    mac.update(format!("{id}.{ts}.").as_bytes());
+    mac.update(body.as_bytes());
+    format!("v1,{}", base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes()))
+}
+
+#[tokio::test]
+async fn webhooks_signed_with_the_old_compose_secret_an_empty_key_or_absurd_timestamps_are_401_without_a_panic() {
+    let app = TestApp::spawn().await;
+    app.add_product("MUG", 2500, 5).await;
+    let order = app.buy("MUG", 1).await.body["id"].as_str().expect("id").to_owned();
+    let now = chrono::Utc::now().timestamp();
+    let body = success_body(&order, 2500);
+    let old_compose = "whsec_c29sZG9uY2UtY29tcG9zZS1kZW1vLXNlY3JldA==";
+    let cases = [
+        ("the secret compose used to ship", Hook { id: "msg_a", ts: now, body: body.clone(), signature: Some(signed(old_compose, "msg_a", now, &body)) }),
+        ("an empty key", Hook { id: "msg_b", ts: now, body: body.clone(), signature: Some(signed_with_key(b"", "msg_b", now, &body)) }),
+        ("i64::MIN", Hook { id: "msg_c", ts: i64::MIN, body: body.clone(), signature: Some(signed(WEBHOOK_SECRET, "msg_c", i64::MIN, &body)) }),
+        ("i64::MAX", Hook { id: "msg_d", ts: i64::MAX, body: body.clone(), signature: Some(signed(WEBHOOK_SECRET, "msg_d", i64::MAX, &body)) }),
+        ("replayed after its window", Hook { id: "msg_e", ts: now - 301, body: body.clone(), signature: Some(signed(WEBHOOK_SECRET, "msg_e", now - 301, &body)) }),
+    ];
+    for (what, hook) in &cases {
+        assert_eq!(deliver(&app, hook).await, 401, "{what}");
+    }
+    assert_eq!(app.get(&app.token, &format!("/v1/orders/{order}")).await.body["state"], "payment_pending", "nothing changed");
+    assert_eq!(app.count("SELECT count(*) FROM webhook_receipts").await, 0);
+    assert_eq!(app.count("SELECT count(*) FROM payments").await, 0);
+    // Still serving: nothing panicked.
+    assert_eq!(app.client.get(app.url("/healthz")).send().await.expect("healthz").status(), 200);
+}

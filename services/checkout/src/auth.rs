@@ -1,38 +1,60 @@
 //! Bearer-token authentication. Tokens are looked up by their SHA-256
-//! digest; a short-lived cache keeps the lookup off the hot path.
+//! digest. Known tokens and unknown ones are cached apart (so a flood of
+//! made-up tokens can never push a buyer's token out), a token of the wrong
+//! shape is refused without a query, and the lookups of tokens the cache does
+//! not know are rate-limited, so they cannot drain the pool. Each account's
+//! requests then pass its own rate limit.
 
 use crate::error::ApiError;
 use crate::AppState;
 use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
 use axum::http::header;
+use axum::http::request::Parts;
 use std::collections::HashMap;
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-/// How long a token's account stays cached.
-const CACHE_TTL: Duration = Duration::from_secs(30);
+/// How long a known token's account stays cached.
+const KNOWN_TTL: Duration = Duration::from_secs(30);
+/// How long an unknown token stays refused without a query.
+const UNKNOWN_TTL: Duration = Duration::from_secs(10);
+/// Most entries in each of the two caches.
 const CACHE_MAX: usize = 10_000;
 
-/// Recently seen token digests and their accounts.
+/// A bounded map of digests to what they resolved to, and when.
 #[derive(Default)]
-pub(crate) struct TokenCache(RwLock<HashMap<[u8; 32], (Uuid, Instant)>>);
+struct Entries<T>(RwLock<HashMap<[u8; 32], (T, Instant)>>);
 
-impl TokenCache {
-    fn get(&self, digest: &[u8; 32]) -> Option<Uuid> {
+impl<T: Copy> Entries<T> {
+    fn get(&self, digest: &[u8; 32], ttl: Duration) -> Option<T> {
         let map = self.0.read().ok()?;
-        map.get(digest).filter(|(_, at)| at.elapsed() < CACHE_TTL).map(|(id, _)| *id)
+        map.get(digest).filter(|(_, at)| at.elapsed() < ttl).map(|(v, _)| *v)
     }
 
-    fn put(&self, digest: [u8; 32], account: Uuid) {
+    fn put(&self, digest: [u8; 32], value: T, ttl: Duration) {
         if let Ok(mut map) = self.0.write() {
             if map.len() >= CACHE_MAX {
-                map.clear();
+                map.retain(|_, (_, at)| at.elapsed() < ttl);
+                if map.len() >= CACHE_MAX {
+                    map.clear();
+                }
             }
-            map.insert(digest, (account, Instant::now()));
+            map.insert(digest, (value, Instant::now()));
         }
     }
+}
+
+/// Recently seen token digests: known ones with their accounts, unknown ones apart.
+#[derive(Default)]
+pub(crate) struct TokenCache {
+    known: Entries<Uuid>,
+    unknown: Entries<()>,
+}
+
+/// Whether `token` has the shape soldonce issues: `so_` and 64 hex digits.
+fn well_formed(token: &str) -> bool {
+    token.len() == 67 && token.starts_with("so_") && token[3..].bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// The authenticated account of a request.
@@ -55,14 +77,57 @@ impl FromRequestParts<AppState> for Account {
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or(ApiError::Unauthorized("the Authorization header must be Bearer <token>"))?;
-        let digest = store::accounts::digest(token);
-        if let Some(account) = state.tokens.get(&digest) {
-            return Ok(Account(account));
-        }
-        let account = store::accounts::authenticate(&state.pool, token)
-            .await?
-            .ok_or(ApiError::Unauthorized("unknown token"))?;
-        state.tokens.put(digest, account);
+        let account = resolve(state, token).await?;
+        state.limiter.admit(account).map_err(|wait| {
+            metrics::counter!("soldonce_rate_limited_total", "limit" => "account").increment(1);
+            ApiError::RateLimited(wait.as_secs().saturating_add(1))
+        })?;
         Ok(Account(account))
+    }
+}
+
+async fn resolve(state: &AppState, token: &str) -> Result<Uuid, ApiError> {
+    let outcome = |o: &'static str| metrics::counter!("soldonce_token_lookups_total", "outcome" => o).increment(1);
+    if !well_formed(token) {
+        outcome("malformed");
+        return Err(ApiError::Unauthorized("unknown token"));
+    }
+    let digest = store::accounts::digest(token);
+    if let Some(account) = state.tokens.known.get(&digest, KNOWN_TTL) {
+        return Ok(account);
+    }
+    if state.tokens.unknown.get(&digest, UNKNOWN_TTL).is_some() {
+        outcome("cached_unknown");
+        return Err(ApiError::Unauthorized("unknown token"));
+    }
+    state.limiter.admit_lookup().map_err(|wait| {
+        outcome("limited");
+        metrics::counter!("soldonce_rate_limited_total", "limit" => "token_lookup").increment(1);
+        ApiError::RateLimited(wait.as_secs().saturating_add(1))
+    })?;
+    match store::accounts::authenticate(&state.pool, token).await? {
+        Some(account) => {
+            outcome("found");
+            state.tokens.known.put(digest, account, KNOWN_TTL);
+            Ok(account)
+        }
+        None => {
+            outcome("unknown");
+            state.tokens.unknown.put(digest, (), UNKNOWN_TTL);
+            Err(ApiError::Unauthorized("unknown token"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::well_formed;
+
+    #[test]
+    fn only_tokens_of_the_issued_shape_are_looked_up() {
+        assert!(well_formed(&format!("so_{}", "ab".repeat(32))));
+        for bad in ["", "so_", "so_xyz", &format!("so_{}", "zz".repeat(32)), &format!("sk_{}", "ab".repeat(32)), &format!("so_{}", "ab".repeat(33))] {
+            assert!(!well_formed(bad), "{bad}");
+        }
     }
 }

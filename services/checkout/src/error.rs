@@ -19,6 +19,10 @@ pub(crate) enum ApiError {
     UnsupportedMediaType,
     #[error("payload too large")]
     TooLarge,
+    #[error("request head too large")]
+    HeadTooLarge,
+    #[error("rate limited for {0} s")]
+    RateLimited(u64),
     #[error("order not found")]
     NotFound,
     #[error("not configured: {0}")]
@@ -71,6 +75,18 @@ impl ApiError {
                 "Payload too large",
                 format!("the body must be at most {} bytes", crate::MAX_BODY_BYTES),
             ),
+            ApiError::HeadTooLarge => Problem::new(
+                S::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "head-too-large",
+                "Request header fields too large",
+                format!("the request line and headers must be at most {} bytes", crate::MAX_HEAD_BYTES),
+            ),
+            ApiError::RateLimited(secs) => Problem::new(
+                S::TOO_MANY_REQUESTS,
+                "rate-limited",
+                "Too many requests",
+                format!("this account sends requests faster than allowed; retry in {secs} s"),
+            ),
             ApiError::NotFound => Problem::new(S::NOT_FOUND, "not-found", "Not found", "no such order for this account"),
             ApiError::NotConfigured(why) => Problem::new(S::NOT_FOUND, "not-found", "Not found", *why),
             ApiError::Conflict(e) => {
@@ -105,6 +121,9 @@ impl IntoResponse for ApiError {
         }
         if matches!(self, ApiError::Unavailable(_)) {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if let ApiError::RateLimited(secs) = self {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
         }
         response
     }

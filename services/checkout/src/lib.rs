@@ -5,6 +5,7 @@
 
 mod auth;
 mod error;
+pub mod limits;
 mod orders;
 mod place;
 mod request;
@@ -13,6 +14,7 @@ mod webhooks;
 
 pub use webhooks::Secrets;
 
+pub use limits::Limits;
 pub use view::OrderView;
 
 use anyhow::Context;
@@ -30,11 +32,29 @@ use tokio::net::TcpListener;
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
+/// Largest request head (target and headers) accepted: `431` beyond it.
+pub const MAX_HEAD_BYTES: usize = 256 * 1024;
+
+/// Refuses a request whose head is larger than [`MAX_HEAD_BYTES`] before anything reads it.
+async fn bound_head(request: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let head = request.uri().to_string().len()
+        + request.headers().iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum::<usize>();
+    if head > MAX_HEAD_BYTES {
+        metrics::counter!("soldonce_checkout_requests_total", "outcome" => "head_too_large").increment(1);
+        return error::ApiError::HeadTooLarge.into_response();
+    }
+    next.run(request).await
+}
+
 /// checkout's configuration.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// `CHECKOUT_ADDR`, default `127.0.0.1:8080`; port 0 picks a free port.
     pub addr: SocketAddr,
+    /// `CHECKOUT_OPS_ADDR`: when set, `/healthz`, `/readyz` and `/metrics`
+    /// are served there only, apart from the public API.
+    pub ops_addr: Option<SocketAddr>,
     /// `DATABASE_URL`.
     pub database_url: String,
     /// `RESERVATION_TTL`, default 15 minutes: how long a reservation waits for payment.
@@ -44,6 +64,8 @@ pub struct Settings {
     /// `WEBHOOK_SECRET`: the PSP's signing secrets (`whsec_…`, space-separated
     /// during a rotation); without it `/v1/psp/webhooks` is not served.
     pub webhook_secrets: Option<Secrets>,
+    /// Abuse limits (see [`Limits`]).
+    pub limits: Limits,
 }
 
 impl Settings {
@@ -59,14 +81,24 @@ impl Settings {
         }
         Ok(Settings {
             addr: config::parsed("CHECKOUT_ADDR", SocketAddr::from(([127, 0, 0, 1], 8080)))?,
+            ops_addr: config::optional("CHECKOUT_OPS_ADDR")?
+                .map(|a| a.trim().parse().map_err(|e| ConfigError::new("CHECKOUT_OPS_ADDR", format!("cannot parse {a:?}: {e}"))))
+                .transpose()?,
             database_url: config::database_url()?,
             reservation_ttl,
             pool_size,
             webhook_secrets: config::optional("WEBHOOK_SECRET")?
                 .map(|s| Secrets::parse(&s).map_err(|e| ConfigError::new("WEBHOOK_SECRET", e)))
                 .transpose()?,
+            limits: Limits::from_env()?,
         })
     }
+}
+
+/// The request's W3C `traceparent` in canonical form, or a new trace when it
+/// is missing or invalid: never the header's text verbatim.
+pub(crate) fn traceparent(headers: &axum::http::HeaderMap) -> String {
+    platform::trace::TraceParent::from_header(headers.get("traceparent").and_then(|v| v.to_str().ok())).to_string()
 }
 
 /// What every handler shares.
@@ -75,6 +107,7 @@ pub(crate) struct AppState {
     pub pool: PgPool,
     pub ttl: chrono::Duration,
     pub tokens: Arc<auth::TokenCache>,
+    pub limiter: Arc<limits::Limiter>,
     pub webhook_secrets: Option<Arc<Secrets>>,
 }
 
@@ -82,6 +115,8 @@ pub(crate) struct AppState {
 pub struct Application {
     listener: TcpListener,
     router: Router,
+    /// The operations endpoints' own listener and routes, when apart.
+    ops: Option<(TcpListener, Router)>,
 }
 
 impl Application {
@@ -92,7 +127,27 @@ impl Application {
             .context("connecting to DATABASE_URL")?;
         let listener = TcpListener::bind(settings.addr).await.with_context(|| format!("binding {}", settings.addr))?;
         let ttl = chrono::Duration::from_std(settings.reservation_ttl).context("RESERVATION_TTL is too long")?;
-        Ok(Application { listener, router: router(AppState { pool, ttl, tokens: Arc::default(), webhook_secrets: settings.webhook_secrets.map(Arc::new) }) })
+        let ready = store::readiness(pool.clone());
+        let state = AppState {
+            pool,
+            ttl,
+            tokens: Arc::default(),
+            limiter: Arc::new(limits::Limiter::new(settings.limits)),
+            webhook_secrets: settings.webhook_secrets.map(Arc::new),
+        };
+        let ops = match settings.ops_addr {
+            Some(addr) => {
+                let ops_listener = TcpListener::bind(addr).await.with_context(|| format!("binding CHECKOUT_OPS_ADDR {addr}"))?;
+                Some((ops_listener, platform::ops::router(ready.clone())))
+            }
+            None => None,
+        };
+        let router = match ops {
+            Some(_) => api_router(state),
+            None => api_router(state).merge(platform::ops::router(ready)),
+        }
+        .layer(axum::middleware::from_fn(bound_head));
+        Ok(Application { listener, router, ops })
     }
 
     /// The address the server listens on.
@@ -100,14 +155,33 @@ impl Application {
         self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
     }
 
+    /// The operations endpoints' address, when they listen apart.
+    pub fn ops_addr(&self) -> Option<SocketAddr> {
+        self.ops.as_ref().and_then(|(l, _)| l.local_addr().ok())
+    }
+
     /// Serves until `shutdown` resolves, then finishes in-flight requests.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-        axum::serve(self.listener, self.router).with_graceful_shutdown(shutdown).await
+        let Some((ops_listener, ops_router)) = self.ops else {
+            return axum::serve(self.listener, self.router).with_graceful_shutdown(shutdown).await;
+        };
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let ops_stop = stopped(stop_rx.clone());
+        let ops = tokio::spawn(async move { axum::serve(ops_listener, ops_router).with_graceful_shutdown(ops_stop).await });
+        let api_stop = stopped(stop_rx);
+        let (listener, router) = (self.listener, self.router);
+        let api = tokio::spawn(async move { axum::serve(listener, router).with_graceful_shutdown(api_stop).await });
+        shutdown.await;
+        let _ = stop_tx.send(true);
+        api.await.map_err(std::io::Error::other)??;
+        ops.await.map_err(std::io::Error::other)?
     }
 }
 
-fn router(state: AppState) -> Router {
-    let ready = store::readiness(state.pool.clone());
+fn api_router(state: AppState) -> Router {
     Router::new()
         .route("/v1/orders", post(place::place_order))
         .route("/v1/orders/{id}", get(orders::get_order))
@@ -118,5 +192,4 @@ fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
-        .merge(platform::ops::router(ready))
 }

@@ -56,7 +56,7 @@ pub(crate) async fn cancel_order(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<OrderView>, ApiError> {
     let id = order_id(path)?;
-    let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let traceparent = Some(crate::traceparent(&headers));
     let meta = Metadata { correlation_id: id, causation_id: Uuid::now_v7(), source: "checkout".into(), traceparent };
     let now = store::now();
     match store::orders::transition(&state.pool, id, Some(account), &meta, |_| Command::Cancel { at: now }).await? {

@@ -16,7 +16,7 @@ use domain::{Command, Money, PlaceOrder};
 use platform::Problem;
 use store::envelope::Metadata;
 use store::idempotency::{Claim, KeyedRequest, StoredResponse};
-use store::orders::PlaceOutcome;
+use store::orders::{HoldLimits, LimitReached, PlaceOutcome};
 use uuid::Uuid;
 
 /// Places an order.
@@ -52,8 +52,24 @@ async fn place(
     let skus: Vec<&str> = req.lines.iter().map(|(s, _)| s.as_str()).collect();
     let prices = store::catalog::prices(&state.pool, &skus).await?;
     let mut lines = Vec::with_capacity(req.lines.len());
+    let mut holds = HoldLimits { max_reserved_units: state.limiter.limits().max_reserved_units, per_account: vec![] };
     for (sku, quantity) in &req.lines {
         let price = prices.get(sku.as_str()).ok_or_else(|| ApiError::Invalid(format!("unknown sku {sku}")))?;
+        if let Some(max) = price.max_per_order.filter(|max| quantity.get() > *max) {
+            metrics::counter!("soldonce_limit_refusals_total", "limit" => "max_per_order").increment(1);
+            let problem = Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "limit-max-per-order",
+                "Over the per-order limit",
+                format!("at most {max} of {sku} per order"),
+            )
+            .with("sku", sku.as_str())
+            .with("limit", max);
+            return Ok((problem.into_response(), "limit"));
+        }
+        if let Some(limit) = price.per_account_limit {
+            holds.per_account.push((sku.clone(), limit));
+        }
         let money = Money::new(price.minor, price.currency).map_err(|e| ApiError::Internal(e.to_string()))?;
         lines.push((sku.clone(), *quantity, money));
     }
@@ -80,12 +96,20 @@ async fn place(
         correlation_id: order_id,
         causation_id: Uuid::now_v7(),
         source: "checkout".into(),
-        traceparent: headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned),
+        traceparent: Some(crate::traceparent(headers)),
     };
 
-    match store::orders::place(&state.pool, &keyed, &accepted, &order, &events, &meta).await? {
+    match store::orders::place(&state.pool, &keyed, &accepted, &order, &events, &meta, &holds).await? {
         PlaceOutcome::Placed => Ok((stored_response(&accepted, false), "placed")),
         PlaceOutcome::Claim(claim) => claim_response(claim),
+        PlaceOutcome::LimitReached(reached) => {
+            let problem = limit_problem(&reached);
+            let rejected = StoredResponse { status: 409, body: problem.to_json(), order_id: None };
+            match store::idempotency::record(&state.pool, &keyed, &rejected).await? {
+                Claim::Claimed => Ok((stored_response(&rejected, false), "limit")),
+                other => claim_response(other),
+            }
+        }
         PlaceOutcome::OutOfStock(sku) => {
             let problem = Problem::new(StatusCode::CONFLICT, "out-of-stock", "Out of stock", format!("not enough {sku} in stock"))
                 .with("sku", sku.as_str());
@@ -96,6 +120,34 @@ async fn place(
             }
         }
     }
+}
+
+fn limit_problem(reached: &LimitReached) -> Problem {
+    let (name, problem) = match reached {
+        LimitReached::ReservedUnits { limit, held } => (
+            "reserved_units",
+            Problem::new(
+                StatusCode::CONFLICT,
+                "limit-reserved-units",
+                "Too many units held",
+                format!("this account already holds {held} of at most {limit} units in unpaid orders; pay or cancel some first"),
+            )
+            .with("limit", *limit),
+        ),
+        LimitReached::PerAccount { sku, limit, held } => (
+            "per_account",
+            Problem::new(
+                StatusCode::CONFLICT,
+                "limit-per-account",
+                "Over the per-account limit",
+                format!("at most {limit} of {sku} per account, and this account already has {held}"),
+            )
+            .with("sku", sku.as_str())
+            .with("limit", *limit),
+        ),
+    };
+    metrics::counter!("soldonce_limit_refusals_total", "limit" => name).increment(1);
+    problem
 }
 
 fn claim_response(claim: Claim) -> Result<(Response, &'static str), ApiError> {

@@ -21,8 +21,13 @@ use store::payments::{Learned, PaymentFact, Source};
 use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
-/// How far a webhook's timestamp may be from our clock.
-const TOLERANCE_SECS: i64 = 300;
+/// How far a webhook's timestamp may be from our clock. Webhook receipts
+/// must be kept longer than this (expiry's `RETENTION` is checked against
+/// it), or a captured webhook could be replayed once its receipt is purged.
+const TOLERANCE_SECS: u64 = platform::config::WEBHOOK_TOLERANCE.as_secs();
+
+/// Shortest signing key accepted, in bytes.
+pub const MIN_KEY_BYTES: usize = 24;
 
 /// Signing secrets, newest first; several are accepted during a rotation.
 #[derive(Clone, Default)]
@@ -39,12 +44,15 @@ impl Secrets {
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut keys = vec![];
         for s in text.split_whitespace() {
-            let b64 = s.strip_prefix("whsec_").ok_or("each secret must start with whsec_")?;
-            let key = base64::engine::general_purpose::STANDARD.decode(b64).map_err(|_| "a secret is not valid base64")?;
+            let b64 = s.strip_prefix("whsec_").ok_or_else(|| "each secret must start with whsec_".to_owned())?;
+            let key = base64::engine::general_purpose::STANDARD.decode(b64).map_err(|_| "a secret is not valid base64".to_owned())?;
+            if key.len() < MIN_KEY_BYTES {
+                return Err(format!("each key must be at least {MIN_KEY_BYTES} bytes (32 base64 characters after whsec_), got {}", key.len()));
+            }
             keys.push(key);
         }
         if keys.is_empty() {
-            return Err("no secret given".into());
+            return Err("no secret given".to_owned());
         }
         Ok(Secrets(keys))
     }
@@ -121,7 +129,8 @@ fn authenticate(secrets: &Secrets, headers: &HeaderMap, body: &[u8]) -> Result<S
         return Err(reject("missing webhook-id, webhook-timestamp or webhook-signature"));
     };
     let when: i64 = ts.parse().map_err(|_| reject("webhook-timestamp is not unix seconds"))?;
-    if (chrono::Utc::now().timestamp() - when).abs() > TOLERANCE_SECS {
+    // abs_diff: no overflow for any i64 an attacker sends.
+    if chrono::Utc::now().timestamp().abs_diff(when) > TOLERANCE_SECS {
         return Err(reject("webhook-timestamp is outside the 5 minute tolerance"));
     }
     if !secrets.verify(id, ts, body, sig) {

@@ -24,6 +24,34 @@ pub enum ProductCommand {
         #[arg(long)]
         currency: String,
     },
+    /// Set a SKU's flash-sale limits; `none` clears one, an omitted one is kept.
+    Limit {
+        #[arg(long)]
+        sku: String,
+        /// Units one order may ask for (422 beyond it), or `none`.
+        #[arg(long, value_parser = limit)]
+        max_per_order: Option<Limit>,
+        /// Units one account may hold in pending or confirmed orders, ever ("one per customer": 1), or `none`.
+        #[arg(long, value_parser = limit)]
+        per_account: Option<Limit>,
+    },
+}
+
+/// A limit's value on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    Units(i64),
+    None,
+}
+
+fn limit(text: &str) -> Result<Limit, String> {
+    if text == "none" {
+        return Ok(Limit::None);
+    }
+    match text.parse::<i64>() {
+        Ok(n) if n > 0 => Ok(Limit::Units(n)),
+        _ => Err(format!("{text:?} is neither a positive number of units nor `none`")),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -91,7 +119,10 @@ pub async fn migrate(out: &Output) -> Result<ExitCode, CliError> {
 }
 
 pub async fn product(cmd: ProductCommand, out: &Output) -> Result<ExitCode, CliError> {
-    let ProductCommand::Add { sku: s, name, price_minor, currency } = cmd;
+    let (s, name, price_minor, currency) = match cmd {
+        ProductCommand::Add { sku, name, price_minor, currency } => (sku, name, price_minor, currency),
+        ProductCommand::Limit { sku: s, max_per_order, per_account } => return set_limits(&s, max_per_order, per_account, out).await,
+    };
     let sku = sku(&s)?;
     let currency: Currency = currency.parse().map_err(|e| CliError::Usage(format!("--currency: {e}")))?;
     if price_minor < 0 {
@@ -104,6 +135,29 @@ pub async fn product(cmd: ProductCommand, out: &Output) -> Result<ExitCode, CliE
     store::catalog::add_product(&pool, &sku, &name, price_minor, currency).await.map_err(catalog_error)?;
     let value = serde_json::json!({ "sku": sku, "name": name, "price_minor": price_minor, "currency": currency });
     out.print(&value, || format!("added {sku} ({name}) at {price_minor} {currency}"));
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn set_limits(s: &str, max_per_order: Option<Limit>, per_account: Option<Limit>, out: &Output) -> Result<ExitCode, CliError> {
+    let sku = sku(s)?;
+    if max_per_order.is_none() && per_account.is_none() {
+        return Err(CliError::Usage("give --max-per-order and/or --per-account (a number of units or `none`)".into()));
+    }
+    let pool = pool().await?;
+    let current = store::catalog::prices(&pool, &[sku.as_str()]).await.context("reading the product")?;
+    let Some(current) = current.get(sku.as_str()) else {
+        return Err(CliError::Usage(format!("--sku {sku}: no such product")));
+    };
+    let pick = |given: Option<Limit>, kept: Option<i64>| match given {
+        Some(Limit::Units(n)) => Some(n),
+        Some(Limit::None) => None,
+        None => kept,
+    };
+    let (max, per_account) = (pick(max_per_order, current.max_per_order), pick(per_account, current.per_account_limit));
+    store::catalog::set_limits(&pool, &sku, max, per_account).await.context("setting the limits")?;
+    let value = serde_json::json!({ "sku": sku, "max_per_order": max, "per_account_limit": per_account });
+    let show = |v: Option<i64>| v.map_or("none".to_owned(), |n| n.to_string());
+    out.print(&value, || format!("{sku}: at most {} per order, {} per account", show(max), show(per_account)));
     Ok(ExitCode::SUCCESS)
 }
 

@@ -70,7 +70,9 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
 
     let checkout_url = format!("http://{}", args.checkout_addr);
     let psp_addr = format!("127.0.0.1:{}", localservers::free_port().context("finding a port for psp-sim")?);
-    let secret = format!("whsec_{}", base64::engine::general_purpose::STANDARD.encode(uuid::Uuid::new_v4().as_bytes()));
+    // 32 random bytes: a fresh signing key per run, never a shipped one.
+    let key: Vec<u8> = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()].iter().flat_map(|u| *u.as_bytes()).collect();
+    let secret = format!("whsec_{}", base64::engine::general_purpose::STANDARD.encode(key));
     let env = [
         ("PSP_SIM_ADDR", psp_addr.clone()),
         ("PSP_URL", format!("http://{psp_addr}")),
@@ -111,7 +113,7 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
     let exports = format!(
         "export DATABASE_URL='{database_url}'\nexport NATS_URL='{nats_url}'\nexport CHECKOUT_URL='{checkout_url}'\nexport SOLDONCE_TOKEN='{token}'\n"
     );
-    std::fs::write(&env_file, exports).context("writing the env file")?;
+    write_private(&env_file, &exports).context("writing the env file")?;
     print_banner(&checkout_url, &database_url, &nats_url, &token, &env_file);
 
     if args.demo {
@@ -202,4 +204,14 @@ fn print_banner(checkout: &str, db: &str, nats: &str, token: &str, env_file: &Pa
         "\nsoldonce is up\n  checkout   {checkout}  (/healthz /readyz /metrics)\n  postgres   {db}\n  nats       {nats}\n  env        . {}\n\ntry:\n  curl -s -X POST {checkout}/v1/orders -H 'Authorization: Bearer {token}' -H 'Idempotency-Key: demo-1' -H 'Content-Type: application/json' -d '{{\"lines\":[{{\"sku\":\"DEMO-TSHIRT\",\"quantity\":1}}]}}'\n",
         env_file.display()
     );
+}
+
+/// Writes a file only its owner can read (it holds a token).
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    // An existing file keeps its mode on open: tighten it too.
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    file.write_all(text.as_bytes())
 }

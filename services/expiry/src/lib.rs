@@ -41,12 +41,21 @@ impl Settings {
         if !(1..=100_000).contains(&batch_size) {
             return Err(ConfigError::new("EXPIRY_BATCH_SIZE", "must be between 1 and 100000"));
         }
+        let retention = config::duration("RETENTION", Duration::from_secs(24 * 3600))?;
+        // Webhook receipts are the replay fence: they must outlive the signature's timestamp tolerance.
+        let fence = config::WEBHOOK_TOLERANCE * 2;
+        if retention <= fence {
+            return Err(ConfigError::new(
+                "RETENTION",
+                format!("must be longer than {} s (twice the webhook timestamp tolerance), or a captured webhook could be replayed", fence.as_secs()),
+            ));
+        }
         Ok(Settings {
             addr: config::parsed("EXPIRY_ADDR", SocketAddr::from(([127, 0, 0, 1], 8083)))?,
             database_url: config::database_url()?,
             interval,
             batch_size,
-            retention: config::duration("RETENTION", Duration::from_secs(24 * 3600))?,
+            retention,
             audit_interval: config::duration("AUDIT_INTERVAL", Duration::from_secs(300))?,
         })
     }

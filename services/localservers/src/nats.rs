@@ -13,6 +13,8 @@ pub struct Nats {
     port: u16,
     dir: PathBuf,
     server: Option<Watched>,
+    /// `max_payload` in bytes, when not the server's default (1 MiB).
+    max_payload: Option<u32>,
     _temp: Option<tempfile::TempDir>,
 }
 
@@ -25,17 +27,32 @@ impl Nats {
         Ok(n)
     }
 
+    /// Starts a server storing into a temporary directory that refuses
+    /// messages (headers plus payload) larger than `max_payload` bytes.
+    /// nats-server takes this only from a config file, so one is written
+    /// beside the store.
+    pub fn start_temporary_with_max_payload(max_payload: u32) -> Result<Self, Error> {
+        let temp = tempfile::Builder::new().prefix("soldonce-nats-").tempdir()?;
+        let mut n = Nats::start_with(temp.path(), Some(max_payload))?;
+        n._temp = Some(temp);
+        Ok(n)
+    }
+
     /// Starts a server storing into `dir`.
     pub fn start_in(dir: &Path) -> Result<Self, Error> {
+        Nats::start_with(dir, None)
+    }
+
+    fn start_with(dir: &Path, max_payload: Option<u32>) -> Result<Self, Error> {
         check_version()?;
         std::fs::create_dir_all(dir)?;
-        let mut n = Nats { port: crate::free_port()?, dir: dir.to_owned(), server: None, _temp: None };
+        let mut n = Nats { port: crate::free_port()?, dir: dir.to_owned(), server: None, max_payload, _temp: None };
         n.launch()?;
         Ok(n)
     }
 
     fn launch(&mut self) -> Result<(), Error> {
-        let argv: Vec<String> = vec![
+        let mut argv: Vec<String> = vec![
             "nats-server".into(),
             "-a".into(),
             "127.0.0.1".into(),
@@ -45,6 +62,12 @@ impl Nats {
             "-sd".into(),
             self.dir.join("jetstream").to_string_lossy().into_owned(),
         ];
+        if let Some(bytes) = self.max_payload {
+            let conf = self.dir.join("nats.conf");
+            std::fs::write(&conf, format!("max_payload: {bytes}\n"))?;
+            argv.push("-c".into());
+            argv.push(conf.to_string_lossy().into_owned());
+        }
         let log = self.dir.join("nats.log");
         let mut server = Watched::spawn(&argv, None, &log, "TERM")?;
         process::wait_for_port(self.port, Duration::from_secs(30), &mut server, "nats-server", &log)?;

@@ -4,8 +4,12 @@
 //! rows only after every PubAck (a duplicate ack counts as success) in the
 //! same transaction that claimed them. A crash between publish and delete
 //! means a republish, which JetStream's duplicate window drops. It must
-//! never delete a row it has not seen acknowledged.
+//! never delete a row it has not seen acknowledged. A row that can never
+//! be published (too large for the server, a subject no stream takes, a
+//! message JetStream refuses for itself) is parked in `outbox_parked` with a
+//! reason instead of being retried for ever: see [`poison`].
 
+pub mod poison;
 mod relay;
 
 use anyhow::Context;

@@ -1,12 +1,22 @@
 //! The relay loop: wake on NOTIFY (or the poll interval), drain the outbox
 //! in batches, back off on errors, report backlog and lag.
+//!
+//! A row that can never be published (see [`crate::poison`]) is parked: in
+//! the transaction that claimed it, it moves from `outbox` to
+//! `outbox_parked` with its reason, so the rest of the batch and the next
+//! row of its order go on. Anything else that fails (a timeout, a lost
+//! connection, a refusal that concerns the whole stream) leaves the row in
+//! the outbox to be retried; the rows of the batch that were acknowledged
+//! are deleted all the same, so one failing row never holds the others.
 
+use crate::poison::{self, Poison};
 use async_nats::jetstream::{self, message::PublishMessage};
 use backon::{ExponentialBuilder, Retryable};
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use std::time::Duration;
 use tokio::sync::watch;
+use uuid::Uuid;
 
 /// Publishes outbox rows.
 pub struct Relay {
@@ -14,6 +24,15 @@ pub struct Relay {
     js: jetstream::Context,
     batch_size: i64,
     poll_interval: Duration,
+}
+
+/// What one batch came to.
+#[derive(Default)]
+struct Batch {
+    /// Rows that left the outbox: published, or parked.
+    settled: usize,
+    /// The first failure worth retrying; its row stays in the outbox.
+    failure: Option<anyhow::Error>,
 }
 
 impl Relay {
@@ -28,6 +47,9 @@ impl Relay {
 
     /// Relays until `stop` turns true.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        for reason in poison::REASONS {
+            metrics::counter!("soldonce_outbox_parked_total", "reason" => reason).increment(0);
+        }
         let mut listener = listen(&self.pool).await;
         let gauges = tokio::spawn(report_backlog(self.pool.clone(), stop.clone()));
         loop {
@@ -52,43 +74,136 @@ impl Relay {
         gauges.abort();
     }
 
-    /// Publishes batches until the outbox has nothing claimable.
+    /// Publishes batches until the outbox has nothing claimable. A batch
+    /// that settled some rows and failed others is followed by the next
+    /// (the failed rows are claimed again first); one that settled nothing
+    /// returns its failure, for the caller to back off.
     async fn drain(&self) -> anyhow::Result<()> {
-        while self.relay_batch().await? > 0 {}
-        Ok(())
+        loop {
+            let batch = self.relay_batch().await?;
+            match (batch.settled, batch.failure) {
+                (0, None) => return Ok(()),
+                (0, Some(e)) => return Err(e),
+                (_, Some(e)) => {
+                    metrics::counter!("soldonce_outbox_publish_errors_total").increment(1);
+                    tracing::warn!(error = %format!("{e:#}"), "some rows of a batch failed; they will be retried");
+                }
+                (_, None) => {}
+            }
+        }
     }
 
-    /// Claims one batch, publishes it, awaits every ack, deletes it; returns its size.
-    async fn relay_batch(&self) -> anyhow::Result<usize> {
+    /// Claims one batch, publishes it, awaits every ack, then in the
+    /// claiming transaction deletes the acknowledged rows and parks the
+    /// poison ones.
+    async fn relay_batch(&self) -> anyhow::Result<Batch> {
         let mut tx = self.pool.begin().await?;
         let rows = store::outbox::claim(&mut tx, self.batch_size).await?;
         if rows.is_empty() {
-            return Ok(0);
+            return Ok(Batch::default());
         }
+        // 0 before the first connection: then only the client's own check applies.
+        let max_payload = self.js.client().server_info().max_payload;
+        let mut parked: Vec<(usize, Poison)> = Vec::new();
+        let mut failure: Option<anyhow::Error> = None;
         let mut pending = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let payload = serde_json::to_vec(&row.payload)?;
-            // `message_id` adds a header; `headers()` would replace them all.
-            let mut publish = PublishMessage::build().payload(payload.into()).message_id(row.id.to_string());
-            if let Some(tp) = row.headers.get("traceparent").and_then(|v| v.as_str()) {
-                publish = publish.header("traceparent", tp);
+        for (i, row) in rows.iter().enumerate() {
+            let message = match message(row, max_payload) {
+                Ok(m) => m,
+                Err(p) => {
+                    parked.push((i, p));
+                    continue;
+                }
+            };
+            match self.js.send_publish(row.subject.clone(), message).await {
+                // The acks are awaited together, so a dead connection costs one timeout, not one per row.
+                Ok(ack) => pending.push((i, tokio::spawn(std::future::IntoFuture::into_future(ack)))),
+                Err(e) => match poison::classify(&e) {
+                    Some(p) => parked.push((i, p)),
+                    None => {
+                        // The connection is likely gone: leave the rest of the batch for the retry.
+                        failure = Some(anyhow::Error::new(e).context(format!("publishing event {}", row.id)));
+                        break;
+                    }
+                },
             }
-            pending.push(self.js.send_publish(row.subject.clone(), publish).await?);
         }
-        for (row, ack) in rows.iter().zip(pending) {
-            let ack = ack.await?;
-            if ack.duplicate {
-                metrics::counter!("soldonce_outbox_duplicates_total").increment(1);
+        let mut published: Vec<Uuid> = Vec::with_capacity(pending.len());
+        for (i, ack) in pending {
+            let row = &rows[i];
+            match ack.await? {
+                Ok(ack) => {
+                    if ack.duplicate {
+                        metrics::counter!("soldonce_outbox_duplicates_total").increment(1);
+                    }
+                    let lag = (chrono::Utc::now() - row.created_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
+                    metrics::histogram!("soldonce_outbox_commit_to_puback_seconds").record(lag.max(0.0));
+                    published.push(row.id);
+                }
+                Err(e) => match poison::classify(&e) {
+                    Some(p) => parked.push((i, p)),
+                    None => {
+                        failure.get_or_insert_with(|| anyhow::Error::new(e).context(format!("awaiting the ack of event {}", row.id)));
+                    }
+                },
             }
-            let lag = (chrono::Utc::now() - row.created_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
-            metrics::histogram!("soldonce_outbox_commit_to_puback_seconds").record(lag.max(0.0));
         }
-        let ids: Vec<uuid::Uuid> = rows.iter().map(|r| r.id).collect();
-        store::outbox::delete(&mut tx, &ids).await?;
+        if !published.is_empty() {
+            store::outbox::delete(&mut tx, &published).await?;
+        }
+        let to_park: Vec<(Uuid, &str)> = parked.iter().map(|(i, p)| (rows[*i].id, p.reason)).collect();
+        store::outbox::park(&mut tx, &to_park).await?;
         tx.commit().await?;
-        metrics::counter!("soldonce_outbox_published_total").increment(rows.len() as u64);
-        Ok(rows.len())
+        metrics::counter!("soldonce_outbox_published_total").increment(published.len() as u64);
+        for (i, p) in &parked {
+            let row = &rows[*i];
+            metrics::counter!("soldonce_outbox_parked_total", "reason" => p.reason).increment(1);
+            tracing::error!(
+                event_id = %row.id,
+                subject = %row.subject,
+                reason = p.reason,
+                detail = %p.detail,
+                "outbox row parked in outbox_parked: it can never be published; later events of its order go on without it"
+            );
+        }
+        if !parked.is_empty() {
+            if let Ok(n) = store::outbox::parked(&self.pool).await {
+                metrics::gauge!("soldonce_outbox_parked").set(n as f64);
+            }
+        }
+        Ok(Batch { settled: published.len() + parked.len(), failure })
     }
+}
+
+/// The message for `row`, or why it can never be published: a subject the
+/// stream does not take, or a size over the server's `max_payload` (counted
+/// as the server does: headers plus payload).
+fn message(row: &store::outbox::OutboxRow, max_payload: usize) -> Result<PublishMessage, Poison> {
+    if !poison::publishable_subject(&row.subject) {
+        return Err(Poison::new(poison::BAD_SUBJECT, format!("{:?} is not a subject under {}", row.subject, bus::SUBJECTS)));
+    }
+    let payload = serde_json::to_vec(&row.payload).map_err(|e| Poison::new(poison::REJECTED, format!("payload does not encode: {e}")))?;
+    let id = row.id.to_string();
+    let mut headers: Vec<(&str, &str)> = vec![("Nats-Msg-Id", id.as_str())];
+    match row.headers.get("traceparent").and_then(|v| v.as_str()) {
+        // A header value with CR or LF would break the protocol; a traceparent is printable ASCII.
+        Some(tp) if !tp.is_empty() && tp.bytes().all(|b| b.is_ascii_graphic()) => headers.push(("traceparent", tp)),
+        Some(_) => tracing::warn!(event_id = %row.id, "dropping a malformed traceparent header"),
+        None => {}
+    }
+    let size = poison::wire_size(&headers, payload.len());
+    if max_payload > 0 && size > max_payload {
+        return Err(Poison::new(
+            poison::TOO_LARGE,
+            format!("the message is {size} bytes (headers and payload); the server's max_payload is {max_payload}"),
+        ));
+    }
+    // `message_id` adds a header; `headers()` would replace them all.
+    let mut publish = PublishMessage::build().payload(payload.into()).message_id(&id);
+    for (name, value) in &headers[1..] {
+        publish = publish.header(*name, *value);
+    }
+    Ok(publish)
 }
 
 async fn listen(pool: &PgPool) -> Option<PgListener> {
@@ -118,6 +233,9 @@ async fn report_backlog(pool: PgPool, mut stop: watch::Receiver<bool>) {
         if let Ok((rows, oldest)) = store::outbox::backlog(&pool).await {
             metrics::gauge!("soldonce_outbox_backlog").set(rows as f64);
             metrics::gauge!("soldonce_outbox_oldest_unpublished_seconds").set(oldest);
+        }
+        if let Ok(parked) = store::outbox::parked(&pool).await {
+            metrics::gauge!("soldonce_outbox_parked").set(parked as f64);
         }
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,

@@ -35,6 +35,9 @@ impl Handler for PayOrders {
         let order = store::orders::load(delivery.pool(), order_id, None)
             .await?
             .ok_or_else(|| HandleError::Permanent(format!("order {order_id} is not in the database")))?;
+        if order.total_minor == 0 {
+            return self.confirm_free(delivery, &order).await;
+        }
         let key = format!("pay:{order_id}");
         let payment = match order.state {
             // A redelivery may follow a charge whose reply was lost: ask by key first.
@@ -63,6 +66,27 @@ impl Handler for PayOrders {
 }
 
 impl PayOrders {
+    /// A free order (every line priced 0) is confirmed without asking the
+    /// PSP, which refuses charges of 0: its payment is `free:<order_id>`.
+    async fn confirm_free(&self, delivery: &Delivery, order: &domain::Order) -> Result<(), HandleError> {
+        let fact = store::payments::PaymentFact {
+            payment_id: format!("{}{}", store::payments::FREE_PREFIX, order.id),
+            order_id: Some(order.id),
+            status: domain::PspStatus::Succeeded,
+            amount_minor: 0,
+            currency: order.currency.to_string(),
+            failure_reason: None,
+        };
+        let Some(mut tx) = delivery.begin().await? else { return Ok(()) };
+        let learned = store::payments::learn(&mut tx, &fact, Source::Free, &meta(delivery, order.id)).await?;
+        tx.commit().await?;
+        if matches!(learned, Learned::Confirmed { .. }) {
+            metrics::counter!("soldonce_free_orders_confirmed_total").increment(1);
+            tracing::info!(order_id = %order.id, "free order confirmed without a PSP call");
+        }
+        Ok(())
+    }
+
     async fn record(&self, delivery: &Delivery, order_id: Uuid, payment: &PspPayment) -> Result<(), HandleError> {
         let fact = payment.fact();
         if let domain::PspStatus::Unknown(status) = &fact.status {

@@ -133,8 +133,14 @@ impl Application {
         let ready: platform::ops::ReadinessCheck = Arc::new(move || {
             let (pool, js) = (pool.clone(), js.clone());
             Box::pin(async move {
-                sqlx::query("SELECT 1").execute(&pool).await.map_err(|e| format!("postgres: {e}"))?;
-                js.get_stream(bus::STREAM).await.map(|_| ()).map_err(|e| format!("nats: {e}"))
+                sqlx::query("SELECT 1").execute(&pool).await.map_err(|e| {
+                    tracing::warn!(error = %e, "readiness: PostgreSQL did not answer");
+                    "postgres is unreachable".to_owned()
+                })?;
+                js.get_stream(bus::STREAM).await.map(|_| ()).map_err(|e| {
+                    tracing::warn!(error = %e, "readiness: NATS did not answer");
+                    "nats is unreachable".to_owned()
+                })
             })
         });
         let server = platform::ops::spawn(self.listener, ready, stop_rx.clone());

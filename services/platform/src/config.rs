@@ -49,6 +49,10 @@ fn raw(name: &str) -> Result<Option<String>, ConfigError> {
     }
 }
 
+/// How far a signed webhook's timestamp may be from our clock. Webhook
+/// receipts (the replay fence) must be kept longer than this.
+pub const WEBHOOK_TOLERANCE: Duration = Duration::from_secs(300);
+
 /// A required variable.
 pub fn required(name: &str) -> Result<String, ConfigError> {
     note(name, true);

@@ -8,6 +8,7 @@ pub mod ops;
 pub mod problem;
 pub mod shutdown;
 pub mod telemetry;
+pub mod trace;
 
 pub use config::ConfigError;
 pub use problem::Problem;

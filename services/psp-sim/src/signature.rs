@@ -34,7 +34,13 @@ pub enum SecretError {
     /// The decoded key is empty.
     #[error("the key after `whsec_` is empty")]
     Empty,
+    /// The decoded key is too short to resist guessing.
+    #[error("the key after `whsec_` must be at least 24 bytes (32 base64 characters), got {0}")]
+    TooShort(usize),
 }
+
+/// Shortest signing key accepted, in bytes.
+pub const MIN_KEY_BYTES: usize = 24;
 
 impl WebhookSecret {
     /// Parses `whsec_<base64>`.
@@ -47,6 +53,9 @@ impl WebhookSecret {
             .map_err(|_| SecretError::NotBase64)?;
         if key.is_empty() {
             return Err(SecretError::Empty);
+        }
+        if key.len() < MIN_KEY_BYTES {
+            return Err(SecretError::TooShort(key.len()));
         }
         // HMAC takes keys of any length, so this cannot fail for a non-empty key.
         let mac = HmacSha256::new_from_slice(&key).map_err(|_| SecretError::Empty)?;

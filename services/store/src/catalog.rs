@@ -7,11 +7,15 @@ use serde::Serialize;
 use sqlx::{PgPool, Postgres, Transaction};
 use std::collections::HashMap;
 
-/// A product's catalogue price.
+/// A product's catalogue price and its flash-sale limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Price {
     pub minor: i64,
     pub currency: Currency,
+    /// Units one order may ask for.
+    pub max_per_order: Option<i64>,
+    /// Units one account may hold in pending or confirmed orders, ever.
+    pub per_account_limit: Option<i64>,
 }
 
 /// One SKU's three buckets.
@@ -65,17 +69,28 @@ pub async fn add_product(pool: &PgPool, sku: &Sku, name: &str, price_minor: i64,
 
 /// Catalogue prices of the SKUs that exist among `skus`.
 pub async fn prices(pool: &PgPool, skus: &[&str]) -> Result<HashMap<String, Price>, StoreError> {
-    let rows: Vec<(String, i64, String)> =
-        sqlx::query_as("SELECT sku, price_minor, currency FROM products WHERE sku = ANY($1)")
+    let rows: Vec<(String, i64, String, Option<i64>, Option<i64>)> =
+        sqlx::query_as("SELECT sku, price_minor, currency, max_per_order, per_account_limit FROM products WHERE sku = ANY($1)")
             .bind(skus)
             .fetch_all(pool)
             .await?;
     rows.into_iter()
-        .map(|(sku, minor, currency)| {
+        .map(|(sku, minor, currency, max_per_order, per_account_limit)| {
             let currency = currency.parse().map_err(|_| StoreError::Corrupt(format!("currency of {sku}")))?;
-            Ok((sku, Price { minor, currency }))
+            Ok((sku, Price { minor, currency, max_per_order, per_account_limit }))
         })
         .collect()
+}
+
+/// Sets (or, with `None`, clears) a SKU's flash-sale limits; `false` if there is no such product.
+pub async fn set_limits(pool: &PgPool, sku: &Sku, max_per_order: Option<i64>, per_account_limit: Option<i64>) -> Result<bool, StoreError> {
+    let updated = sqlx::query("UPDATE products SET max_per_order = $2, per_account_limit = $3 WHERE sku = $1")
+        .bind(sku.as_str())
+        .bind(max_per_order)
+        .bind(per_account_limit)
+        .execute(pool)
+        .await?;
+    Ok(updated.rows_affected() == 1)
 }
 
 /// Goods in: `quantity` more units available, with a `receive` ledger row.

@@ -2,7 +2,10 @@
 //! increasing-id cursor: each claim looks at every unpublished row, so a
 //! transaction that commits late is still seen. Only the oldest unpublished
 //! row of each order is claimable, so one order's events leave in the order
-//! they were recorded even with N relays.
+//! they were recorded even with N relays. A row that can never be
+//! published is parked: moved to `outbox_parked` with a reason, which makes
+//! the next row of its order claimable (a consumer then sees that order's
+//! later events without the parked one; consumers never trust order).
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
@@ -34,6 +37,40 @@ pub async fn claim(conn: &mut PgConnection, limit: i64) -> Result<Vec<OutboxRow>
 /// Deletes published rows.
 pub async fn delete(conn: &mut PgConnection, ids: &[Uuid]) -> Result<u64, sqlx::Error> {
     Ok(sqlx::query("DELETE FROM outbox WHERE id = ANY($1)").bind(ids).execute(conn).await?.rows_affected())
+}
+
+/// Moves rows that can never be published, each with its short reason
+/// (`too_large`, `bad_subject`, `rejected`), from `outbox` to
+/// `outbox_parked` in one statement, in the caller's transaction (the one
+/// that claimed them). Returns how many moved. A row parked again (an
+/// operator re-inserted it and it still fails) replaces its old record.
+pub async fn park(conn: &mut PgConnection, rows: &[(Uuid, &str)]) -> Result<u64, sqlx::Error> {
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.0).collect();
+    let reasons: Vec<&str> = rows.iter().map(|r| r.1).collect();
+    let moved = sqlx::query(
+        "WITH moved AS ( \
+             DELETE FROM outbox o USING unnest($1::uuid[], $2::text[]) AS p(id, reason) WHERE o.id = p.id \
+             RETURNING o.id, o.position, o.stream_id, o.subject, o.payload, o.headers, o.created_at, p.reason) \
+         INSERT INTO outbox_parked (id, position, stream_id, subject, payload, headers, created_at, reason) \
+         SELECT id, position, stream_id, subject, payload, headers, created_at, reason FROM moved \
+         ON CONFLICT (id) DO UPDATE SET position = EXCLUDED.position, stream_id = EXCLUDED.stream_id, \
+             subject = EXCLUDED.subject, payload = EXCLUDED.payload, headers = EXCLUDED.headers, \
+             created_at = EXCLUDED.created_at, reason = EXCLUDED.reason, parked_at = now()",
+    )
+    .bind(&ids)
+    .bind(&reasons)
+    .execute(conn)
+    .await?;
+    Ok(moved.rows_affected())
+}
+
+/// How many rows are parked (the `soldonce_outbox_parked` gauge).
+pub async fn parked(pool: &PgPool) -> Result<i64, sqlx::Error> {
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM outbox_parked").fetch_one(pool).await?;
+    Ok(n)
 }
 
 /// How many rows wait, and how old the oldest is in seconds.

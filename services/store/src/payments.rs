@@ -13,6 +13,9 @@ use domain::{Command, Event, Order, PaidFact, PspStatus, RefundReason};
 use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
+/// The payment id of a free order's settlement: no PSP holds it.
+pub const FREE_PREFIX: &str = "free:";
+
 /// Which path learned a fact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -20,6 +23,8 @@ pub enum Source {
     Webhook,
     Lookup,
     Reconcile,
+    /// A free order, settled without a PSP.
+    Free,
 }
 
 impl Source {
@@ -30,6 +35,7 @@ impl Source {
             Source::Webhook => "webhook",
             Source::Lookup => "lookup",
             Source::Reconcile => "reconcile",
+            Source::Free => "free",
         }
     }
 }

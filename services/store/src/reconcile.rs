@@ -57,7 +57,7 @@ pub struct ConfirmedOrder {
 pub fn confirmed_since(pool: &PgPool, since: Option<DateTime<Utc>>, until: DateTime<Utc>) -> impl futures::Stream<Item = Result<ConfirmedOrder, StoreError>> + '_ {
     use futures::StreamExt;
     sqlx::query_as(
-        "SELECT id, payment_id, total_minor, currency FROM orders WHERE state = 'confirmed' AND ($1::timestamptz IS NULL OR created_at >= $1) AND updated_at <= $2",
+        "SELECT id, payment_id, total_minor, currency FROM orders WHERE state = 'confirmed' AND total_minor > 0 AND ($1::timestamptz IS NULL OR created_at >= $1) AND updated_at <= $2",
     )
         .bind(since)
         .bind(until)
