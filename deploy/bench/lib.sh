@@ -28,7 +28,7 @@ INSERT INTO stock_ledger (sku, movement, d_available, d_reserved, d_sold, reason
 SQL
 }
 
-load() { "$bin/soldonce" --json load --url "$CHECKOUT_URL" --token "$SOLDONCE_TOKEN" "$@"; }
+load() { "$bin/soldonce" --json load --url "$CHECKOUT_URL" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(' '.join(str(d[k]) for k in sys.argv[1:]))" "$@"; }
 pgb() {
   pgbench -n -M prepared -c 32 -j 2 -T "$secs" -D skus="$1" -f deploy/bench/checkout.pgbench.sql "$DATABASE_URL" 2>/dev/null \

@@ -161,3 +161,23 @@ async fn one_per_customer_and_the_reservation_cap_hold_exactly_under_300_concurr
         .expect("soldonce product limit");
     assert_eq!(bad.status.code(), Some(2), "bad input is exit 2");
 }
+
+#[tokio::test]
+async fn with_checkout_ops_addr_the_operations_endpoints_leave_the_public_port() {
+    let db = soldonce_tests::servers::fresh_database().await;
+    let ops_port = localservers::free_port().expect("port");
+    let app = TestApp::spawn_configured(db, std::time::Duration::from_secs(900), |s| {
+        s.ops_addr = Some(std::net::SocketAddr::from(([127, 0, 0, 1], ops_port)));
+    })
+    .await;
+    for path in ["/metrics", "/readyz", "/healthz"] {
+        let public = app.client.get(app.url(path)).send().await.expect("public");
+        assert_eq!(public.status(), 404, "{path} is not on the public port");
+        let ops = app.client.get(format!("http://127.0.0.1:{ops_port}{path}")).send().await.expect("ops");
+        assert_eq!(ops.status(), 200, "{path} is on the ops port");
+    }
+    let ready: serde_json::Value = app.client.get(format!("http://127.0.0.1:{ops_port}/readyz")).send().await.expect("ops").json().await.expect("json");
+    assert_eq!(ready["status"], "ready");
+    app.add_product("MUG", 100, 1).await;
+    assert_eq!(app.buy("MUG", 1).await.status, 202, "the API still serves");
+}

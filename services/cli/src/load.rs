@@ -20,8 +20,9 @@ pub struct LoadArgs {
     /// checkout's base URL.
     #[arg(long, env = "CHECKOUT_URL", default_value = "http://127.0.0.1:8080")]
     url: String,
-    /// An account's API token (see `soldonce account add`).
-    #[arg(long, env = "SOLDONCE_TOKEN")]
+    /// An account's API token (see `soldonce account add`), from the
+    /// environment only: a secret on the command line is visible to every user of the machine.
+    #[arg(skip)]
     token: String,
     /// The SKU to buy; with --sku-count N > 1, SKUs `<sku>-0` … `<sku>-(N-1)` at random.
     #[arg(long, default_value = "DEMO-TSHIRT")]
@@ -99,7 +100,11 @@ pub async fn flash_sale(pool: &sqlx::PgPool, url: &str, token: &str, sku: &str, 
     measure(&args, Some(pool)).await
 }
 
-pub async fn run(args: LoadArgs, out: &Output) -> Result<ExitCode, CliError> {
+pub async fn run(mut args: LoadArgs, out: &Output) -> Result<ExitCode, CliError> {
+    args.token = std::env::var("SOLDONCE_TOKEN")
+        .ok()
+        .filter(|t| !t.trim().is_empty())
+        .ok_or_else(|| CliError::Usage("SOLDONCE_TOKEN: set it to an account's API token (see `soldonce account add`)".into()))?;
     let pool = if args.no_verify { None } else { Some(crate::admin::pool().await?) };
     let report = measure(&args, pool.as_ref()).await?;
     out.print(&report, || render(&report));
