@@ -152,10 +152,7 @@ async fn payments_landing_around_the_ttl_end_confirmed_or_refunded_and_conserve_
         .await;
         for (state, payments) in books {
             let paid = payments.iter().any(|p| p["status"] == "succeeded");
-            let settled = match (paid, state.as_str()) {
-                (true, "confirmed" | "refunded") | (false, "expired") => true,
-                _ => false,
-            };
+            let settled = matches!((paid, state.as_str()), (true, "confirmed" | "refunded") | (false, "expired"));
             if !settled || payments.len() > 1 {
                 return None;
             }

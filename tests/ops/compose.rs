@@ -111,7 +111,8 @@ fn compose_runs_workspace_binaries_with_exactly_the_variables_they_read() {
 
 #[test]
 fn every_service_turns_bad_configuration_into_exit_2_and_one_line_naming_it() {
-    let cases: &[(&str, &[(&str, &str)], &str)] = &[
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case] = &[
         ("checkout", &[("DATABASE_URL", "mysql://nope")], "DATABASE_URL"),
         ("checkout", &[("DATABASE_URL", "postgres://x/y"), ("RESERVATION_TTL", "soon")], "RESERVATION_TTL"),
         ("outbox-relay", &[("DATABASE_URL", "postgres://x/y")], "NATS_URL"),

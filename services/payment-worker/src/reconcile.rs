@@ -85,7 +85,7 @@ pub async fn run(pool: &PgPool, psp: &Psp, since: Option<DateTime<Utc>>, periodi
             match fact.status {
                 PspStatus::Unknown(_) => unsettled = Some(unsettled.map_or(payment.created_at, |u| u.min(payment.created_at))),
                 PspStatus::Failed => {
-                    if recorded.get(&payment.id).is_none() {
+                    if !recorded.contains_key(&payment.id) {
                         learn(pool, &fact).await?;
                     }
                 }

@@ -8,6 +8,9 @@ use crate::StoreError;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+/// A compensation not carried out: payment, order, refund state, reason, age in seconds, last error.
+type Overdue = (String, Option<Uuid>, String, Option<String>, f64, Option<String>);
+
 pub(crate) async fn check(conn: &mut PgConnection, options: &AuditOptions, report: &mut AuditReport) -> Result<(), StoreError> {
     report.payments = u64::try_from(sqlx::query_scalar::<_, i64>("SELECT count(*) FROM payments").fetch_one(&mut *conn).await?).unwrap_or(0);
     let twice: Vec<(Uuid, i64)> = sqlx::query_as(
@@ -37,7 +40,7 @@ pub(crate) async fn check(conn: &mut PgConnection, options: &AuditOptions, repor
         let detail = format!("attached to order {}, which is {}", order.map(|o| o.to_string()).unwrap_or_default(), state.as_deref().unwrap_or("missing"));
         report.flag("unsettled_payment", payment, detail);
     }
-    let overdue: Vec<(String, Option<Uuid>, String, Option<String>, f64, Option<String>)> = sqlx::query_as(
+    let overdue: Vec<Overdue> = sqlx::query_as(
         "SELECT payment_id, order_id, refund_state, reason, extract(epoch FROM now() - recorded_at)::float8, last_error FROM payments \
          WHERE refund_state = 'refused' OR (refund_state = 'pending' AND recorded_at <= now() - make_interval(secs => $1)) \
          ORDER BY recorded_at LIMIT 1000",

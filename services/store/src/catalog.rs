@@ -69,7 +69,8 @@ pub async fn add_product(pool: &PgPool, sku: &Sku, name: &str, price_minor: i64,
 
 /// Catalogue prices of the SKUs that exist among `skus`.
 pub async fn prices(pool: &PgPool, skus: &[&str]) -> Result<HashMap<String, Price>, StoreError> {
-    let rows: Vec<(String, i64, String, Option<i64>, Option<i64>)> =
+    type Row = (String, i64, String, Option<i64>, Option<i64>);
+    let rows: Vec<Row> =
         sqlx::query_as("SELECT sku, price_minor, currency, max_per_order, per_account_limit FROM products WHERE sku = ANY($1)")
             .bind(skus)
             .fetch_all(pool)

@@ -170,14 +170,14 @@ pub async fn transition_in(
         return Ok(Transition::Unchanged(order));
     }
     Ok(match apply(conn, &order, &events, meta).await? {
-        Applied::Done(next) => Transition::Applied(next),
+        Applied::Done(next) => Transition::Applied(*next),
         Applied::StockShort(sku) => Transition::StockShort(sku),
     })
 }
 
 /// What became of decided events.
 pub(crate) enum Applied {
-    Done(Order),
+    Done(Box<Order>),
     /// A stock movement lacked the units: nothing may be committed.
     StockShort(Sku),
 }
@@ -193,7 +193,7 @@ pub(crate) async fn apply(conn: &mut PgConnection, order: &Order, events: &[Even
         next = domain::evolve(Some(next), event).ok_or_else(|| StoreError::Corrupt("fold lost the order".into()))?;
     }
     append(conn, Some(order), &next, events, meta).await?;
-    Ok(Applied::Done(next))
+    Ok(Applied::Done(Box::new(next)))
 }
 
 /// Appends `events` (which turn `before` into `after`) with their outbox rows

@@ -137,11 +137,11 @@ async fn learn_success(
         None
     };
     let (events, next) = match outcome {
-        Some(next) => (events, next),
+        Some(next) => (events, *next),
         None => {
             let events = if matches!(events[..], [Event::Confirmed { reactivated: true, .. }]) { decide(&order, paid(true))? } else { events };
             match orders::apply(conn, &order, &events, meta).await? {
-                Applied::Done(next) => (events, next),
+                Applied::Done(next) => (events, *next),
                 Applied::StockShort(sku) => return Err(StoreError::Corrupt(format!("order {}: confirming found {sku} short", order.id))),
             }
         }
