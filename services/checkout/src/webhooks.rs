@@ -128,6 +128,9 @@ fn authenticate(secrets: &Secrets, headers: &HeaderMap, body: &[u8]) -> Result<S
     let (Some(id), Some(ts), Some(sig)) = (get("webhook-id"), get("webhook-timestamp"), get("webhook-signature")) else {
         return Err(reject("missing webhook-id, webhook-timestamp or webhook-signature"));
     };
+    if id.len() > 255 {
+        return Err(reject("webhook-id is longer than 255 characters"));
+    }
     let when: i64 = ts.parse().map_err(|_| reject("webhook-timestamp is not unix seconds"))?;
     // abs_diff: no overflow for any i64 an attacker sends.
     if chrono::Utc::now().timestamp().abs_diff(when) > TOLERANCE_SECS {

@@ -10,7 +10,8 @@
 //!   refund the PSP confirmed is recorded on its order; the last
 //!   reconciliation against the PSP found nothing it could not repair;
 //! - operations: confirmed orders shipped within `shipment_grace`, no dead
-//!   letters, the outbox drained within `max_outbox_age`.
+//!   letters, no outbox rows parked as unpublishable, the outbox drained
+//!   within `max_outbox_age`.
 
 use crate::StoreError;
 use futures::StreamExt;
@@ -188,6 +189,12 @@ async fn check_operations(conn: &mut PgConnection, options: &AuditOptions, repor
         .await?;
     for (consumer, n) in dead {
         report.flag("dead_letters", consumer, format!("{n} messages could not be handled (see the dead_letters table)"));
+    }
+    let parked: Vec<(String, i64)> = sqlx::query_as("SELECT reason, count(*) FROM outbox_parked GROUP BY reason ORDER BY reason")
+        .fetch_all(&mut *conn)
+        .await?;
+    for (reason, n) in parked {
+        report.flag("outbox_parked", reason, format!("{n} events could not be published (see the outbox_parked table)"));
     }
     let (backlog, oldest): (i64, f64) = sqlx::query_as(
         "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 FROM outbox",
