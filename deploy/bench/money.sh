@@ -36,10 +36,10 @@ sql() { psql -qtA -v ON_ERROR_STOP=1 "$DATABASE_URL" "$@"; }
 "$bin/soldonce" migrate >/dev/null
 
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr); PostgreSQL $(sql -c 'SHOW server_version')" | tee "$results"
-echo "| what | scale | wall s | peak RSS MB | result |" | tee -a "$results"
-echo "|---|---|---|---|---|" | tee -a "$results"
+echo "| what | scale | wall s | peak RSS MB | client CPU s | result |" | tee -a "$results"
+echo "|---|---|---|---|---|---|" | tee -a "$results"
 
-# Orders are placed a second apart from midnight 30 days ago, fixed for the
+# Orders are placed 1.234567 s apart from midnight 30 days ago, fixed for the
 # whole run so the second seeding continues the first one's timeline.
 t0=$(( $(date +%s) / 86400 * 86400 - 30 * 86400 ))
 seeded=0
@@ -57,12 +57,15 @@ seed_to() {
   took=$(python3 -c "import time; print(f'{time.time()-$start:.1f}')")
 }
 
-# timed CMD...: runs CMD under GNU time; sets rc, secs, mb; output in $dir/out.json.
+# timed CMD...: runs CMD under GNU time; sets rc, secs, mb, cpu (the command's
+# own user+sys seconds: the rest of the wall time is mostly waiting on
+# PostgreSQL or the PSP); output in $dir/out.json.
 timed() {
   rc=0
-  /usr/bin/time -f '%e %M' -o "$dir/time" "$@" >"$dir/out.json" 2>"$dir/err" || rc=$?
-  read -r secs kb < <(tail -n 1 "$dir/time")  # time prepends a line when the exit code is not 0
+  /usr/bin/time -f '%e %M %U %S' -o "$dir/time" "$@" >"$dir/out.json" 2>"$dir/err" || rc=$?
+  read -r secs kb user sys < <(tail -n 1 "$dir/time")  # time prepends a line when the exit code is not 0
   mb=$(( kb / 1024 ))
+  cpu=$(python3 -c "print(f'{$user+$sys:.2f}')")
 }
 
 # report WHAT SCALE: one table row; when not clean (or not run), the first 10
@@ -86,14 +89,14 @@ for line in items[:10]:
     print("    " + line)
 PY
 )
-  echo "| $1 | $2 | $secs | $mb | ${verdict%%$'\n'*} |" | tee -a "$results"
+  echo "| $1 | $2 | $secs | $mb | $cpu | ${verdict%%$'\n'*} |" | tee -a "$results"
   case "$verdict" in clean:*) ;; *) failed=1 ;; esac
   { tail -n +2 <<<"$verdict"; [ "$rc" = 0 ] || head -n 5 "$dir/err" | sed 's/^/    /'; } | tee -a "$results"
 }
 
 audit_at() {
   seed_to "$1"
-  echo "| seed (SQL + VACUUM) | to $1 orders | $took | - | - |" | tee -a "$results"
+  echo "| seed (SQL + VACUUM) | to $1 orders | $took | - | - | - |" | tee -a "$results"
   timed "$bin/soldonce" --json audit
   report "soldonce audit" "$1 orders"
 }
@@ -113,7 +116,7 @@ until curl -fs "http://$psp_addr/healthz" >/dev/null; do
   sleep 0.1
 done
 replay=$(python3 -c "import time; print(f'{time.time()-$start:.1f}')")
-echo "| psp-sim start (journal replay) | $(wc -l <"$dir/psp/ledger.jsonl") payments | $replay | $(( $(awk '/VmHWM/{print $2}' "/proc/$psp/status") / 1024 )) | - |" | tee -a "$results"
+echo "| psp-sim start (journal replay) | $(wc -l <"$dir/psp/ledger.jsonl") payments | $replay | $(( $(awk '/VmHWM/{print $2}' "/proc/$psp/status") / 1024 )) | - | - |" | tee -a "$results"
 PSP_URL="http://$psp_addr" timed "$bin/soldonce" --json reconcile
 report "soldonce reconcile" "$small PSP payments"
 kill "$psp"; wait "$psp" 2>/dev/null || true; psp=""
