@@ -1,3 +1,4 @@
 mod consumer;
+mod poison;
 mod projections;
 mod relay;
