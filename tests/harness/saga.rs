@@ -293,23 +293,11 @@ pub async fn redeliver_payment_webhook(app: &TestApp, payment: &serde_json::Valu
 
 /// Delivers a correctly signed `payment.succeeded` webhook for an order; returns the status.
 pub async fn pay_by_webhook(app: &TestApp, order_id: &str, amount_minor: i64) -> u16 {
-    let now = chrono::Utc::now();
-    let webhook_id = format!("msg_{}", Uuid::new_v4().simple());
-    let body = serde_json::json!({ "type": "payment.succeeded", "timestamp": now, "data": {
+    let payment = serde_json::json!({
         "id": format!("pay_{}", Uuid::new_v4().simple()), "status": "succeeded", "amount_minor": amount_minor,
         "currency": "BRL", "reference": order_id, "idempotency_key": format!("pay:{order_id}"),
-        "failure_reason": null, "created_at": now, "refunds": [] } })
-    .to_string();
-    let secret = psp_sim::signature::WebhookSecret::parse(WEBHOOK_SECRET).expect("secret");
-    let signature = psp_sim::signature::sign(&secret, &webhook_id, now.timestamp(), body.as_bytes());
-    let request = app
-        .client
-        .post(app.url("/v1/psp/webhooks"))
-        .header("webhook-id", webhook_id)
-        .header("webhook-timestamp", now.timestamp().to_string())
-        .header("webhook-signature", signature)
-        .body(body);
-    app.send(request).await.status
+        "failure_reason": null, "created_at": chrono::Utc::now(), "refunds": [] });
+    redeliver_payment_webhook(app, &payment).await
 }
 
 /// Runs the audit with these graces (seconds) for compensations and shipments.
