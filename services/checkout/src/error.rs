@@ -8,7 +8,7 @@ use platform::Problem;
 
 /// Everything a handler can fail with.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ApiError {
+pub enum ApiError {
     #[error("unauthorized: {0}")]
     Unauthorized(&'static str),
     #[error("malformed request: {0}")]

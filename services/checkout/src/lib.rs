@@ -8,9 +8,13 @@ mod error;
 pub mod limits;
 mod orders;
 mod place;
-mod request;
+// Public for the property tests in tests/fuzz only; not an API.
+#[doc(hidden)]
+pub mod request;
 mod view;
-mod webhooks;
+// Public for the property tests in tests/fuzz only; not an API.
+#[doc(hidden)]
+pub mod webhooks;
 
 pub use webhooks::Secrets;
 

@@ -26,7 +26,7 @@ struct LineBody {
 
 /// A validated order request.
 #[derive(Debug)]
-pub(crate) struct OrderRequest {
+pub struct OrderRequest {
     pub lines: Vec<(Sku, Quantity)>,
     pub shipping: Option<Shipping>,
     /// SHA-256 of the canonical request: what an idempotency key is bound to.
@@ -55,11 +55,13 @@ pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
 }
 
 /// Parses and validates a body.
-pub(crate) fn parse(body: &Bytes) -> Result<OrderRequest, ApiError> {
-    let parsed: PlaceOrderBody = serde_json::from_slice(body).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => ApiError::Invalid(e.to_string()),
-        _ => ApiError::Malformed(format!("the body is not valid JSON: {e}")),
-    })?;
+pub fn parse(body: &Bytes) -> Result<OrderRequest, ApiError> {
+    // Syntax first (400), then shape (422): serde's derived structs would
+    // also take an array of the fields in order, so objects are required here.
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::Malformed(format!("the body is not valid JSON: {e}")))?;
+    require_objects(&value)?;
+    let parsed: PlaceOrderBody = serde_json::from_value(value).map_err(|e| ApiError::Invalid(e.to_string()))?;
     if parsed.lines.is_empty() || parsed.lines.len() > domain::order::MAX_LINES {
         return Err(ApiError::Invalid(format!(
             "lines must hold 1 to {} entries, got {}",
@@ -81,6 +83,21 @@ pub(crate) fn parse(body: &Bytes) -> Result<OrderRequest, ApiError> {
     }
     let canonical = serde_json::to_vec(&parsed).map_err(|e| ApiError::Internal(e.to_string()))?;
     Ok(OrderRequest { lines, shipping: parsed.shipping, fingerprint: Sha256::digest(&canonical).into() })
+}
+
+/// The body, each line and the shipping address must be JSON objects.
+fn require_objects(value: &serde_json::Value) -> Result<(), ApiError> {
+    let not_object = |what: String| Err(ApiError::Invalid(format!("{what} must be a JSON object")));
+    let Some(body) = value.as_object() else { return not_object("the body".into()) };
+    if let Some(serde_json::Value::Array(lines)) = body.get("lines") {
+        if let Some(i) = lines.iter().position(|l| !l.is_object()) {
+            return not_object(format!("lines[{i}]"));
+        }
+    }
+    match body.get("shipping") {
+        Some(s) if !s.is_object() && !s.is_null() => not_object("shipping".into()),
+        _ => Ok(()),
+    }
 }
 
 fn check_shipping(s: &Shipping) -> Result<(), ApiError> {

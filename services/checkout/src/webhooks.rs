@@ -58,7 +58,7 @@ impl Secrets {
     }
 
     /// Whether any `v1,<sig>` in `header` is a valid signature of `id.ts.body`.
-    fn verify(&self, id: &str, ts: &str, body: &[u8], header: &str) -> bool {
+    pub fn verify(&self, id: &str, ts: &str, body: &[u8], header: &str) -> bool {
         let mut valid = false;
         for key in &self.0 {
             let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else { continue };
@@ -123,7 +123,7 @@ fn reject(reason: &'static str) -> ApiError {
 }
 
 /// Checks the Standard Webhooks headers and signature; returns the webhook id.
-fn authenticate(secrets: &Secrets, headers: &HeaderMap, body: &[u8]) -> Result<String, ApiError> {
+pub fn authenticate(secrets: &Secrets, headers: &HeaderMap, body: &[u8]) -> Result<String, ApiError> {
     let get = |name| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty());
     let (Some(id), Some(ts), Some(sig)) = (get("webhook-id"), get("webhook-timestamp"), get("webhook-signature")) else {
         return Err(reject("missing webhook-id, webhook-timestamp or webhook-signature"));

@@ -178,6 +178,17 @@ proptest! {
         prop_assert!(decode(text.as_bytes()).is_err(), "accepted {}", text);
     }
 
+    // Fails today: serde's derived structs also accept an array of the ten
+    // values in field order, which no CloudEvents producer sends.
+    #[test]
+    #[ignore = "known bug: CloudEvent accepts an array in place of the object; see docs/fuzzing.md"]
+    fn an_envelope_in_array_form_is_refused(event in wrapped()) {
+        let object = object(&event);
+        let values: Vec<Value> = FIELDS.iter().map(|f| object.get(*f).cloned().unwrap_or_default()).collect();
+        let text = serde_json::to_vec(&values).expect("serializes");
+        prop_assert!(decode(&text).is_err(), "accepted {}", Value::Array(values));
+    }
+
     #[test]
     fn any_field_replaced_by_arbitrary_json_never_panics_and_decodes_consistently(
         event in wrapped(),
