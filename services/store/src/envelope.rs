@@ -19,9 +19,10 @@ pub struct Metadata {
     pub traceparent: Option<String>,
 }
 
-/// A CloudEvents 1.0 structured-mode JSON event.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// A CloudEvents 1.0 structured-mode JSON event. It decodes only from a
+/// JSON object with exactly these members, `specversion` `1.0` and
+/// `datacontenttype` `application/json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CloudEvent {
     pub specversion: String,
     pub id: Uuid,
@@ -34,6 +35,60 @@ pub struct CloudEvent {
     pub correlationid: Uuid,
     pub causationid: Uuid,
     pub data: serde_json::Value,
+}
+
+impl<'de> Deserialize<'de> for CloudEvent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        // An object only (serde's derive would also take the ten values as
+        // an array), and no member twice.
+        let object = d.deserialize_map(UniqueMembers)?;
+        let wire: WireEvent = serde_json::from_value(serde_json::Value::Object(object)).map_err(D::Error::custom)?;
+        if wire.specversion != "1.0" || wire.datacontenttype != "application/json" {
+            return Err(D::Error::custom("specversion must be 1.0 and datacontenttype application/json"));
+        }
+        let WireEvent { specversion, id, source, event_type, subject, time, datacontenttype, correlationid, causationid, data } = wire;
+        Ok(CloudEvent { specversion, id, source, event_type, subject, time, datacontenttype, correlationid, causationid, data })
+    }
+}
+
+/// Reads a JSON object, refusing a member that appears twice.
+struct UniqueMembers;
+
+impl<'de> serde::de::Visitor<'de> for UniqueMembers {
+    type Value = serde_json::Map<String, serde_json::Value>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a CloudEvents JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut access: A) -> Result<Self::Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some((key, value)) = access.next_entry::<String, serde_json::Value>()? {
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!("duplicate field `{key}`")));
+            }
+            object.insert(key, value);
+        }
+        Ok(object)
+    }
+}
+
+/// The envelope's members as they travel.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireEvent {
+    specversion: String,
+    id: Uuid,
+    source: String,
+    #[serde(rename = "type")]
+    event_type: String,
+    subject: String,
+    time: DateTime<Utc>,
+    datacontenttype: String,
+    correlationid: Uuid,
+    causationid: Uuid,
+    data: serde_json::Value,
 }
 
 /// The bus subject of an order event: `soldonce.order.placed.<order_id>`.
