@@ -81,6 +81,16 @@ async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consum
         (count("SELECT count(*) FROM dead_letters").await == 2).then_some(())
     })
     .await;
+    // Messages are handled concurrently: wait until the consumer has nothing
+    // in hand, then count.
+    eventually("the consumer to be idle", Duration::from_secs(30), || {
+        let js = js.clone();
+        async move {
+            let mut c = js.get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>("test-consumer", bus::STREAM).await.ok()?;
+            c.info().await.ok().filter(|i| i.num_pending == 0 && i.num_ack_pending == 0).map(|_| ())
+        }
+    })
+    .await;
     let effects: i64 = count("SELECT count(*) FROM test_effects").await;
     assert_eq!(effects, 2, "first and last once each; the duplicate had no effect");
     let reasons: Vec<(String,)> = sqlx::query_as("SELECT reason FROM dead_letters ORDER BY stream_seq").fetch_all(&pool).await.expect("reasons");
