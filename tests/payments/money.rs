@@ -213,12 +213,15 @@ async fn a_processing_payment_holds_the_units_until_it_succeeds_and_confirms() {
     // While the PSP says `processing`, nothing is released.
     let saw_processing = std::sync::atomic::AtomicBool::new(false);
     let state = eventually("the order to settle", Duration::from_secs(30), || async {
-        let processing = saga.psp_payments(&order).await.first().is_some_and(|p| p["status"] == "processing");
+        // Read our side first: if the PSP still says processing afterwards,
+        // nothing can have settled the order when we looked.
         let state = state_of(&saga, &order).await;
+        let buckets = app.buckets("MUG").await;
+        let processing = saga.psp_payments(&order).await.first().is_some_and(|p| p["status"] == "processing");
         if processing {
             saw_processing.store(true, std::sync::atomic::Ordering::Relaxed);
             assert_eq!(state, "payment_pending", "no verdict while the PSP is processing");
-            assert_eq!(app.buckets("MUG").await, Buckets { available: 2, reserved: 1, sold: 0 });
+            assert_eq!(buckets, Buckets { available: 2, reserved: 1, sold: 0 });
         }
         (state != "payment_pending").then_some(state)
     })
