@@ -3,8 +3,6 @@
 //! database per test, cloned from a migrated template; the real services
 //! started in-process on port 0; typed helpers for their APIs.
 
-#[path = "harness/servers.rs"]
-pub mod servers;
 #[path = "harness/app.rs"]
 pub mod app;
 #[path = "harness/poll.rs"]
@@ -13,6 +11,8 @@ pub mod poll;
 pub mod relay;
 #[path = "harness/saga.rs"]
 pub mod saga;
+#[path = "harness/servers.rs"]
+pub mod servers;
 #[path = "harness/system.rs"]
 pub mod system;
 

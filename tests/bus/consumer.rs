@@ -15,8 +15,13 @@ struct RecordEffects;
 
 impl Handler for RecordEffects {
     async fn handle(&self, d: &Delivery) -> Result<(), HandleError> {
-        let Some(mut tx) = d.begin().await? else { return Ok(()) };
-        sqlx::query("INSERT INTO test_effects (event_id) VALUES ($1)").bind(d.event.id).execute(&mut *tx).await?;
+        let Some(mut tx) = d.begin().await? else {
+            return Ok(());
+        };
+        sqlx::query("INSERT INTO test_effects (event_id) VALUES ($1)")
+            .bind(d.event.id)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -32,18 +37,29 @@ fn envelope(id: Uuid, event_type: &str) -> Vec<u8> {
 }
 
 async fn publish(js: &async_nats::jetstream::Context, msg_id: &str, payload: Vec<u8>) {
-    let msg = PublishMessage::build().payload(payload.into()).message_id(msg_id);
-    js.send_publish("soldonce.order.placed.test", msg).await.expect("publish").await.expect("ack");
+    let msg = PublishMessage::build()
+        .payload(payload.into())
+        .message_id(msg_id);
+    js.send_publish("soldonce.order.placed.test", msg)
+        .await
+        .expect("publish")
+        .await
+        .expect("ack");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consumer_goes_on() {
     let url = servers::fresh_database().await;
     let pool = PgPool::connect(&url).await.expect("db");
-    sqlx::query("CREATE TABLE test_effects (event_id uuid NOT NULL)").execute(&pool).await.expect("table");
+    sqlx::query("CREATE TABLE test_effects (event_id uuid NOT NULL)")
+        .execute(&pool)
+        .await
+        .expect("table");
     let nats = Nats::start_temporary().expect("nats");
     let js = bus::connect(&nats.url()).await.expect("connect");
-    bus::ensure_stream(&js, &bus::StreamSettings::default()).await.expect("stream");
+    bus::ensure_stream(&js, &bus::StreamSettings::default())
+        .await
+        .expect("stream");
     let spec = ConsumerSpec {
         name: "test-consumer".into(),
         filter_subjects: vec!["soldonce.order.placed.>".into()],
@@ -54,11 +70,22 @@ async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consum
         concurrency: 4,
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let runner = tokio::spawn(bus::consumer::run(js.clone(), pool.clone(), spec, Arc::new(RecordEffects), stopped));
+    let runner = tokio::spawn(bus::consumer::run(
+        js.clone(),
+        pool.clone(),
+        spec,
+        Arc::new(RecordEffects),
+        stopped,
+    ));
 
     let (first, last) = (Uuid::now_v7(), Uuid::now_v7());
     publish(&js, "m1", b"{ not json".to_vec()).await;
-    publish(&js, "m2", envelope(Uuid::now_v7(), "soldonce.order.placed.v9")).await;
+    publish(
+        &js,
+        "m2",
+        envelope(Uuid::now_v7(), "soldonce.order.placed.v9"),
+    )
+    .await;
     publish(&js, "m3", envelope(first, "soldonce.order.placed.v1")).await;
     // The same event again under another message id: the stream keeps it, the inbox must not.
     publish(&js, "m4", envelope(first, "soldonce.order.placed.v1")).await;
@@ -66,34 +93,63 @@ async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consum
 
     let count = |sql: &'static str| {
         let pool = pool.clone();
-        async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(&pool).await.expect("count") }
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&pool)
+                .await
+                .expect("count")
+        }
     };
-    eventually("the last event to be handled", Duration::from_secs(30), || async {
-        let handled: Option<(i32,)> = sqlx::query_as("SELECT 1 FROM test_effects WHERE event_id = $1")
-            .bind(last)
-            .fetch_optional(&pool)
-            .await
-            .expect("query");
-        handled.map(|_| ())
-    })
+    eventually(
+        "the last event to be handled",
+        Duration::from_secs(30),
+        || async {
+            let handled: Option<(i32,)> =
+                sqlx::query_as("SELECT 1 FROM test_effects WHERE event_id = $1")
+                    .bind(last)
+                    .fetch_optional(&pool)
+                    .await
+                    .expect("query");
+            handled.map(|_| ())
+        },
+    )
     .await;
-    eventually("both poison messages to be dead-lettered", Duration::from_secs(30), || async {
-        (count("SELECT count(*) FROM dead_letters").await == 2).then_some(())
-    })
+    eventually(
+        "both poison messages to be dead-lettered",
+        Duration::from_secs(30),
+        || async { (count("SELECT count(*) FROM dead_letters").await == 2).then_some(()) },
+    )
     .await;
     // Messages are handled concurrently: wait until the consumer has nothing
     // in hand, then count.
     eventually("the consumer to be idle", Duration::from_secs(30), || {
         let js = js.clone();
         async move {
-            let mut c = js.get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>("test-consumer", bus::STREAM).await.ok()?;
-            c.info().await.ok().filter(|i| i.num_pending == 0 && i.num_ack_pending == 0).map(|_| ())
+            let mut c = js
+                .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
+                    "test-consumer",
+                    bus::STREAM,
+                )
+                .await
+                .ok()?;
+            c.info()
+                .await
+                .ok()
+                .filter(|i| i.num_pending == 0 && i.num_ack_pending == 0)
+                .map(|_| ())
         }
     })
     .await;
     let effects: i64 = count("SELECT count(*) FROM test_effects").await;
-    assert_eq!(effects, 2, "first and last once each; the duplicate had no effect");
-    let reasons: Vec<(String,)> = sqlx::query_as("SELECT reason FROM dead_letters ORDER BY stream_seq").fetch_all(&pool).await.expect("reasons");
+    assert_eq!(
+        effects, 2,
+        "first and last once each; the duplicate had no effect"
+    );
+    let reasons: Vec<(String,)> =
+        sqlx::query_as("SELECT reason FROM dead_letters ORDER BY stream_seq")
+            .fetch_all(&pool)
+            .await
+            .expect("reasons");
     assert!(reasons[0].0.starts_with("invalid envelope"), "{reasons:?}");
     assert!(reasons[1].0.contains("order.placed.v9"), "{reasons:?}");
     stop.send(true).expect("stop");

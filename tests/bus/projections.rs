@@ -14,22 +14,52 @@ async fn rebuilding_the_projection_from_events_yields_identical_rows_and_repairs
         ids.push(placed.body["id"].as_str().expect("id").to_owned());
     }
     for id in ids.iter().step_by(3) {
-        assert_eq!(app.post_empty(&app.token, &format!("/v1/orders/{id}/cancel")).await.status, 200);
+        assert_eq!(
+            app.post_empty(&app.token, &format!("/v1/orders/{id}/cancel"))
+                .await
+                .status,
+            200
+        );
     }
     let mut conn = app.pool.acquire().await.expect("conn");
-    let before = store::projections::snapshot(&mut conn).await.expect("snapshot");
-    let report = store::projections::rebuild(&app.pool).await.expect("rebuild");
-    assert_eq!((report.orders.rows, report.orders.corrected, report.orders.orphans_removed), (10, 0, 0));
-    assert_eq!(store::projections::snapshot(&mut conn).await.expect("snapshot"), before, "identical rows");
+    let before = store::projections::snapshot(&mut conn)
+        .await
+        .expect("snapshot");
+    let report = store::projections::rebuild(&app.pool)
+        .await
+        .expect("rebuild");
+    assert_eq!(
+        (
+            report.orders.rows,
+            report.orders.corrected,
+            report.orders.orphans_removed
+        ),
+        (10, 0, 0)
+    );
+    assert_eq!(
+        store::projections::snapshot(&mut conn)
+            .await
+            .expect("snapshot"),
+        before,
+        "identical rows"
+    );
 
     sqlx::query("UPDATE orders SET state = 'expired', version = 7 WHERE id = $1::uuid")
         .bind(&ids[1])
         .execute(&app.pool)
         .await
         .expect("tamper");
-    let report = store::projections::rebuild(&app.pool).await.expect("rebuild");
+    let report = store::projections::rebuild(&app.pool)
+        .await
+        .expect("rebuild");
     assert_eq!(report.orders.corrected, 1, "the drifted row is found");
-    assert_eq!(store::projections::snapshot(&mut conn).await.expect("snapshot"), before, "and repaired");
+    assert_eq!(
+        store::projections::snapshot(&mut conn)
+            .await
+            .expect("snapshot"),
+        before,
+        "and repaired"
+    );
 }
 
 #[tokio::test]
@@ -38,7 +68,10 @@ async fn the_projections_rebuild_with_shipments_present_and_reports_drift_per_ta
     app.add_product("MUG", 2500, 10).await;
     let mut shipments = vec![];
     for _ in 0..3 {
-        let id = app.buy("MUG", 1).await.body["id"].as_str().expect("id").to_owned();
+        let id = app.buy("MUG", 1).await.body["id"]
+            .as_str()
+            .expect("id")
+            .to_owned();
         assert_eq!(pay_by_webhook(&app, &id, 2500).await, 200);
         let meta = store::envelope::Metadata {
             correlation_id: id.parse().expect("uuid"),
@@ -47,12 +80,21 @@ async fn the_projections_rebuild_with_shipments_present_and_reports_drift_per_ta
             traceparent: None,
         };
         let mut tx = app.pool.begin().await.expect("tx");
-        shipments.push(store::shipments::create(&mut tx, id.parse().expect("uuid"), &meta).await.expect("ship").expect("new"));
+        shipments.push(
+            store::shipments::create(&mut tx, id.parse().expect("uuid"), &meta)
+                .await
+                .expect("ship")
+                .expect("new"),
+        );
         tx.commit().await.expect("commit");
     }
-    store::shipments::advance_due(&app.pool, std::time::Duration::ZERO, 10).await.expect("advance");
+    store::shipments::advance_due(&app.pool, std::time::Duration::ZERO, 10)
+        .await
+        .expect("advance");
     let mut conn = app.pool.acquire().await.expect("conn");
-    let shipments_before = store::projections::snapshot_shipments(&mut conn).await.expect("snapshot");
+    let shipments_before = store::projections::snapshot_shipments(&mut conn)
+        .await
+        .expect("snapshot");
     sqlx::query("UPDATE shipments SET state = 'delivered', version = 9 WHERE id = $1")
         .bind(shipments[0])
         .execute(&app.pool)
@@ -64,9 +106,26 @@ async fn the_projections_rebuild_with_shipments_present_and_reports_drift_per_ta
         .output()
         .expect("run soldonce projections rebuild");
     let text = String::from_utf8_lossy(&rebuild.stdout);
-    assert_eq!(rebuild.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&rebuild.stderr));
+    assert_eq!(
+        rebuild.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&rebuild.stderr)
+    );
     let report: serde_json::Value = serde_json::from_str(text.trim()).expect("json report");
-    assert_eq!(report["orders"], serde_json::json!({ "rows": 3, "corrected": 0, "orphans_removed": 0 }));
-    assert_eq!(report["shipments"], serde_json::json!({ "rows": 3, "corrected": 1, "orphans_removed": 0 }));
-    assert_eq!(store::projections::snapshot_shipments(&mut conn).await.expect("snapshot"), shipments_before, "the drifted shipment is repaired");
+    assert_eq!(
+        report["orders"],
+        serde_json::json!({ "rows": 3, "corrected": 0, "orphans_removed": 0 })
+    );
+    assert_eq!(
+        report["shipments"],
+        serde_json::json!({ "rows": 3, "corrected": 1, "orphans_removed": 0 })
+    );
+    assert_eq!(
+        store::projections::snapshot_shipments(&mut conn)
+            .await
+            .expect("snapshot"),
+        shipments_before,
+        "the drifted shipment is repaired"
+    );
 }

@@ -10,19 +10,26 @@ use std::time::Duration;
 use uuid::Uuid;
 
 async fn event_ids(app: &TestApp) -> HashSet<Uuid> {
-    let rows: Vec<(Uuid,)> = sqlx::query_as("SELECT event_id FROM events").fetch_all(&app.pool).await.expect("events");
+    let rows: Vec<(Uuid,)> = sqlx::query_as("SELECT event_id FROM events")
+        .fetch_all(&app.pool)
+        .await
+        .expect("events");
     rows.into_iter().map(|r| r.0).collect()
 }
 
 async fn wait_until_published(app: &TestApp, nats_url: &str, expected: u64) {
     let js = bus::connect(nats_url).await.expect("connect nats");
-    eventually("the outbox to drain into the stream", Duration::from_secs(120), || {
-        let js = js.clone();
-        async move {
-            let backlog = app.count("SELECT count(*) FROM outbox").await;
-            (backlog == 0 && stream_len(&js).await >= expected).then_some(())
-        }
-    })
+    eventually(
+        "the outbox to drain into the stream",
+        Duration::from_secs(120),
+        || {
+            let js = js.clone();
+            async move {
+                let backlog = app.count("SELECT count(*) FROM outbox").await;
+                (backlog == 0 && stream_len(&js).await >= expected).then_some(())
+            }
+        },
+    )
     .await;
 }
 
@@ -34,10 +41,14 @@ async fn place_orders(app: &Arc<TestApp>, n: usize) {
             async move {
                 let key = Uuid::new_v4().to_string();
                 let body = serde_json::json!({ "lines": [{ "sku": "BULK", "quantity": 1 }] });
-                eventually("an order to be accepted", Duration::from_secs(60), || async {
-                    let r = app.place(&app.token, &key, &body).await;
-                    (r.status == 202).then_some(())
-                })
+                eventually(
+                    "an order to be accepted",
+                    Duration::from_secs(60),
+                    || async {
+                        let r = app.place(&app.token, &key, &body).await;
+                        (r.status == 202).then_some(())
+                    },
+                )
                 .await;
             }
         })
@@ -51,7 +62,9 @@ async fn five_thousand_orders_through_three_relays_one_killed_arrive_exactly_onc
     let app = Arc::new(TestApp::spawn().await);
     app.add_product("BULK", 100, 1_000_000).await;
     let nats = Nats::start_temporary().expect("private nats");
-    let mut relays: Vec<_> = (0..3).map(|_| spawn_process(&app.database_url, &nats.url())).collect();
+    let mut relays: Vec<_> = (0..3)
+        .map(|_| spawn_process(&app.database_url, &nats.url()))
+        .collect();
     place_orders(&app, 2_000).await;
     relays[0].start_kill().expect("SIGKILL a relay");
     relays[0].wait().await.expect("relay exits");
@@ -66,8 +79,15 @@ async fn five_thousand_orders_through_three_relays_one_killed_arrive_exactly_onc
     let doubled = seen.values().filter(|(n, _)| *n > 1).count();
     assert_eq!(doubled, 0, "no event id twice in the stream");
     let published: HashSet<Uuid> = seen.keys().copied().collect();
-    assert_eq!(published, ids, "every recorded event is in the stream, nothing else");
-    assert_eq!(app.count("SELECT count(*) FROM outbox").await, 0, "the outbox ends empty");
+    assert_eq!(
+        published, ids,
+        "every recorded event is in the stream, nothing else"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM outbox").await,
+        0,
+        "the outbox ends empty"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,7 +108,10 @@ async fn a_transaction_that_commits_last_is_still_published() {
     held.commit().await.expect("commit late");
     wait_until_published(&app, &nats.url(), 21).await;
     let seen = read_stream(&nats.url()).await;
-    assert!(seen.contains_key(&late), "the late-committing row was published");
+    assert!(
+        seen.contains_key(&late),
+        "the late-committing row was published"
+    );
     assert_eq!(seen.len(), 21);
 }
 
@@ -105,7 +128,10 @@ async fn the_relay_rides_out_a_nats_restart() {
     nats.restart().expect("restart nats");
     wait_until_published(&app, &nats.url(), 100).await;
     let seen = read_stream(&nats.url()).await;
-    assert_eq!(seen.keys().copied().collect::<HashSet<_>>(), event_ids(&app).await);
+    assert_eq!(
+        seen.keys().copied().collect::<HashSet<_>>(),
+        event_ids(&app).await
+    );
     assert!(seen.values().all(|(n, _)| *n == 1));
 }
 
@@ -123,7 +149,10 @@ async fn the_relay_rides_out_a_postgres_restart() {
     place_orders(&app, 50).await;
     wait_until_published(&app, &nats.url(), 100).await;
     let seen = read_stream(&nats.url()).await;
-    assert_eq!(seen.keys().copied().collect::<HashSet<_>>(), event_ids(&app).await);
+    assert_eq!(
+        seen.keys().copied().collect::<HashSet<_>>(),
+        event_ids(&app).await
+    );
     assert!(seen.values().all(|(n, _)| *n == 1));
 }
 
@@ -136,19 +165,36 @@ async fn every_published_event_validates_against_its_schema() {
     place_orders(&app, 3).await;
     let shipped = serde_json::json!({ "lines": [{ "sku": "BULK", "quantity": 2 }], "shipping": { "name": "Ana", "line1": "Rua A", "city": "Recife", "postal_code": "50000", "country": "BR" } });
     let placed = app.place(&app.token, "with-shipping", &shipped).await;
-    let cancel = format!("/v1/orders/{}/cancel", placed.body["id"].as_str().expect("id"));
+    let cancel = format!(
+        "/v1/orders/{}/cancel",
+        placed.body["id"].as_str().expect("id")
+    );
     assert_eq!(app.post_empty(&app.token, &cancel).await.status, 200);
     wait_until_published(&app, &nats.url(), 5).await;
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../proto/events");
     let mut types = HashSet::new();
     for (_, payload) in read_stream(&nats.url()).await.values() {
-        let ty = payload["type"].as_str().expect("type").trim_start_matches("soldonce.").to_owned();
-        let schema_text = std::fs::read_to_string(dir.join(format!("{ty}.schema.json"))).expect("a schema per type");
+        let ty = payload["type"]
+            .as_str()
+            .expect("type")
+            .trim_start_matches("soldonce.")
+            .to_owned();
+        let schema_text = std::fs::read_to_string(dir.join(format!("{ty}.schema.json")))
+            .expect("a schema per type");
         let schema: serde_json::Value = serde_json::from_str(&schema_text).expect("schema JSON");
         let validator = jsonschema::validator_for(&schema).expect("valid schema");
-        let errors: Vec<String> = validator.iter_errors(payload).map(|e| e.to_string()).collect();
+        let errors: Vec<String> = validator
+            .iter_errors(payload)
+            .map(|e| e.to_string())
+            .collect();
         assert!(errors.is_empty(), "{ty}: {errors:?}\n{payload}");
         types.insert(ty);
     }
-    assert_eq!(types, HashSet::from(["order.placed.v1".to_owned(), "order.cancelled.v1".to_owned()]));
+    assert_eq!(
+        types,
+        HashSet::from([
+            "order.placed.v1".to_owned(),
+            "order.cancelled.v1".to_owned()
+        ])
+    );
 }

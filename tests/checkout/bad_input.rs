@@ -9,7 +9,9 @@ async fn every_kind_of_bad_order_is_a_4xx_problem_and_reserves_nothing() {
     let app = TestApp::spawn().await;
     app.add_product("MUG", 2500, 10).await;
     let line = |q: serde_json::Value| json!({ "lines": [{ "sku": "MUG", "quantity": q }] });
-    let too_many: Vec<_> = (0..101).map(|i| json!({ "sku": format!("S{i}"), "quantity": 1 })).collect();
+    let too_many: Vec<_> = (0..101)
+        .map(|i| json!({ "sku": format!("S{i}"), "quantity": 1 }))
+        .collect();
     let cases: Vec<(&str, String, u16)> = vec![
         ("malformed JSON", "{\"lines\": [".into(), 400),
         ("not an object", "[]".into(), 422),
@@ -56,8 +58,22 @@ async fn every_kind_of_bad_order_is_a_4xx_problem_and_reserves_nothing() {
         )
         .await;
     wrong_type.assert_problem(415);
-    assert_eq!(app.buckets("MUG").await, Buckets { available: 10, reserved: 0, sold: 0 });
-    assert_eq!(app.ledger("MUG").await, Buckets { available: 10, reserved: 0, sold: 0 });
+    assert_eq!(
+        app.buckets("MUG").await,
+        Buckets {
+            available: 10,
+            reserved: 0,
+            sold: 0
+        }
+    );
+    assert_eq!(
+        app.ledger("MUG").await,
+        Buckets {
+            available: 10,
+            reserved: 0,
+            sold: 0
+        }
+    );
     assert_eq!(app.count("SELECT count(*) FROM orders").await, 0);
     assert_eq!(app.count("SELECT count(*) FROM events").await, 0);
     assert_eq!(app.count("SELECT count(*) FROM outbox").await, 0);
@@ -72,6 +88,9 @@ async fn a_shipping_address_is_kept_with_the_order() {
     let placed = app.place(&app.token, "ship", &body).await;
     assert_eq!(placed.status, 202, "{}", placed.body);
     assert_eq!(placed.body["shipping"], shipping);
-    assert_eq!(placed.body["total_minor"], 5000, "priced from the catalogue");
+    assert_eq!(
+        placed.body["total_minor"], 5000,
+        "priced from the catalogue"
+    );
     assert_eq!(placed.body["currency"], "BRL");
 }

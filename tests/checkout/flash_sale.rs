@@ -32,11 +32,25 @@ async fn three_hundred_buyers_of_the_last_unit_get_one_202_and_299_409s_twenty_t
         }
         assert_eq!((accepted, sold_out), (1, 299), "round {round}: responses");
         let orders = app
-            .count(&format!("SELECT count(*) FROM order_lines WHERE sku = '{sku}'"))
+            .count(&format!(
+                "SELECT count(*) FROM order_lines WHERE sku = '{sku}'"
+            ))
             .await;
         assert_eq!(orders, 1, "round {round}: order rows");
-        assert_eq!(app.buckets(&sku).await, Buckets { available: 0, reserved: 1, sold: 0 }, "round {round}");
-        assert_eq!(app.ledger(&sku).await, app.buckets(&sku).await, "round {round}: ledger balances buckets");
+        assert_eq!(
+            app.buckets(&sku).await,
+            Buckets {
+                available: 0,
+                reserved: 1,
+                sold: 0
+            },
+            "round {round}"
+        );
+        assert_eq!(
+            app.ledger(&sku).await,
+            app.buckets(&sku).await,
+            "round {round}: ledger balances buckets"
+        );
     }
 }
 
@@ -54,9 +68,20 @@ async fn ten_thousand_buyers_with_500_in_flight_get_exactly_the_100_units() {
         .await;
     let accepted = statuses.iter().filter(|s| **s == 202).count();
     let rejected = statuses.iter().filter(|s| **s == 409).count();
-    assert_eq!((accepted, rejected), (100, 9_900), "every reply is 202 or 409");
+    assert_eq!(
+        (accepted, rejected),
+        (100, 9_900),
+        "every reply is 202 or 409"
+    );
     assert_eq!(app.count("SELECT count(*) FROM orders").await, 100);
-    assert_eq!(app.buckets("DROP").await, Buckets { available: 0, reserved: 100, sold: 0 });
+    assert_eq!(
+        app.buckets("DROP").await,
+        Buckets {
+            available: 0,
+            reserved: 100,
+            sold: 0
+        }
+    );
     assert_eq!(app.ledger("DROP").await, app.buckets("DROP").await);
 }
 
@@ -71,10 +96,15 @@ async fn overlapping_multi_line_orders_in_opposite_line_orders_never_deadlock() 
         .map(|i| {
             let app = app.clone();
             let skus = shapes[i % shapes.len()];
-            let lines: Vec<_> = skus.iter().map(|s| serde_json::json!({ "sku": s, "quantity": 1 })).collect();
+            let lines: Vec<_> = skus
+                .iter()
+                .map(|s| serde_json::json!({ "sku": s, "quantity": 1 }))
+                .collect();
             tokio::spawn(async move {
                 let body = serde_json::json!({ "lines": lines });
-                app.place(&app.token, &uuid::Uuid::new_v4().to_string(), &body).await.status
+                app.place(&app.token, &uuid::Uuid::new_v4().to_string(), &body)
+                    .await
+                    .status
             })
         })
         .collect();
@@ -89,8 +119,15 @@ async fn overlapping_multi_line_orders_in_opposite_line_orders_never_deadlock() 
             ))
             .await;
         let b = app.buckets(sku).await;
-        assert_eq!(b.reserved, held, "{sku}: reserved equals the units on accepted orders");
-        assert_eq!(b.available + b.reserved, 150, "{sku}: no unit created or lost");
+        assert_eq!(
+            b.reserved, held,
+            "{sku}: reserved equals the units on accepted orders"
+        );
+        assert_eq!(
+            b.available + b.reserved,
+            150,
+            "{sku}: no unit created or lost"
+        );
         assert_eq!(app.ledger(sku).await, b, "{sku}: ledger balances");
     }
 }

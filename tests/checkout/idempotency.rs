@@ -22,8 +22,19 @@ async fn a_retry_with_the_same_key_and_body_gets_the_same_answer_and_moves_stock
     assert_eq!(first.header("location"), second.header("location"));
     assert_eq!(second.header("idempotent-replayed"), Some("true"));
     assert_eq!(app.count("SELECT count(*) FROM orders").await, 1);
-    assert_eq!(app.buckets("MUG").await, Buckets { available: 8, reserved: 2, sold: 0 });
-    assert_eq!(app.count("SELECT count(*) FROM stock_ledger WHERE movement = 'reserve'").await, 1);
+    assert_eq!(
+        app.buckets("MUG").await,
+        Buckets {
+            available: 8,
+            reserved: 2,
+            sold: 0
+        }
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM stock_ledger WHERE movement = 'reserve'")
+            .await,
+        1
+    );
 }
 
 #[tokio::test]
@@ -33,9 +44,15 @@ async fn an_out_of_stock_answer_is_replayed_too() {
     let first = app.place(&app.token, "k", &one("MUG", 2)).await;
     first.assert_problem(409);
     app.add_product("OTHER", 1, 0).await;
-    store::catalog::receive(&app.pool, &domain::Sku::parse("MUG").expect("sku"), 5).await.expect("receive");
+    store::catalog::receive(&app.pool, &domain::Sku::parse("MUG").expect("sku"), 5)
+        .await
+        .expect("receive");
     let retry = app.place(&app.token, "k", &one("MUG", 2)).await;
-    assert_eq!((retry.status, &retry.body), (409, &first.body), "the stored answer, not a new attempt");
+    assert_eq!(
+        (retry.status, &retry.body),
+        (409, &first.body),
+        "the stored answer, not a new attempt"
+    );
     assert_eq!(app.count("SELECT count(*) FROM orders").await, 0);
 }
 
@@ -56,7 +73,10 @@ async fn twenty_racing_retries_make_exactly_one_order() {
             202 => {
                 ids.insert(r.body["id"].as_str().expect("id").to_owned());
             }
-            409 => assert_eq!(r.body["type"], "urn:soldonce:problem:idempotency-key-in-flight"),
+            409 => assert_eq!(
+                r.body["type"],
+                "urn:soldonce:problem:idempotency-key-in-flight"
+            ),
             s => panic!("unexpected {s}: {}", r.body),
         }
     }
@@ -72,7 +92,10 @@ async fn the_same_key_with_a_different_body_is_422() {
     assert_eq!(app.place(&app.token, "k", &one("MUG", 1)).await.status, 202);
     let other = app.place(&app.token, "k", &one("MUG", 3)).await;
     other.assert_problem(422);
-    assert_eq!(other.body["type"], "urn:soldonce:problem:idempotency-key-reused");
+    assert_eq!(
+        other.body["type"],
+        "urn:soldonce:problem:idempotency-key-reused"
+    );
     assert_eq!(app.buckets("MUG").await.reserved, 1);
 }
 
@@ -82,7 +105,10 @@ async fn the_same_key_while_the_first_is_in_flight_is_409() {
     app.add_product("MUG", 2500, 10).await;
     // Hold the stock row so the first request stops at its reservation.
     let mut blocker = app.pool.begin().await.expect("begin");
-    sqlx::query("SELECT * FROM stock WHERE sku = 'MUG' FOR UPDATE").execute(&mut *blocker).await.expect("lock");
+    sqlx::query("SELECT * FROM stock WHERE sku = 'MUG' FOR UPDATE")
+        .execute(&mut *blocker)
+        .await
+        .expect("lock");
     let first = {
         let app = app.clone();
         tokio::spawn(async move { app.place(&app.token, "slow", &one("MUG", 1)).await })
@@ -96,7 +122,10 @@ async fn the_same_key_while_the_first_is_in_flight_is_409() {
     .await;
     let second = app.place(&app.token, "slow", &one("MUG", 1)).await;
     second.assert_problem(409);
-    assert_eq!(second.body["type"], "urn:soldonce:problem:idempotency-key-in-flight");
+    assert_eq!(
+        second.body["type"],
+        "urn:soldonce:problem:idempotency-key-in-flight"
+    );
     blocker.rollback().await.expect("release");
     let first = first.await.expect("task");
     assert_eq!(first.status, 202);
@@ -123,8 +152,20 @@ async fn a_missing_key_is_400_and_changes_nothing() {
     let app = TestApp::spawn().await;
     app.add_product("MUG", 2500, 10).await;
     let r = app
-        .send(app.client.post(app.url("/v1/orders")).bearer_auth(&app.token).json(&one("MUG", 1)))
+        .send(
+            app.client
+                .post(app.url("/v1/orders"))
+                .bearer_auth(&app.token)
+                .json(&one("MUG", 1)),
+        )
         .await;
     r.assert_problem(400);
-    assert_eq!(app.buckets("MUG").await, Buckets { available: 10, reserved: 0, sold: 0 });
+    assert_eq!(
+        app.buckets("MUG").await,
+        Buckets {
+            available: 10,
+            reserved: 0,
+            sold: 0
+        }
+    );
 }

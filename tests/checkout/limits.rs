@@ -25,33 +25,48 @@ async fn place_with_header(app: &TestApp, name: &str, value: &str) -> soldonce_t
 }
 
 #[tokio::test]
-async fn an_oversized_or_malformed_traceparent_starts_a_fresh_trace_and_nothing_oversized_is_stored() {
+async fn an_oversized_or_malformed_traceparent_starts_a_fresh_trace_and_nothing_oversized_is_stored(
+) {
     let app = TestApp::spawn().await;
     app.add_product("MUG", 2500, 10).await;
     let huge = format!("00-{}-00f067aa0ba902b7-01", "a".repeat(200_000));
-    for bad in [huge.as_str(), "not-a-trace", "00-00000000000000000000000000000000-00f067aa0ba902b7-01"] {
+    for bad in [
+        huge.as_str(),
+        "not-a-trace",
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+    ] {
         let placed = place_with_header(&app, "traceparent", bad).await;
         assert_eq!(placed.status, 202, "{}", placed.body);
         let id = placed.body["id"].as_str().expect("id");
-        let stored: String = sqlx::query_scalar("SELECT metadata->>'traceparent' FROM events WHERE stream_id = $1::uuid")
-            .bind(id)
-            .fetch_one(&app.pool)
-            .await
-            .expect("metadata");
-        let fresh = platform::trace::TraceParent::parse(&stored).expect("a valid traceparent was stored");
+        let stored: String = sqlx::query_scalar(
+            "SELECT metadata->>'traceparent' FROM events WHERE stream_id = $1::uuid",
+        )
+        .bind(id)
+        .fetch_one(&app.pool)
+        .await
+        .expect("metadata");
+        let fresh =
+            platform::trace::TraceParent::parse(&stored).expect("a valid traceparent was stored");
         assert_eq!(fresh.to_string(), stored, "canonical, 55 characters");
         assert_ne!(stored, bad);
     }
     let valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let placed = place_with_header(&app, "traceparent", valid).await;
-    let kept: String = sqlx::query_scalar("SELECT headers->>'traceparent' FROM outbox WHERE stream_id = $1::uuid")
-        .bind(placed.body["id"].as_str().expect("id"))
+    let kept: String =
+        sqlx::query_scalar("SELECT headers->>'traceparent' FROM outbox WHERE stream_id = $1::uuid")
+            .bind(placed.body["id"].as_str().expect("id"))
+            .fetch_one(&app.pool)
+            .await
+            .expect("outbox headers");
+    assert_eq!(kept, valid, "a valid trace is continued");
+    let largest: i64 = sqlx::query_scalar("SELECT max(length(metadata::text))::bigint FROM events")
         .fetch_one(&app.pool)
         .await
-        .expect("outbox headers");
-    assert_eq!(kept, valid, "a valid trace is continued");
-    let largest: i64 = sqlx::query_scalar("SELECT max(length(metadata::text))::bigint FROM events").fetch_one(&app.pool).await.expect("sizes");
-    assert!(largest < 1_000, "nothing oversized stored: {largest} bytes of metadata");
+        .expect("sizes");
+    assert!(
+        largest < 1_000,
+        "nothing oversized stored: {largest} bytes of metadata"
+    );
     // A head past the bound is refused whole, before anything reads it.
     let giant = place_with_header(&app, "x-padding", &"p".repeat(300_000)).await;
     giant.assert_problem(431);
@@ -59,8 +74,12 @@ async fn an_oversized_or_malformed_traceparent_starts_a_fresh_trace_and_nothing_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ten_thousand_unknown_tokens_cost_a_bounded_number_of_lookups_and_the_buyer_never_sees_503() {
-    let limits = checkout::Limits { token_lookup_rate: 50, ..checkout::Limits::unlimited() };
+async fn ten_thousand_unknown_tokens_cost_a_bounded_number_of_lookups_and_the_buyer_never_sees_503()
+{
+    let limits = checkout::Limits {
+        token_lookup_rate: 50,
+        ..checkout::Limits::unlimited()
+    };
     let app = Arc::new(TestApp::spawn_with_limits(limits).await);
     app.add_product("MUG", 100, 100_000).await;
     // The metrics registry is the test process's: count this test's outcomes as deltas
@@ -68,9 +87,20 @@ async fn ten_thousand_unknown_tokens_cost_a_bounded_number_of_lookups_and_the_bu
     let lookups = |outcome: &'static str| {
         let app = app.clone();
         async move {
-            let text = app.client.get(app.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+            let text = app
+                .client
+                .get(app.url("/metrics"))
+                .send()
+                .await
+                .expect("metrics")
+                .text()
+                .await
+                .expect("text");
             let key = format!("soldonce_token_lookups_total{{outcome=\"{outcome}\"}}");
-            text.lines().filter(|l| l.starts_with(&key)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>()
+            text.lines()
+                .filter(|l| l.starts_with(&key))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>()
         }
     };
     let (unknown_before, limited_before) = (lookups("unknown").await, lookups("limited").await);
@@ -82,29 +112,55 @@ async fn ten_thousand_unknown_tokens_cost_a_bounded_number_of_lookups_and_the_bu
                 .map(|i| {
                     let app = app.clone();
                     // Half of the right shape (each must be looked up once), half of any shape.
-                    let token = if i % 2 == 0 { format!("so_{}", Uuid::new_v4().simple().to_string().repeat(2)) } else { format!("guess-{i}") };
-                    async move { app.get(&token, "/v1/orders/00000000-0000-0000-0000-000000000000").await.status }
+                    let token = if i % 2 == 0 {
+                        format!("so_{}", Uuid::new_v4().simple().to_string().repeat(2))
+                    } else {
+                        format!("guess-{i}")
+                    };
+                    async move {
+                        app.get(&token, "/v1/orders/00000000-0000-0000-0000-000000000000")
+                            .await
+                            .status
+                    }
                 })
                 .buffer_unordered(64)
                 .collect::<Vec<u16>>()
                 .await
         })
     };
-    let buyer: Vec<u16> = stream::iter(0..300).map(|_| async { app.buy("MUG", 1).await.status }).buffer_unordered(16).collect().await;
+    let buyer: Vec<u16> = stream::iter(0..300)
+        .map(|_| async { app.buy("MUG", 1).await.status })
+        .buffer_unordered(16)
+        .collect()
+        .await;
     let statuses = attack.await.expect("attack");
     let seconds = started.elapsed().as_secs_f64();
-    assert!(buyer.iter().all(|s| *s == 202), "the buyer is served throughout: {:?}", buyer.iter().filter(|s| **s != 202).collect::<Vec<_>>());
-    assert!(statuses.iter().all(|s| *s == 401 || *s == 429), "unknown tokens are refused, never served or 503");
+    assert!(
+        buyer.iter().all(|s| *s == 202),
+        "the buyer is served throughout: {:?}",
+        buyer.iter().filter(|s| **s != 202).collect::<Vec<_>>()
+    );
+    assert!(
+        statuses.iter().all(|s| *s == 401 || *s == 429),
+        "unknown tokens are refused, never served or 503"
+    );
     let looked_up = lookups("unknown").await - unknown_before;
     let bound = 50.0 + 50.0 * seconds + 1.0;
     assert!(looked_up <= bound, "{looked_up} database lookups for 10,000 unknown tokens in {seconds:.1} s; at most {bound:.0} allowed");
-    assert!(lookups("limited").await - limited_before > 1_000.0, "most of the 5,000 well-formed ones never reached the database");
+    assert!(
+        lookups("limited").await - limited_before > 1_000.0,
+        "most of the 5,000 well-formed ones never reached the database"
+    );
     assert_eq!(app.count("SELECT count(*) FROM orders").await, 300);
 }
 
 #[tokio::test]
 async fn an_account_over_its_rate_gets_429_with_retry_after_and_nothing_is_reserved() {
-    let limits = checkout::Limits { account_rate: 1, account_burst: 3, ..checkout::Limits::unlimited() };
+    let limits = checkout::Limits {
+        account_rate: 1,
+        account_burst: 3,
+        ..checkout::Limits::unlimited()
+    };
     let app = TestApp::spawn_with_limits(limits).await;
     app.add_product("MUG", 2500, 10).await;
     let mut statuses = vec![];
@@ -112,22 +168,42 @@ async fn an_account_over_its_rate_gets_429_with_retry_after_and_nothing_is_reser
         let r = app.buy("MUG", 1).await;
         if r.status == 429 {
             r.assert_problem(429);
-            let retry: u64 = r.header("retry-after").expect("Retry-After").parse().expect("seconds");
+            let retry: u64 = r
+                .header("retry-after")
+                .expect("Retry-After")
+                .parse()
+                .expect("seconds");
             assert!((1..=2).contains(&retry), "{retry}");
         }
         statuses.push(r.status);
     }
     assert_eq!(statuses, [202, 202, 202, 429, 429]);
-    assert_eq!(app.buckets("MUG").await, Buckets { available: 7, reserved: 3, sold: 0 }, "nothing reserved past the limit");
+    assert_eq!(
+        app.buckets("MUG").await,
+        Buckets {
+            available: 7,
+            reserved: 3,
+            sold: 0
+        },
+        "nothing reserved past the limit"
+    );
     let (_, other) = app.new_account("someone else").await;
-    assert_eq!(app.place(&other, "k", &one("MUG", 1)).await.status, 202, "another account has its own budget");
+    assert_eq!(
+        app.place(&other, "k", &one("MUG", 1)).await.status,
+        202,
+        "another account has its own budget"
+    );
 }
 
 async fn concurrent_buys(app: &Arc<TestApp>, token: &str, sku: &str, n: usize) -> Vec<u16> {
     stream::iter(0..n)
         .map(|_| {
             let (app, token, sku) = (app.clone(), token.to_owned(), sku.to_owned());
-            async move { app.place(&token, &Uuid::new_v4().to_string(), &one(&sku, 1)).await.status }
+            async move {
+                app.place(&token, &Uuid::new_v4().to_string(), &one(&sku, 1))
+                    .await
+                    .status
+            }
         })
         .buffer_unordered(300)
         .collect()
@@ -136,31 +212,73 @@ async fn concurrent_buys(app: &Arc<TestApp>, token: &str, sku: &str, n: usize) -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_per_customer_and_the_reservation_cap_hold_exactly_under_300_concurrent_requests() {
-    let limits = checkout::Limits { max_reserved_units: 5, ..checkout::Limits::unlimited() };
+    let limits = checkout::Limits {
+        max_reserved_units: 5,
+        ..checkout::Limits::unlimited()
+    };
     let app = Arc::new(TestApp::spawn_with_limits(limits).await);
     app.add_product("DROP", 100, 1_000).await;
     app.add_product("MUG", 100, 1_000).await;
     let set = std::process::Command::new(soldonce_tests::relay::binary("soldonce"))
-        .args(["product", "limit", "--sku", "DROP", "--per-account", "1", "--max-per-order", "1"])
+        .args([
+            "product",
+            "limit",
+            "--sku",
+            "DROP",
+            "--per-account",
+            "1",
+            "--max-per-order",
+            "1",
+        ])
         .env("DATABASE_URL", &app.database_url)
         .output()
         .expect("soldonce product limit");
-    assert_eq!(set.status.code(), Some(0), "{}", String::from_utf8_lossy(&set.stderr));
+    assert_eq!(
+        set.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
 
     let drop = concurrent_buys(&app, &app.token, "DROP", 300).await;
-    assert_eq!(drop.iter().filter(|s| **s == 202).count(), 1, "exactly one per customer");
+    assert_eq!(
+        drop.iter().filter(|s| **s == 202).count(),
+        1,
+        "exactly one per customer"
+    );
     assert_eq!(drop.iter().filter(|s| **s == 409).count(), 299);
     let two = app.place(&app.token, "two", &one("DROP", 2)).await;
     two.assert_problem(422);
     assert_eq!(two.body["limit"], 1);
 
     let mugs = concurrent_buys(&app, &app.token, "MUG", 300).await;
-    assert_eq!(mugs.iter().filter(|s| **s == 202).count(), 4, "5 units held at most: 1 DROP + 4 MUG");
+    assert_eq!(
+        mugs.iter().filter(|s| **s == 202).count(),
+        4,
+        "5 units held at most: 1 DROP + 4 MUG"
+    );
     let refused = app.place(&app.token, "over", &one("MUG", 1)).await;
     refused.assert_problem(409);
-    assert_eq!(refused.body["type"], "urn:soldonce:problem:limit-reserved-units");
-    assert_eq!(app.buckets("DROP").await, Buckets { available: 999, reserved: 1, sold: 0 });
-    assert_eq!(app.buckets("MUG").await, Buckets { available: 996, reserved: 4, sold: 0 });
+    assert_eq!(
+        refused.body["type"],
+        "urn:soldonce:problem:limit-reserved-units"
+    );
+    assert_eq!(
+        app.buckets("DROP").await,
+        Buckets {
+            available: 999,
+            reserved: 1,
+            sold: 0
+        }
+    );
+    assert_eq!(
+        app.buckets("MUG").await,
+        Buckets {
+            available: 996,
+            reserved: 4,
+            sold: 0
+        }
+    );
     let bad = std::process::Command::new(soldonce_tests::relay::binary("soldonce"))
         .args(["product", "limit", "--sku", "DROP", "--per-account", "0"])
         .env("DATABASE_URL", &app.database_url)
@@ -180,10 +298,23 @@ async fn with_checkout_ops_addr_the_operations_endpoints_leave_the_public_port()
     for path in ["/metrics", "/readyz", "/healthz"] {
         let public = app.client.get(app.url(path)).send().await.expect("public");
         assert_eq!(public.status(), 404, "{path} is not on the public port");
-        let ops = app.client.get(format!("http://127.0.0.1:{ops_port}{path}")).send().await.expect("ops");
+        let ops = app
+            .client
+            .get(format!("http://127.0.0.1:{ops_port}{path}"))
+            .send()
+            .await
+            .expect("ops");
         assert_eq!(ops.status(), 200, "{path} is on the ops port");
     }
-    let ready: serde_json::Value = app.client.get(format!("http://127.0.0.1:{ops_port}/readyz")).send().await.expect("ops").json().await.expect("json");
+    let ready: serde_json::Value = app
+        .client
+        .get(format!("http://127.0.0.1:{ops_port}/readyz"))
+        .send()
+        .await
+        .expect("ops")
+        .json()
+        .await
+        .expect("json");
     assert_eq!(ready["status"], "ready");
     app.add_product("MUG", 100, 1).await;
     assert_eq!(app.buy("MUG", 1).await.status, 202, "the API still serves");

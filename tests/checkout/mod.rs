@@ -1,5 +1,5 @@
 mod bad_input;
 mod flash_sale;
 mod idempotency;
-mod orders;
 mod limits;
+mod orders;

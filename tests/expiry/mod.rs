@@ -10,7 +10,10 @@ use std::time::Duration;
 
 async fn wait_no_pending(app: &TestApp, within: Duration) {
     eventually("no order left payment_pending", within, || async {
-        (app.count("SELECT count(*) FROM orders WHERE state = 'payment_pending'").await == 0).then_some(())
+        (app.count("SELECT count(*) FROM orders WHERE state = 'payment_pending'")
+            .await
+            == 0)
+            .then_some(())
     })
     .await;
 }
@@ -41,9 +44,24 @@ async fn the_37_unpaid_flash_sale_orders_are_released_after_the_ttl() {
     }
     let _expiry = spawn_expiry(&app.database_url, Duration::from_millis(100)).await;
     wait_no_pending(&app, Duration::from_secs(30)).await;
-    assert_eq!(app.buckets("FLASH").await, Buckets { available: 37, reserved: 0, sold: 163 });
-    assert_eq!(app.count("SELECT count(*) FROM orders WHERE state = 'expired'").await, 37);
-    assert_eq!(app.count("SELECT count(*) FROM stock_ledger WHERE movement = 'release'").await, 37);
+    assert_eq!(
+        app.buckets("FLASH").await,
+        Buckets {
+            available: 37,
+            reserved: 0,
+            sold: 163
+        }
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM orders WHERE state = 'expired'")
+            .await,
+        37
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM stock_ledger WHERE movement = 'release'")
+            .await,
+        37
+    );
     assert_audit_clean(&app).await;
 }
 
@@ -55,14 +73,31 @@ async fn two_expiry_instances_release_each_order_exactly_once() {
     let _one = spawn_expiry(&app.database_url, Duration::from_millis(20)).await;
     let _two = spawn_expiry(&app.database_url, Duration::from_millis(20)).await;
     wait_no_pending(&app, Duration::from_secs(30)).await;
-    assert_eq!(app.count("SELECT count(*) FROM stock_ledger WHERE movement = 'release'").await, 300, "one release per order");
-    assert_eq!(app.count("SELECT count(*) FROM events WHERE type = 'order.expired.v1'").await, 300);
-    assert_eq!(app.buckets("A").await, Buckets { available: 400, reserved: 0, sold: 0 });
+    assert_eq!(
+        app.count("SELECT count(*) FROM stock_ledger WHERE movement = 'release'")
+            .await,
+        300,
+        "one release per order"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM events WHERE type = 'order.expired.v1'")
+            .await,
+        300
+    );
+    assert_eq!(
+        app.buckets("A").await,
+        Buckets {
+            available: 400,
+            reserved: 0,
+            sold: 0
+        }
+    );
     assert_audit_clean(&app).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_racing_payment_success_ends_each_order_confirmed_or_cancelled_with_its_payment_refunded() {
+async fn cancel_racing_payment_success_ends_each_order_confirmed_or_cancelled_with_its_payment_refunded(
+) {
     let app = Arc::new(TestApp::spawn().await);
     app.add_product("RACE", 1000, 100).await;
     let ids = place_many(&app, "RACE", 100).await;
@@ -74,7 +109,11 @@ async fn cancel_racing_payment_success_ends_each_order_confirmed_or_cancelled_wi
                 let path = format!("/v1/orders/{id}/cancel");
                 let cancel = app.post_empty(&app.token, &path);
                 let (cancelled, paid) = tokio::join!(cancel, pay_by_webhook(&app, &id, 1000));
-                assert!(cancelled.status == 200 || cancelled.status == 409, "cancel: {}", cancelled.body);
+                assert!(
+                    cancelled.status == 200 || cancelled.status == 409,
+                    "cancel: {}",
+                    cancelled.body
+                );
                 assert_eq!(paid, 200);
             })
         })
@@ -85,28 +124,55 @@ async fn cancel_racing_payment_success_ends_each_order_confirmed_or_cancelled_wi
     // Whichever came first wins, and a cancel is final: a payment that lands
     // after it is never confirmed on but refunded (a compensation recorded
     // with the webhook's receipt).
-    let confirmed = app.count("SELECT count(*) FROM orders WHERE state = 'confirmed'").await;
-    let cancelled = app.count("SELECT count(*) FROM orders WHERE state = 'cancelled'").await;
+    let confirmed = app
+        .count("SELECT count(*) FROM orders WHERE state = 'confirmed'")
+        .await;
+    let cancelled = app
+        .count("SELECT count(*) FROM orders WHERE state = 'cancelled'")
+        .await;
     assert_eq!(confirmed + cancelled, 100);
-    assert_eq!(app.buckets("RACE").await, Buckets { available: cancelled, reserved: 0, sold: confirmed });
+    assert_eq!(
+        app.buckets("RACE").await,
+        Buckets {
+            available: cancelled,
+            reserved: 0,
+            sold: confirmed
+        }
+    );
     assert_eq!(app.count("SELECT count(*) FROM events WHERE type = 'order.confirmed.v1' AND (data->>'reactivated')::bool").await, 0);
     let refunds = app.count("SELECT count(*) FROM payments WHERE disposition = 'refund' AND reason = 'cancelled' AND refund_state = 'pending'").await;
-    assert_eq!(refunds, cancelled, "every payment after a cancel is to be refunded");
-    assert_eq!(app.count("SELECT count(*) FROM payments WHERE disposition = 'attached'").await, confirmed);
+    assert_eq!(
+        refunds, cancelled,
+        "every payment after a cancel is to be refunded"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM payments WHERE disposition = 'attached'")
+            .await,
+        confirmed
+    );
     assert_audit_clean(&app).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_payment_whose_unit_was_resold_is_refunded_and_the_other_reclaims_it() {
-    let saga = Saga::start_with_ttl(r#"{"latency_ms": 1500}"#, Duration::from_secs(5), Duration::from_millis(300)).await;
+    let saga = Saga::start_with_ttl(
+        r#"{"latency_ms": 1500}"#,
+        Duration::from_secs(5),
+        Duration::from_millis(300),
+    )
+    .await;
     let app = saga.app.clone();
     app.add_product("LAST", 4990, 1).await;
     let _expiry = spawn_expiry(&app.database_url, Duration::from_millis(50)).await;
     let first = saga.order("LAST").await;
-    eventually("the first order to expire", Duration::from_secs(10), || async {
-        let r = app.get(&app.token, &format!("/v1/orders/{first}")).await;
-        (r.body["state"] == "expired").then_some(())
-    })
+    eventually(
+        "the first order to expire",
+        Duration::from_secs(10),
+        || async {
+            let r = app.get(&app.token, &format!("/v1/orders/{first}")).await;
+            (r.body["state"] == "expired").then_some(())
+        },
+    )
     .await;
     let second = saga.order("LAST").await;
     // Both reservations lapse before their payments land: the first payment
@@ -114,25 +180,57 @@ async fn a_late_payment_whose_unit_was_resold_is_refunded_and_the_other_reclaims
     let states = eventually("both orders to end", Duration::from_secs(30), || async {
         let mut states = vec![];
         for id in [&first, &second] {
-            states.push(app.get(&app.token, &format!("/v1/orders/{id}")).await.body["state"].as_str().unwrap_or("").to_owned());
+            states.push(
+                app.get(&app.token, &format!("/v1/orders/{id}")).await.body["state"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned(),
+            );
         }
-        states.iter().all(|s| s == "confirmed" || s == "refunded").then_some(states)
+        states
+            .iter()
+            .all(|s| s == "confirmed" || s == "refunded")
+            .then_some(states)
     })
     .await;
     let mut sorted = states.clone();
     sorted.sort();
-    assert_eq!(sorted, ["confirmed", "refunded"], "one reclaimed, one refunded");
-    let refunded = if states[0] == "refunded" { &first } else { &second };
+    assert_eq!(
+        sorted,
+        ["confirmed", "refunded"],
+        "one reclaimed, one refunded"
+    );
+    let refunded = if states[0] == "refunded" {
+        &first
+    } else {
+        &second
+    };
     let payments = saga.psp_payments(refunded).await;
     assert_eq!(payments.len(), 1, "charged once");
-    assert_eq!(payments[0]["refunds"].as_array().map(Vec::len), Some(1), "refunded once through the PSP");
-    assert_eq!(app.buckets("LAST").await, Buckets { available: 0, reserved: 0, sold: 1 });
+    assert_eq!(
+        payments[0]["refunds"].as_array().map(Vec::len),
+        Some(1),
+        "refunded once through the PSP"
+    );
+    assert_eq!(
+        app.buckets("LAST").await,
+        Buckets {
+            available: 0,
+            reserved: 0,
+            sold: 1
+        }
+    );
     assert_audit_clean(&app).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn payments_landing_around_the_ttl_end_confirmed_or_refunded_and_conserve_units() {
-    let saga = Saga::start_with_ttl(r#"{"latency_ms": 1000}"#, Duration::from_secs(5), Duration::from_secs(1)).await;
+    let saga = Saga::start_with_ttl(
+        r#"{"latency_ms": 1000}"#,
+        Duration::from_secs(5),
+        Duration::from_secs(1),
+    )
+    .await;
     let app = saga.app.clone();
     app.add_product("EDGE", 100, 200).await;
     let _expiry = spawn_expiry(&app.database_url, Duration::from_millis(50)).await;
@@ -141,30 +239,49 @@ async fn payments_landing_around_the_ttl_end_confirmed_or_refunded_and_conserve_
     // confirmed (directly or reactivated) or refunded; no payment, expired.
     // (Under load some orders lapse before the worker reaches them; those are
     // never charged.)
-    let fates = eventually("every order to match the PSP's books", Duration::from_secs(90), || async {
-        let mut fates = std::collections::BTreeMap::<String, usize>::new();
-        // The PSP answers every call after its latency: ask about all orders at once.
-        let (app, saga) = (&app, &saga);
-        let books = futures::future::join_all(ids.iter().map(|id| async move {
-            let state = app.get(&app.token, &format!("/v1/orders/{id}")).await.body["state"].as_str().unwrap_or("").to_owned();
-            (state, saga.psp_payments(id).await)
-        }))
-        .await;
-        for (state, payments) in books {
-            let paid = payments.iter().any(|p| p["status"] == "succeeded");
-            let settled = matches!((paid, state.as_str()), (true, "confirmed" | "refunded") | (false, "expired"));
-            if !settled || payments.len() > 1 {
-                return None;
+    let fates = eventually(
+        "every order to match the PSP's books",
+        Duration::from_secs(90),
+        || async {
+            let mut fates = std::collections::BTreeMap::<String, usize>::new();
+            // The PSP answers every call after its latency: ask about all orders at once.
+            let (app, saga) = (&app, &saga);
+            let books = futures::future::join_all(ids.iter().map(|id| async move {
+                let state = app.get(&app.token, &format!("/v1/orders/{id}")).await.body["state"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned();
+                (state, saga.psp_payments(id).await)
+            }))
+            .await;
+            for (state, payments) in books {
+                let paid = payments.iter().any(|p| p["status"] == "succeeded");
+                let settled = matches!(
+                    (paid, state.as_str()),
+                    (true, "confirmed" | "refunded") | (false, "expired")
+                );
+                if !settled || payments.len() > 1 {
+                    return None;
+                }
+                *fates.entry(state).or_default() += 1;
             }
-            *fates.entry(state).or_default() += 1;
-        }
-        Some(fates)
-    })
+            Some(fates)
+        },
+    )
     .await;
-    let confirmed = app.count("SELECT count(*) FROM orders WHERE state = 'confirmed'").await;
-    assert_eq!(fates.get("confirmed").copied().unwrap_or(0) as i64, confirmed);
+    let confirmed = app
+        .count("SELECT count(*) FROM orders WHERE state = 'confirmed'")
+        .await;
+    assert_eq!(
+        fates.get("confirmed").copied().unwrap_or(0) as i64,
+        confirmed
+    );
     let b = app.buckets("EDGE").await;
-    assert_eq!((b.sold, b.reserved, b.available + b.sold), (confirmed, 0, 200), "units conserved: {fates:?}");
+    assert_eq!(
+        (b.sold, b.reserved, b.available + b.sold),
+        (confirmed, 0, 200),
+        "units conserved: {fates:?}"
+    );
     assert_audit_clean(&app).await;
 }
 
@@ -181,10 +298,21 @@ async fn a_direct_edit_of_available_is_reported_by_the_audit_with_exit_1() {
             .expect("run soldonce audit")
     };
     let clean = audit();
-    assert_eq!(clean.status.code(), Some(0), "{}", String::from_utf8_lossy(&clean.stdout));
-    sqlx::query("UPDATE stock SET available = available + 37 WHERE sku = 'SHIRT'").execute(&app.pool).await.expect("edit");
+    assert_eq!(
+        clean.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&clean.stdout)
+    );
+    sqlx::query("UPDATE stock SET available = available + 37 WHERE sku = 'SHIRT'")
+        .execute(&app.pool)
+        .await
+        .expect("edit");
     let dirty = audit();
     let text = String::from_utf8_lossy(&dirty.stdout);
     assert_eq!(dirty.status.code(), Some(1), "{text}");
-    assert!(text.contains("ledger_drift SHIRT"), "names the SKU and the check: {text}");
+    assert!(
+        text.contains("ledger_drift SHIRT"),
+        "names the SKU and the check: {text}"
+    );
 }

@@ -13,7 +13,11 @@ fn run_cli(saga: &Saga, args: &[&str]) -> (i32, String) {
         .env("NATS_URL", saga.nats.url())
         .output()
         .expect("run soldonce");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     (out.status.code().unwrap_or(-1), text)
 }
 
@@ -22,16 +26,37 @@ async fn every_confirmed_order_is_delivered_with_one_shipment_and_no_other_order
     let mut saga = Saga::start(r#"{"decline_rate": 0.2}"#, Duration::from_secs(2)).await;
     saga.start_fulfillment(Duration::from_millis(20)).await;
     saga.app.add_product("MUG", 100, 1_000).await;
-    let _: Vec<String> = stream::iter(0..500).map(|_| saga.order("MUG")).buffer_unordered(50).collect().await;
+    let _: Vec<String> = stream::iter(0..500)
+        .map(|_| saga.order("MUG"))
+        .buffer_unordered(50)
+        .collect()
+        .await;
     saga.wait_quiescent(Duration::from_secs(90)).await;
     let app = &saga.app;
-    let confirmed = app.count("SELECT count(*) FROM orders WHERE state = 'confirmed'").await;
-    assert!(confirmed > 300 && confirmed < 500, "about 80% paid: {confirmed}");
-    assert_eq!(app.count("SELECT count(*) FROM shipments").await, confirmed, "one shipment per confirmed order");
-    assert_eq!(app.count("SELECT count(*) FROM shipments WHERE state = 'delivered'").await, confirmed);
+    let confirmed = app
+        .count("SELECT count(*) FROM orders WHERE state = 'confirmed'")
+        .await;
+    assert!(
+        confirmed > 300 && confirmed < 500,
+        "about 80% paid: {confirmed}"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM shipments").await,
+        confirmed,
+        "one shipment per confirmed order"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM shipments WHERE state = 'delivered'")
+            .await,
+        confirmed
+    );
     let misshipped = app.count("SELECT count(*) FROM shipments s JOIN orders o ON o.id = s.order_id WHERE o.state <> 'confirmed'").await;
     assert_eq!(misshipped, 0, "no declined or expired order has a shipment");
-    assert_eq!(app.count("SELECT count(*) FROM events WHERE type = 'shipment.delivered.v1'").await, confirmed);
+    assert_eq!(
+        app.count("SELECT count(*) FROM events WHERE type = 'shipment.delivered.v1'")
+            .await,
+        confirmed
+    );
 
     // A redelivered order.confirmed (same event, new message id) still makes one shipment.
     let js = bus::connect(&saga.nats.url()).await.expect("nats");
@@ -44,45 +69,90 @@ async fn every_confirmed_order_is_delivered_with_one_shipment_and_no_other_order
     .fetch_one(&app.pool)
     .await
     .expect("a confirmed event");
-    let msg = PublishMessage::build().payload(serde_json::to_vec(&payload).expect("json").into()).message_id("redelivery");
-    js.send_publish(format!("soldonce.order.confirmed.{id}"), msg).await.expect("publish").await.expect("ack");
-    soldonce_tests::eventually("fulfillment to take the redelivery", Duration::from_secs(30), || {
-        let js = js.clone();
-        async move {
-            let mut c: async_nats::jetstream::consumer::PullConsumer =
-                js.get_consumer_from_stream("fulfillment", bus::STREAM).await.ok()?;
-            let info = c.info().await.ok()?;
-            (info.num_pending == 0 && info.num_ack_pending == 0).then_some(())
-        }
-    })
+    let msg = PublishMessage::build()
+        .payload(serde_json::to_vec(&payload).expect("json").into())
+        .message_id("redelivery");
+    js.send_publish(format!("soldonce.order.confirmed.{id}"), msg)
+        .await
+        .expect("publish")
+        .await
+        .expect("ack");
+    soldonce_tests::eventually(
+        "fulfillment to take the redelivery",
+        Duration::from_secs(30),
+        || {
+            let js = js.clone();
+            async move {
+                let mut c: async_nats::jetstream::consumer::PullConsumer = js
+                    .get_consumer_from_stream("fulfillment", bus::STREAM)
+                    .await
+                    .ok()?;
+                let info = c.info().await.ok()?;
+                (info.num_pending == 0 && info.num_ack_pending == 0).then_some(())
+            }
+        },
+    )
     .await;
-    assert_eq!(app.count(&format!("SELECT count(*) FROM shipments WHERE order_id = '{id}'")).await, 1);
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(*) FROM shipments WHERE order_id = '{id}'"
+        ))
+        .await,
+        1
+    );
     assert_eq!(app.count("SELECT count(*) FROM shipments").await, confirmed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replaying_the_stream_reproduces_the_live_projections_and_names_bad_events() {
     let faults = r#"{"decline_rate": 0.2, "latency_ms": 700}"#;
-    let mut saga = Saga::start_with_ttl(faults, Duration::from_secs(5), Duration::from_millis(600)).await;
+    let mut saga =
+        Saga::start_with_ttl(faults, Duration::from_secs(5), Duration::from_millis(600)).await;
     saga.start_fulfillment(Duration::from_millis(10)).await;
     saga.start_expiry(Duration::from_millis(50)).await;
     saga.app.add_product("MUG", 100, 2_500).await;
-    let _: Vec<String> = stream::iter(0..2_000).map(|_| saga.order("MUG")).buffer_unordered(100).collect().await;
+    let _: Vec<String> = stream::iter(0..2_000)
+        .map(|_| saga.order("MUG"))
+        .buffer_unordered(100)
+        .collect()
+        .await;
     saga.wait_quiescent(Duration::from_secs(120)).await;
     let app = &saga.app;
-    let expired = app.count("SELECT count(*) FROM events WHERE type = 'order.expired.v1'").await;
-    let failed = app.count("SELECT count(*) FROM orders WHERE state = 'payment_failed'").await;
-    assert!(expired > 0 && failed > 0, "the run had expirations ({expired}) and declines ({failed})");
+    let expired = app
+        .count("SELECT count(*) FROM events WHERE type = 'order.expired.v1'")
+        .await;
+    let failed = app
+        .count("SELECT count(*) FROM orders WHERE state = 'payment_failed'")
+        .await;
+    assert!(
+        expired > 0 && failed > 0,
+        "the run had expirations ({expired}) and declines ({failed})"
+    );
 
     let (code, text) = run_cli(&saga, &["replay"]);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("reproduces the live projections exactly"), "{text}");
+    assert!(
+        text.contains("reproduces the live projections exactly"),
+        "{text}"
+    );
 
     // Tamper: garbage and an unknown version land in (this copy of) the stream.
     let js = bus::connect(&saga.nats.url()).await.expect("nats");
-    for (msg_id, body) in [("bad-1", b"{ tampered".to_vec()), ("bad-2", br#"{"specversion":"1.0","type":"soldonce.order.placed.v7"}"#.to_vec())] {
-        let msg = PublishMessage::build().payload(body.into()).message_id(msg_id);
-        js.send_publish("soldonce.order.placed.tampered", msg).await.expect("publish").await.expect("ack");
+    for (msg_id, body) in [
+        ("bad-1", b"{ tampered".to_vec()),
+        (
+            "bad-2",
+            br#"{"specversion":"1.0","type":"soldonce.order.placed.v7"}"#.to_vec(),
+        ),
+    ] {
+        let msg = PublishMessage::build()
+            .payload(body.into())
+            .message_id(msg_id);
+        js.send_publish("soldonce.order.placed.tampered", msg)
+            .await
+            .expect("publish")
+            .await
+            .expect("ack");
     }
     let last = {
         let mut stream = js.get_stream(bus::STREAM).await.expect("stream");
@@ -90,8 +160,16 @@ async fn replaying_the_stream_reproduces_the_live_projections_and_names_bad_even
     };
     let (code, text) = run_cli(&saga, &["replay"]);
     assert_eq!(code, 1, "{text}");
-    assert!(text.contains(&format!("stream sequence {}: not JSON", last - 1)), "{text}");
-    assert!(text.contains(&format!("stream sequence {last}: unknown event type or version soldonce.order.placed.v7")), "{text}");
+    assert!(
+        text.contains(&format!("stream sequence {}: not JSON", last - 1)),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "stream sequence {last}: unknown event type or version soldonce.order.placed.v7"
+        )),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,7 +178,14 @@ async fn operators_see_an_orders_timeline_and_follow_live_events() {
     saga.start_fulfillment(Duration::from_millis(10)).await;
     saga.app.add_product("MUG", 100, 10).await;
     let mut tail = tokio::process::Command::new(binary("soldonce"))
-        .args(["--json", "events", "tail", "--from-start", "--type", "shipment.delivered"])
+        .args([
+            "--json",
+            "events",
+            "tail",
+            "--from-start",
+            "--type",
+            "shipment.delivered",
+        ])
         .env("NATS_URL", saga.nats.url())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -112,16 +197,32 @@ async fn operators_see_an_orders_timeline_and_follow_live_events() {
 
     let (code, text) = run_cli(&saga, &["order", "show", &id]);
     assert_eq!(code, 0, "{text}");
-    for expected in ["confirmed", "order.placed.v1", "order.confirmed.v1", "payment: pay_", "delivered"] {
-        assert!(text.contains(expected), "order show lacks {expected:?}:\n{text}");
+    for expected in [
+        "confirmed",
+        "order.placed.v1",
+        "order.confirmed.v1",
+        "payment: pay_",
+        "delivered",
+    ] {
+        assert!(
+            text.contains(expected),
+            "order show lacks {expected:?}:\n{text}"
+        );
     }
     let (code, text) = run_cli(&saga, &["order", "show", "not-an-id"]);
     assert_eq!((code, text.trim().lines().count()), (2, 1), "{text}");
 
     use tokio::io::AsyncBufReadExt;
     let mut lines = tokio::io::BufReader::new(tail.stdout.take().expect("stdout")).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await.expect("a line in time").expect("read").expect("a line");
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("a line in time")
+        .expect("read")
+        .expect("a line");
     let event: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
-    assert_eq!(event["type"], "soldonce.shipment.delivered.v1", "only the type asked for");
+    assert_eq!(
+        event["type"], "soldonce.shipment.delivered.v1",
+        "only the type asked for"
+    );
     assert_eq!(event["data"]["order_id"], id.as_str());
 }

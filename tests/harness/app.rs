@@ -27,9 +27,18 @@ impl Reply {
     /// Asserts an RFC 9457 body with this status.
     pub fn assert_problem(&self, status: u16) {
         assert_eq!(self.status, status, "body: {}", self.body);
-        assert_eq!(self.header("content-type"), Some("application/problem+json"), "{}", self.body);
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json"),
+            "{}",
+            self.body
+        );
         assert_eq!(self.body["status"], status, "{}", self.body);
-        assert!(self.body["type"].is_string() && self.body["title"].is_string(), "{}", self.body);
+        assert!(
+            self.body["type"].is_string() && self.body["title"].is_string(),
+            "{}",
+            self.body
+        );
     }
 }
 
@@ -70,11 +79,20 @@ impl TestApp {
 
     /// A checkout with these abuse limits, over a fresh database.
     pub async fn spawn_with_limits(limits: checkout::Limits) -> TestApp {
-        TestApp::spawn_configured(servers::fresh_database().await, Duration::from_secs(900), |s| s.limits = limits).await
+        TestApp::spawn_configured(
+            servers::fresh_database().await,
+            Duration::from_secs(900),
+            |s| s.limits = limits,
+        )
+        .await
     }
 
     /// A checkout whose settings `configure` adjusts before it starts.
-    pub async fn spawn_configured(database_url: String, ttl: Duration, configure: impl FnOnce(&mut checkout::Settings)) -> TestApp {
+    pub async fn spawn_configured(
+        database_url: String,
+        ttl: Duration,
+        configure: impl FnOnce(&mut checkout::Settings),
+    ) -> TestApp {
         let mut settings = checkout::Settings {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             database_url: database_url.clone(),
@@ -85,20 +103,34 @@ impl TestApp {
             limits: checkout::Limits::unlimited(),
         };
         configure(&mut settings);
-        let app = checkout::Application::build(settings).await.expect("build checkout");
+        let app = checkout::Application::build(settings)
+            .await
+            .expect("build checkout");
         let addr = app.local_addr();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(app.run_until_stopped(async move {
             let _ = stopped.await;
         }));
-        let pool = PgPool::connect(&database_url).await.expect("connect test database");
-        let account = store::accounts::create(&pool, "test buyer").await.expect("create account");
+        let pool = PgPool::connect(&database_url)
+            .await
+            .expect("connect test database");
+        let account = store::accounts::create(&pool, "test buyer")
+            .await
+            .expect("create account");
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(1000)
             .timeout(Duration::from_secs(60))
             .build()
             .expect("http client");
-        TestApp { addr, pool, database_url, client, account_id: account.account_id, token: account.token, stop: Some(stop) }
+        TestApp {
+            addr,
+            pool,
+            database_url,
+            client,
+            account_id: account.account_id,
+            token: account.token,
+            stop: Some(stop),
+        }
     }
 
     /// The base URL of checkout.
@@ -109,17 +141,27 @@ impl TestApp {
     /// Adds a product priced in BRL with `stock` units received.
     pub async fn add_product(&self, sku: &str, price_minor: i64, stock: i64) {
         let sku = domain::Sku::parse(sku).expect("sku");
-        store::catalog::add_product(&self.pool, &sku, "test product", price_minor, "BRL".parse().expect("currency"))
-            .await
-            .expect("add product");
+        store::catalog::add_product(
+            &self.pool,
+            &sku,
+            "test product",
+            price_minor,
+            "BRL".parse().expect("currency"),
+        )
+        .await
+        .expect("add product");
         if stock > 0 {
-            store::catalog::receive(&self.pool, &sku, stock).await.expect("receive stock");
+            store::catalog::receive(&self.pool, &sku, stock)
+                .await
+                .expect("receive stock");
         }
     }
 
     /// A second account and its token.
     pub async fn new_account(&self, name: &str) -> (Uuid, String) {
-        let a = store::accounts::create(&self.pool, name).await.expect("create account");
+        let a = store::accounts::create(&self.pool, name)
+            .await
+            .expect("create account");
         (a.account_id, a.token)
     }
 
@@ -139,17 +181,20 @@ impl TestApp {
     /// `POST /v1/orders` for one line, with a fresh key, as the default account.
     pub async fn buy(&self, sku: &str, quantity: i64) -> Reply {
         let body = serde_json::json!({ "lines": [{ "sku": sku, "quantity": quantity }] });
-        self.place(&self.token, &Uuid::new_v4().to_string(), &body).await
+        self.place(&self.token, &Uuid::new_v4().to_string(), &body)
+            .await
     }
 
     /// `GET` a path as `token`.
     pub async fn get(&self, token: &str, path: &str) -> Reply {
-        self.send(self.client.get(self.url(path)).bearer_auth(token)).await
+        self.send(self.client.get(self.url(path)).bearer_auth(token))
+            .await
     }
 
     /// `POST` a path with no body as `token`.
     pub async fn post_empty(&self, token: &str, path: &str) -> Reply {
-        self.send(self.client.post(self.url(path)).bearer_auth(token)).await
+        self.send(self.client.post(self.url(path)).bearer_auth(token))
+            .await
     }
 
     /// Sends a request and reads the whole reply.
@@ -158,8 +203,16 @@ impl TestApp {
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let text = response.text().await.expect("read body");
-        let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
-        Reply { status, headers, body }
+        let body = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        Reply {
+            status,
+            headers,
+            body,
+        }
     }
 
     /// The buckets of `sku`, from the `stock` table.
@@ -170,7 +223,11 @@ impl TestApp {
                 .fetch_one(&self.pool)
                 .await
                 .expect("stock row");
-        Buckets { available, reserved, sold }
+        Buckets {
+            available,
+            reserved,
+            sold,
+        }
     }
 
     /// The buckets of `sku` as the ledger sums them.
@@ -183,12 +240,19 @@ impl TestApp {
         .fetch_one(&self.pool)
         .await
         .expect("ledger sums");
-        Buckets { available, reserved, sold }
+        Buckets {
+            available,
+            reserved,
+            sold,
+        }
     }
 
     /// A single count from SQL.
     pub async fn count(&self, sql: &str) -> i64 {
-        let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&self.pool).await.expect("count query");
+        let (n,): (i64,) = sqlx::query_as(sql)
+            .fetch_one(&self.pool)
+            .await
+            .expect("count query");
         n
     }
 }

@@ -16,7 +16,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(100));
     }

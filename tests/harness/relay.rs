@@ -12,7 +12,11 @@ pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
     let path = dir.join(name);
-    assert!(path.is_file(), "{} is missing: run `cargo build --workspace --bins` first", path.display());
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo build --workspace --bins` first",
+        path.display()
+    );
     path
 }
 
@@ -32,7 +36,10 @@ pub fn spawn_process(database_url: &str, nats_url: &str) -> tokio::process::Chil
 }
 
 /// Starts a relay in-process; it stops when the returned sender is dropped.
-pub async fn spawn_in_process(database_url: &str, nats_url: &str) -> tokio::sync::oneshot::Sender<()> {
+pub async fn spawn_in_process(
+    database_url: &str,
+    nats_url: &str,
+) -> tokio::sync::oneshot::Sender<()> {
     let settings = outbox_relay::Settings {
         addr: "127.0.0.1:0".parse().expect("addr"),
         database_url: database_url.to_owned(),
@@ -41,7 +48,9 @@ pub async fn spawn_in_process(database_url: &str, nats_url: &str) -> tokio::sync
         poll_interval: Duration::from_millis(200),
         stream: bus::StreamSettings::default(),
     };
-    let app = outbox_relay::Application::build(settings).await.expect("build relay");
+    let app = outbox_relay::Application::build(settings)
+        .await
+        .expect("build relay");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(app.run_until_stopped(async move {
         let _ = stopped.await;
@@ -56,13 +65,16 @@ pub async fn read_stream(nats_url: &str) -> HashMap<Uuid, (usize, serde_json::Va
     let last = stream.cached_info().state.last_sequence;
     let mut seen: HashMap<Uuid, (usize, serde_json::Value)> = HashMap::new();
     for seq in 1..=last {
-        let Ok(msg) = stream.get_raw_message(seq).await else { continue };
+        let Ok(msg) = stream.get_raw_message(seq).await else {
+            continue;
+        };
         let id = msg
             .headers
             .get("Nats-Msg-Id")
             .and_then(|v| v.as_str().parse::<Uuid>().ok())
             .expect("every message has a Nats-Msg-Id");
-        let payload: serde_json::Value = serde_json::from_slice(&msg.payload).expect("JSON payload");
+        let payload: serde_json::Value =
+            serde_json::from_slice(&msg.payload).expect("JSON payload");
         seen.entry(id).or_insert((0, payload)).0 += 1;
     }
     seen

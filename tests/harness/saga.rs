@@ -48,12 +48,23 @@ impl Default for SagaOptions {
 impl Saga {
     /// Starts the saga with these PSP faults (JSON) and a per-call PSP timeout.
     pub async fn start(faults: &str, psp_timeout: Duration) -> Saga {
-        Saga::start_with(SagaOptions { faults: faults.into(), psp_timeout, ..SagaOptions::default() }).await
+        Saga::start_with(SagaOptions {
+            faults: faults.into(),
+            psp_timeout,
+            ..SagaOptions::default()
+        })
+        .await
     }
 
     /// Like [`Saga::start`], with reservations that last `ttl`.
     pub async fn start_with_ttl(faults: &str, psp_timeout: Duration, ttl: Duration) -> Saga {
-        Saga::start_with(SagaOptions { faults: faults.into(), psp_timeout, ttl, ..SagaOptions::default() }).await
+        Saga::start_with(SagaOptions {
+            faults: faults.into(),
+            psp_timeout,
+            ttl,
+            ..SagaOptions::default()
+        })
+        .await
     }
 
     /// Starts checkout, a relay, psp-sim and (unless told not to) a payment worker.
@@ -71,7 +82,9 @@ impl Saga {
             faults: psp_sim::Faults::from_json(&options.faults).expect("faults"),
             data_dir: None,
         };
-        let psp = psp_sim::Application::build(psp_settings).await.expect("psp-sim");
+        let psp = psp_sim::Application::build(psp_settings)
+            .await
+            .expect("psp-sim");
         let psp_url = format!("http://{}", psp.local_addr());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(psp.run_until_stopped(async move {
@@ -108,7 +121,9 @@ impl Saga {
             reconcile_interval: Duration::ZERO,
             stream: bus::StreamSettings::default(),
         };
-        let worker = payment_worker::Application::build(worker_settings).await.expect("payment worker");
+        let worker = payment_worker::Application::build(worker_settings)
+            .await
+            .expect("payment worker");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(worker.run_until_stopped(async move {
             let _ = stopped.await;
@@ -125,7 +140,9 @@ impl Saga {
             step_delay,
             stream: bus::StreamSettings::default(),
         };
-        let app = fulfillment::Application::build(settings).await.expect("build fulfillment");
+        let app = fulfillment::Application::build(settings)
+            .await
+            .expect("build fulfillment");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(app.run_until_stopped(async move {
             let _ = stopped.await;
@@ -172,15 +189,34 @@ impl Saga {
     /// Replaces the PSP's faults (JSON), as an operator's `PUT /admin/faults` does.
     pub async fn set_faults(&self, faults: &str) {
         let body: serde_json::Value = serde_json::from_str(faults).expect("faults json");
-        let r = self.app.send(self.app.client.put(format!("{}/admin/faults", self.psp_url)).json(&body)).await;
+        let r = self
+            .app
+            .send(
+                self.app
+                    .client
+                    .put(format!("{}/admin/faults", self.psp_url))
+                    .json(&body),
+            )
+            .await;
         assert_eq!(r.status, 200, "{}", r.body);
     }
 
     /// Charges at the PSP directly, as a worker that then crashed would have;
     /// returns the payment.
-    pub async fn charge_directly(&self, reference: &str, amount_minor: i64, currency: &str, key: &str) -> serde_json::Value {
+    pub async fn charge_directly(
+        &self,
+        reference: &str,
+        amount_minor: i64,
+        currency: &str,
+        key: &str,
+    ) -> serde_json::Value {
         let body = serde_json::json!({ "amount_minor": amount_minor, "currency": currency, "reference": reference });
-        let request = self.app.client.post(format!("{}/v1/payments", self.psp_url)).header("idempotency-key", key).json(&body);
+        let request = self
+            .app
+            .client
+            .post(format!("{}/v1/payments", self.psp_url))
+            .header("idempotency-key", key)
+            .json(&body);
         let r = self.app.send(request).await;
         assert!(r.status == 201 || r.status == 200, "{}", r.body);
         r.body
@@ -188,14 +224,26 @@ impl Saga {
 
     /// One PSP payment by id.
     pub async fn psp_payment(&self, payment_id: &str) -> serde_json::Value {
-        let r = self.app.send(self.app.client.get(format!("{}/v1/payments/{payment_id}", self.psp_url))).await;
+        let r = self
+            .app
+            .send(
+                self.app
+                    .client
+                    .get(format!("{}/v1/payments/{payment_id}", self.psp_url)),
+            )
+            .await;
         assert_eq!(r.status, 200, "{}", r.body);
         r.body
     }
 
     /// A PSP client like the payment worker's.
     pub fn psp_client(&self) -> payment_worker::psp::Psp {
-        payment_worker::psp::Psp::new(&self.psp_url, Duration::from_secs(5), Duration::from_secs(20)).expect("psp client")
+        payment_worker::psp::Psp::new(
+            &self.psp_url,
+            Duration::from_secs(5),
+            Duration::from_secs(20),
+        )
+        .expect("psp client")
     }
 
     /// Waits until the payment worker has nothing in hand or pending.
@@ -216,7 +264,15 @@ impl Saga {
 
     /// Every payment the PSP holds for an order.
     pub async fn psp_payments(&self, order_id: &str) -> Vec<serde_json::Value> {
-        let r = self.app.send(self.app.client.get(format!("{}/v1/payments", self.psp_url)).query(&[("reference", order_id)])).await;
+        let r = self
+            .app
+            .send(
+                self.app
+                    .client
+                    .get(format!("{}/v1/payments", self.psp_url))
+                    .query(&[("reference", order_id)]),
+            )
+            .await;
         assert_eq!(r.status, 200, "{}", r.body);
         r.body["payments"].as_array().cloned().unwrap_or_default()
     }
@@ -237,10 +293,14 @@ impl Saga {
     pub async fn order(&self, sku: &str) -> String {
         let key = Uuid::new_v4().to_string();
         let body = serde_json::json!({ "lines": [{ "sku": sku, "quantity": 1 }] });
-        let r = eventually("checkout to accept the order", Duration::from_secs(60), || async {
-            let r = self.app.place(&self.app.token, &key, &body).await;
-            (r.status != 503).then_some(r)
-        })
+        let r = eventually(
+            "checkout to accept the order",
+            Duration::from_secs(60),
+            || async {
+                let r = self.app.place(&self.app.token, &key, &body).await;
+                (r.status != 503).then_some(r)
+            },
+        )
         .await;
         assert_eq!(r.status, 202, "{}", r.body);
         r.body["id"].as_str().expect("id").to_owned()
@@ -256,7 +316,10 @@ impl Drop for Saga {
 }
 
 /// Starts an expiry process in-process; it stops when the sender is dropped.
-pub async fn spawn_expiry(database_url: &str, interval: Duration) -> tokio::sync::oneshot::Sender<()> {
+pub async fn spawn_expiry(
+    database_url: &str,
+    interval: Duration,
+) -> tokio::sync::oneshot::Sender<()> {
     let settings = expiry::Settings {
         addr: "127.0.0.1:0".parse().expect("addr"),
         database_url: database_url.to_owned(),
@@ -265,7 +328,9 @@ pub async fn spawn_expiry(database_url: &str, interval: Duration) -> tokio::sync
         retention: Duration::from_secs(24 * 3600),
         audit_interval: Duration::ZERO,
     };
-    let app = expiry::Application::build(settings).await.expect("build expiry");
+    let app = expiry::Application::build(settings)
+        .await
+        .expect("build expiry");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(app.run_until_stopped(async move {
         let _ = stopped.await;
@@ -278,9 +343,12 @@ pub async fn spawn_expiry(database_url: &str, interval: Duration) -> tokio::sync
 pub async fn redeliver_payment_webhook(app: &TestApp, payment: &serde_json::Value) -> u16 {
     let now = chrono::Utc::now();
     let webhook_id = format!("msg_{}", Uuid::new_v4().simple());
-    let body = serde_json::json!({ "type": "payment.succeeded", "timestamp": now, "data": payment }).to_string();
+    let body =
+        serde_json::json!({ "type": "payment.succeeded", "timestamp": now, "data": payment })
+            .to_string();
     let secret = psp_sim::signature::WebhookSecret::parse(WEBHOOK_SECRET).expect("secret");
-    let signature = psp_sim::signature::sign(&secret, &webhook_id, now.timestamp(), body.as_bytes());
+    let signature =
+        psp_sim::signature::sign(&secret, &webhook_id, now.timestamp(), body.as_bytes());
     let request = app
         .client
         .post(app.url("/v1/psp/webhooks"))
@@ -301,17 +369,25 @@ pub async fn pay_by_webhook(app: &TestApp, order_id: &str, amount_minor: i64) ->
 }
 
 /// Runs the audit with these graces (seconds) for compensations and shipments.
-pub async fn audit_with(app: &TestApp, compensation_grace: u64, shipment_grace: u64) -> store::audit::AuditReport {
+pub async fn audit_with(
+    app: &TestApp,
+    compensation_grace: u64,
+    shipment_grace: u64,
+) -> store::audit::AuditReport {
     let options = store::audit::AuditOptions {
         compensation_grace: Duration::from_secs(compensation_grace),
         shipment_grace: Duration::from_secs(shipment_grace),
         ..store::audit::AuditOptions::default()
     };
-    store::audit::run(&app.pool, &options).await.expect("audit runs")
+    store::audit::run(&app.pool, &options)
+        .await
+        .expect("audit runs")
 }
 
 /// Runs the audit and panics naming every violation.
 pub async fn assert_audit_clean(app: &TestApp) {
-    let report = store::audit::run(&app.pool, &store::audit::AuditOptions::default()).await.expect("audit runs");
+    let report = store::audit::run(&app.pool, &store::audit::AuditOptions::default())
+        .await
+        .expect("audit runs");
     assert!(report.clean(), "audit violations: {:#?}", report.violations);
 }

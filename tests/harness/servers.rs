@@ -20,7 +20,8 @@ static CREATE_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 pub fn shared() -> &'static Shared {
     SHARED.get_or_init(|| {
         init_logs();
-        let postgres = Postgres::start_temporary(PgOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        let postgres =
+            Postgres::start_temporary(PgOptions::default()).unwrap_or_else(|e| panic!("{e}"));
         let nats = Nats::start_temporary().unwrap_or_else(|e| panic!("{e}"));
         Shared { postgres, nats }
     })
@@ -29,7 +30,10 @@ pub fn shared() -> &'static Shared {
 /// Logs print only when `TEST_LOG` is set.
 pub fn init_logs() {
     if std::env::var_os("TEST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt().with_env_filter("info,sqlx=warn").with_writer(std::io::stderr).try_init();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("info,sqlx=warn")
+            .with_writer(std::io::stderr)
+            .try_init();
     }
 }
 
@@ -37,9 +41,16 @@ pub fn init_logs() {
 async fn template(pg: &Postgres) {
     TEMPLATE
         .get_or_init(|| async {
-            let mut admin = PgConnection::connect(&pg.url("postgres")).await.expect("connect to test postgres");
-            sqlx::query("CREATE DATABASE template_soldonce").execute(&mut admin).await.expect("create template");
-            let pool = PgPool::connect(&pg.url("template_soldonce")).await.expect("connect to template");
+            let mut admin = PgConnection::connect(&pg.url("postgres"))
+                .await
+                .expect("connect to test postgres");
+            sqlx::query("CREATE DATABASE template_soldonce")
+                .execute(&mut admin)
+                .await
+                .expect("create template");
+            let pool = PgPool::connect(&pg.url("template_soldonce"))
+                .await
+                .expect("connect to template");
             store::migrate(&pool).await.expect("migrate template");
             pool.close().await;
         })
@@ -56,7 +67,9 @@ pub async fn fresh_database() -> String {
 pub async fn fresh_database_on(pg: &Postgres) -> String {
     template(pg).await;
     let name = format!("t_{}", Uuid::new_v4().simple());
-    let mut admin = PgConnection::connect(&pg.url("postgres")).await.expect("connect to test postgres");
+    let mut admin = PgConnection::connect(&pg.url("postgres"))
+        .await
+        .expect("connect to test postgres");
     let sql = format!("CREATE DATABASE {name} TEMPLATE template_soldonce");
     // Copies of one template must not run concurrently.
     let guard = CREATE_LOCK.lock().await;
@@ -69,7 +82,9 @@ pub async fn fresh_database_on(pg: &Postgres) -> String {
 /// A migrated database on a private server of a test's own.
 pub async fn migrated_database_on(pg: &Postgres) -> String {
     let url = pg.url("postgres");
-    let pool = PgPool::connect(&url).await.expect("connect to private postgres");
+    let pool = PgPool::connect(&url)
+        .await
+        .expect("connect to private postgres");
     store::migrate(&pool).await.expect("migrate");
     pool.close().await;
     url

@@ -11,7 +11,14 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 
 /// The service binaries, in start order.
-pub const SERVICES: &[&str] = &["psp-sim", "checkout", "outbox-relay", "payment-worker", "expiry", "fulfillment"];
+pub const SERVICES: &[&str] = &[
+    "psp-sim",
+    "checkout",
+    "outbox-relay",
+    "payment-worker",
+    "expiry",
+    "fulfillment",
+];
 
 /// A running system of processes.
 pub struct System {
@@ -38,41 +45,69 @@ impl System {
         let db = app.database_url.clone();
         let mut env: BTreeMap<&'static str, BTreeMap<&'static str, String>> = BTreeMap::new();
         let psp_books = tempfile::tempdir().expect("psp-sim data dir");
-        env.insert("psp-sim", BTreeMap::from([
-            ("PSP_SIM_ADDR", addr("psp-sim")),
-            ("PSP_SIM_DATA_DIR", psp_books.path().display().to_string()),
-            ("PSP_WEBHOOK_URL", format!("http://{}/v1/psp/webhooks", addr("checkout"))),
-            ("WEBHOOK_SECRET", WEBHOOK_SECRET.to_owned()),
-        ]));
-        env.insert("checkout", BTreeMap::from([
-            ("DATABASE_URL", db.clone()),
-            ("CHECKOUT_ADDR", addr("checkout")),
-            ("WEBHOOK_SECRET", WEBHOOK_SECRET.to_owned()),
-        ]));
-        env.insert("outbox-relay", BTreeMap::from([
-            ("DATABASE_URL", db.clone()),
-            ("NATS_URL", nats.url()),
-            ("OUTBOX_RELAY_ADDR", addr("outbox-relay")),
-            ("OUTBOX_POLL_INTERVAL", "200ms".to_owned()),
-        ]));
-        env.insert("payment-worker", BTreeMap::from([
-            ("DATABASE_URL", db.clone()),
-            ("NATS_URL", nats.url()),
-            ("PSP_URL", format!("http://{}", addr("psp-sim"))),
-            ("PAYMENT_WORKER_ADDR", addr("payment-worker")),
-        ]));
-        env.insert("expiry", BTreeMap::from([
-            ("DATABASE_URL", db.clone()),
-            ("EXPIRY_ADDR", addr("expiry")),
-            ("EXPIRY_INTERVAL", "100ms".to_owned()),
-        ]));
-        env.insert("fulfillment", BTreeMap::from([
-            ("DATABASE_URL", db),
-            ("NATS_URL", nats.url()),
-            ("FULFILLMENT_ADDR", addr("fulfillment")),
-            ("FULFILLMENT_STEP_DELAY", "20ms".to_owned()),
-        ]));
-        let mut system = System { app, nats, env, ports, children: BTreeMap::new(), _psp_books: psp_books };
+        env.insert(
+            "psp-sim",
+            BTreeMap::from([
+                ("PSP_SIM_ADDR", addr("psp-sim")),
+                ("PSP_SIM_DATA_DIR", psp_books.path().display().to_string()),
+                (
+                    "PSP_WEBHOOK_URL",
+                    format!("http://{}/v1/psp/webhooks", addr("checkout")),
+                ),
+                ("WEBHOOK_SECRET", WEBHOOK_SECRET.to_owned()),
+            ]),
+        );
+        env.insert(
+            "checkout",
+            BTreeMap::from([
+                ("DATABASE_URL", db.clone()),
+                ("CHECKOUT_ADDR", addr("checkout")),
+                ("WEBHOOK_SECRET", WEBHOOK_SECRET.to_owned()),
+            ]),
+        );
+        env.insert(
+            "outbox-relay",
+            BTreeMap::from([
+                ("DATABASE_URL", db.clone()),
+                ("NATS_URL", nats.url()),
+                ("OUTBOX_RELAY_ADDR", addr("outbox-relay")),
+                ("OUTBOX_POLL_INTERVAL", "200ms".to_owned()),
+            ]),
+        );
+        env.insert(
+            "payment-worker",
+            BTreeMap::from([
+                ("DATABASE_URL", db.clone()),
+                ("NATS_URL", nats.url()),
+                ("PSP_URL", format!("http://{}", addr("psp-sim"))),
+                ("PAYMENT_WORKER_ADDR", addr("payment-worker")),
+            ]),
+        );
+        env.insert(
+            "expiry",
+            BTreeMap::from([
+                ("DATABASE_URL", db.clone()),
+                ("EXPIRY_ADDR", addr("expiry")),
+                ("EXPIRY_INTERVAL", "100ms".to_owned()),
+            ]),
+        );
+        env.insert(
+            "fulfillment",
+            BTreeMap::from([
+                ("DATABASE_URL", db),
+                ("NATS_URL", nats.url()),
+                ("FULFILLMENT_ADDR", addr("fulfillment")),
+                ("FULFILLMENT_STEP_DELAY", "20ms".to_owned()),
+            ]),
+        );
+        let mut system = System {
+            app,
+            nats,
+            env,
+            ports,
+            children: BTreeMap::new(),
+            _psp_books: psp_books,
+        };
         for s in SERVICES {
             system.launch(s).await;
         }
@@ -97,20 +132,40 @@ impl System {
             .spawn()
             .expect("start a service");
         self.children.insert(service, child);
-        let probe = if service == "psp-sim" { "/healthz" } else { "/readyz" };
+        let probe = if service == "psp-sim" {
+            "/healthz"
+        } else {
+            "/readyz"
+        };
         let url = format!("{}{probe}", self.url(service));
         let client = reqwest::Client::new();
-        eventually(&format!("{service} to be ready"), Duration::from_secs(30), || {
-            let (client, url) = (client.clone(), url.clone());
-            async move { client.get(&url).send().await.ok().filter(|r| r.status().is_success()).map(|_| ()) }
-        })
+        eventually(
+            &format!("{service} to be ready"),
+            Duration::from_secs(30),
+            || {
+                let (client, url) = (client.clone(), url.clone());
+                async move {
+                    client
+                        .get(&url)
+                        .send()
+                        .await
+                        .ok()
+                        .filter(|r| r.status().is_success())
+                        .map(|_| ())
+                }
+            },
+        )
         .await;
     }
 
     /// Where a service's log goes: a file beside psp-sim's books, appended across restarts.
     fn log(&self, service: &str) -> std::process::Stdio {
         let path = self._psp_books.path().join(format!("{service}.log"));
-        match std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
             Ok(file) => file.into(),
             Err(_) => std::process::Stdio::null(),
         }
@@ -118,7 +173,8 @@ impl System {
 
     /// The last lines a service logged (for a failing assertion's message).
     pub fn log_tail(&self, service: &str) -> String {
-        let text = std::fs::read_to_string(self._psp_books.path().join(format!("{service}.log"))).unwrap_or_default();
+        let text = std::fs::read_to_string(self._psp_books.path().join(format!("{service}.log")))
+            .unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
@@ -133,9 +189,15 @@ impl System {
     pub async fn terminate(&mut self, service: &'static str) -> Option<i32> {
         let mut child = self.children.remove(service).expect("running service");
         let pid = child.id().expect("pid");
-        let status = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill");
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("kill");
         assert!(status.success());
-        let exit = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.expect("drains within 30 s").expect("wait");
+        let exit = tokio::time::timeout(Duration::from_secs(30), child.wait())
+            .await
+            .expect("drains within 30 s")
+            .expect("wait");
         exit.code()
     }
 }

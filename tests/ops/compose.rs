@@ -10,7 +10,9 @@ use yaml_rust2::{Yaml, YamlLoader};
 fn compose() -> Yaml {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/compose.yaml");
     let text = std::fs::read_to_string(path).expect("deploy/compose.yaml");
-    YamlLoader::load_from_str(&text).expect("valid YAML").remove(0)
+    YamlLoader::load_from_str(&text)
+        .expect("valid YAML")
+        .remove(0)
 }
 
 /// A mapping with `<<` merge keys applied.
@@ -45,13 +47,26 @@ fn interpolate(value: &str) -> String {
 
 #[test]
 fn compose_ships_no_secret_and_refuses_to_start_without_one() {
-    let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/compose.yaml")).expect("compose");
-    assert!(!text.contains("whsec_c29s") && !text.contains(":-whsec_"), "no default signing secret in the shipped file");
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/compose.yaml"),
+    )
+    .expect("compose");
+    assert!(
+        !text.contains("whsec_c29s") && !text.contains(":-whsec_"),
+        "no default signing secret in the shipped file"
+    );
     let services = merged(&compose()["services"]);
     for name in ["checkout", "psp-sim"] {
-        let env = merged(merged(&services[name]).get("environment").expect("environment"));
+        let env = merged(
+            merged(&services[name])
+                .get("environment")
+                .expect("environment"),
+        );
         let secret = env["WEBHOOK_SECRET"].as_str().expect("WEBHOOK_SECRET");
-        assert!(secret.starts_with("${WEBHOOK_SECRET:?") && secret.contains("WEBHOOK_SECRET"), "{name}: compose stops with a message naming it: {secret}");
+        assert!(
+            secret.starts_with("${WEBHOOK_SECRET:?") && secret.contains("WEBHOOK_SECRET"),
+            "{name}: compose stops with a message naming it: {secret}"
+        );
     }
 }
 
@@ -65,24 +80,47 @@ fn compose_runs_workspace_binaries_with_exactly_the_variables_they_read() {
         if service.get("image").and_then(Yaml::as_str) != Some("soldonce:latest") {
             continue;
         }
-        let Some(command) = service.get("command").and_then(Yaml::as_vec) else { continue };
+        let Some(command) = service.get("command").and_then(Yaml::as_vec) else {
+            continue;
+        };
         let program = command[0].as_str().expect("command is a list of strings");
         let path = binary(program);
         seen.insert(program.to_owned());
-        let env: BTreeMap<String, String> = merged(service.get("environment").unwrap_or(&Yaml::Null))
-            .into_iter()
-            .map(|(k, v)| (k, interpolate(v.as_str().map(str::to_owned).unwrap_or_else(|| format!("{}", v.as_i64().unwrap_or_default())).as_str())))
-            .collect();
+        let env: BTreeMap<String, String> =
+            merged(service.get("environment").unwrap_or(&Yaml::Null))
+                .into_iter()
+                .map(|(k, v)| {
+                    (
+                        k,
+                        interpolate(
+                            v.as_str()
+                                .map(str::to_owned)
+                                .unwrap_or_else(|| format!("{}", v.as_i64().unwrap_or_default()))
+                                .as_str(),
+                        ),
+                    )
+                })
+                .collect();
         if program == "soldonce" {
-            assert_eq!(command.get(1).and_then(Yaml::as_str), Some("migrate"), "{name}: the CLI only migrates here");
-            assert!(env.contains_key("DATABASE_URL"), "{name}: migrate needs DATABASE_URL");
+            assert_eq!(
+                command.get(1).and_then(Yaml::as_str),
+                Some("migrate"),
+                "{name}: the CLI only migrates here"
+            );
+            assert!(
+                env.contains_key("DATABASE_URL"),
+                "{name}: migrate needs DATABASE_URL"
+            );
             continue;
         }
         // psp-sim's data directory is the container's; check a private one here.
         let scratch = tempfile::tempdir().expect("scratch dir");
         let mut env = env;
         if env.contains_key("PSP_SIM_DATA_DIR") {
-            env.insert("PSP_SIM_DATA_DIR".into(), scratch.path().display().to_string());
+            env.insert(
+                "PSP_SIM_DATA_DIR".into(),
+                scratch.path().display().to_string(),
+            );
         }
         let out = std::process::Command::new(&path)
             .arg("--check-config")
@@ -91,16 +129,29 @@ fn compose_runs_workspace_binaries_with_exactly_the_variables_they_read() {
             .output()
             .expect("run --check-config");
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
-            panic!("{name}: --check-config printed {:?} {:?}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+            panic!(
+                "{name}: --check-config printed {:?} {:?}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
         });
-        assert_eq!(report["valid"], true, "{name}: compose's configuration is invalid: {report}");
+        assert_eq!(
+            report["valid"], true,
+            "{name}: compose's configuration is invalid: {report}"
+        );
         let reads = report["reads"].as_object().expect("reads");
         for key in env.keys() {
-            assert!(key == "RUST_LOG" || reads.contains_key(key), "{name} sets {key}, which {program} never reads");
+            assert!(
+                key == "RUST_LOG" || reads.contains_key(key),
+                "{name} sets {key}, which {program} never reads"
+            );
         }
         for (key, required) in reads {
             if required == true {
-                assert!(env.contains_key(key), "{name} does not set {key}, which {program} requires");
+                assert!(
+                    env.contains_key(key),
+                    "{name} does not set {key}, which {program} requires"
+                );
             }
         }
     }
@@ -113,26 +164,108 @@ fn compose_runs_workspace_binaries_with_exactly_the_variables_they_read() {
 fn every_service_turns_bad_configuration_into_exit_2_and_one_line_naming_it() {
     type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
     let cases: &[Case] = &[
-        ("checkout", &[("DATABASE_URL", "mysql://nope")], "DATABASE_URL"),
-        ("checkout", &[("DATABASE_URL", "postgres://x/y"), ("RESERVATION_TTL", "soon")], "RESERVATION_TTL"),
-        ("outbox-relay", &[("DATABASE_URL", "postgres://x/y")], "NATS_URL"),
-        ("payment-worker", &[("DATABASE_URL", "postgres://x/y"), ("NATS_URL", "nats://x"), ("PSP_URL", "ftp://psp")], "PSP_URL"),
-        ("expiry", &[("DATABASE_URL", "postgres://x/y"), ("EXPIRY_INTERVAL", "0s")], "EXPIRY_INTERVAL"),
-        ("fulfillment", &[("DATABASE_URL", "postgres://x/y"), ("NATS_URL", "nats://x"), ("FULFILLMENT_STEP_DELAY", "-1")], "FULFILLMENT_STEP_DELAY"),
-        ("psp-sim", &[("PSP_SIM_ADDR", "not an address")], "PSP_SIM_ADDR"),
-        ("psp-sim", &[("PSP_FAULTS", r#"{"decline_rate": 2}"#)], "PSP_FAULTS"),
+        (
+            "checkout",
+            &[("DATABASE_URL", "mysql://nope")],
+            "DATABASE_URL",
+        ),
+        (
+            "checkout",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("RESERVATION_TTL", "soon"),
+            ],
+            "RESERVATION_TTL",
+        ),
+        (
+            "outbox-relay",
+            &[("DATABASE_URL", "postgres://x/y")],
+            "NATS_URL",
+        ),
+        (
+            "payment-worker",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("NATS_URL", "nats://x"),
+                ("PSP_URL", "ftp://psp"),
+            ],
+            "PSP_URL",
+        ),
+        (
+            "expiry",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("EXPIRY_INTERVAL", "0s"),
+            ],
+            "EXPIRY_INTERVAL",
+        ),
+        (
+            "fulfillment",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("NATS_URL", "nats://x"),
+                ("FULFILLMENT_STEP_DELAY", "-1"),
+            ],
+            "FULFILLMENT_STEP_DELAY",
+        ),
+        (
+            "psp-sim",
+            &[("PSP_SIM_ADDR", "not an address")],
+            "PSP_SIM_ADDR",
+        ),
+        (
+            "psp-sim",
+            &[("PSP_FAULTS", r#"{"decline_rate": 2}"#)],
+            "PSP_FAULTS",
+        ),
         // Signing keys: empty or shorter than 24 bytes are refused by both ends.
-        ("checkout", &[("DATABASE_URL", "postgres://x/y"), ("WEBHOOK_SECRET", "whsec_")], "WEBHOOK_SECRET"),
-        ("checkout", &[("DATABASE_URL", "postgres://x/y"), ("WEBHOOK_SECRET", "whsec_c2hvcnQ=")], "WEBHOOK_SECRET"),
-        ("psp-sim", &[("PSP_WEBHOOK_URL", "http://127.0.0.1:1/h"), ("WEBHOOK_SECRET", "whsec_c2hvcnQ=")], "WEBHOOK_SECRET"),
+        (
+            "checkout",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("WEBHOOK_SECRET", "whsec_"),
+            ],
+            "WEBHOOK_SECRET",
+        ),
+        (
+            "checkout",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("WEBHOOK_SECRET", "whsec_c2hvcnQ="),
+            ],
+            "WEBHOOK_SECRET",
+        ),
+        (
+            "psp-sim",
+            &[
+                ("PSP_WEBHOOK_URL", "http://127.0.0.1:1/h"),
+                ("WEBHOOK_SECRET", "whsec_c2hvcnQ="),
+            ],
+            "WEBHOOK_SECRET",
+        ),
         // Receipts kept shorter than the webhook tolerance would reopen replay.
-        ("expiry", &[("DATABASE_URL", "postgres://x/y"), ("RETENTION", "5m")], "RETENTION"),
+        (
+            "expiry",
+            &[("DATABASE_URL", "postgres://x/y"), ("RETENTION", "5m")],
+            "RETENTION",
+        ),
     ];
     for (service, env, names) in cases {
-        let out = std::process::Command::new(binary(service)).env_clear().envs(env.iter().copied()).output().expect("run");
+        let out = std::process::Command::new(binary(service))
+            .env_clear()
+            .envs(env.iter().copied())
+            .output()
+            .expect("run");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{service} {env:?}: {stderr}");
-        assert_eq!(stderr.trim().lines().count(), 1, "{service}: one line, got {stderr:?}");
-        assert!(stderr.contains(names), "{service}: the line names {names}: {stderr:?}");
+        assert_eq!(
+            stderr.trim().lines().count(),
+            1,
+            "{service}: one line, got {stderr:?}"
+        );
+        assert!(
+            stderr.contains(names),
+            "{service}: the line names {names}: {stderr:?}"
+        );
     }
 }

@@ -2,10 +2,10 @@
 //! `soldonce up` with `soldonce demo flash-sale`.
 
 use futures::stream::{self, StreamExt};
+use soldonce_tests::eventually;
 use soldonce_tests::relay::{binary, read_stream};
 use soldonce_tests::saga::assert_audit_clean;
 use soldonce_tests::system::{System, SERVICES};
-use soldonce_tests::eventually;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -17,29 +17,64 @@ async fn every_services_metrics_parse_as_prometheus_text() {
     let system = System::start().await;
     system.app.add_product("MUG", 100, 10).await;
     for service in SERVICES {
-        let text = reqwest::get(format!("{}/metrics", system.url(service))).await.expect("scrape").text().await.expect("text");
+        let text = reqwest::get(format!("{}/metrics", system.url(service)))
+            .await
+            .expect("scrape")
+            .text()
+            .await
+            .expect("text");
         let lines = text.lines().map(|l| Ok(l.to_owned()));
-        let scrape = prometheus_parse::Scrape::parse(lines).unwrap_or_else(|e| panic!("{service}: {e}\n{text}"));
-        assert!(!scrape.samples.is_empty() || text.trim().is_empty(), "{service}: {text}");
+        let scrape = prometheus_parse::Scrape::parse(lines)
+            .unwrap_or_else(|e| panic!("{service}: {e}\n{text}"));
+        assert!(
+            !scrape.samples.is_empty() || text.trim().is_empty(),
+            "{service}: {text}"
+        );
     }
     // After an order flows, the saga's metrics are there to see.
     let body = serde_json::json!({ "lines": [{ "sku": "MUG", "quantity": 1 }] });
     let placed = system
         .app
-        .send(system.app.client.post(format!("{}/v1/orders", system.url("checkout"))).bearer_auth(&system.app.token).header("idempotency-key", "m1").json(&body))
+        .send(
+            system
+                .app
+                .client
+                .post(format!("{}/v1/orders", system.url("checkout")))
+                .bearer_auth(&system.app.token)
+                .header("idempotency-key", "m1")
+                .json(&body),
+        )
         .await;
     assert_eq!(placed.status, 202);
     eventually("the order to be paid", Duration::from_secs(30), || async {
-        (system.app.count("SELECT count(*) FROM orders WHERE state = 'confirmed'").await == 1).then_some(())
+        (system
+            .app
+            .count("SELECT count(*) FROM orders WHERE state = 'confirmed'")
+            .await
+            == 1)
+            .then_some(())
     })
     .await;
     let scraped = |service: &'static str| {
         let url = format!("{}/metrics", system.url(service));
-        async move { reqwest::get(url).await.expect("scrape").text().await.expect("text") }
+        async move {
+            reqwest::get(url)
+                .await
+                .expect("scrape")
+                .text()
+                .await
+                .expect("text")
+        }
     };
-    assert!(scraped("checkout").await.contains("soldonce_checkout_requests_total"));
-    assert!(scraped("outbox-relay").await.contains("soldonce_outbox_published_total"));
-    assert!(scraped("payment-worker").await.contains("soldonce_psp_latency_seconds"));
+    assert!(scraped("checkout")
+        .await
+        .contains("soldonce_checkout_requests_total"));
+    assert!(scraped("outbox-relay")
+        .await
+        .contains("soldonce_outbox_published_total"));
+    assert!(scraped("payment-worker")
+        .await
+        .contains("soldonce_psp_latency_seconds"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,13 +91,21 @@ async fn sigterm_to_each_service_in_turn_during_load_loses_no_order_and_no_event
             while running.load(Ordering::Relaxed) {
                 let batch: Vec<Option<String>> = stream::iter(0..20)
                     .map(|_| {
-                        let (client, token, checkout) = (client.clone(), token.clone(), checkout.clone());
+                        let (client, token, checkout) =
+                            (client.clone(), token.clone(), checkout.clone());
                         async move {
                             // One key per order, retried until checkout answers: a restart must not lose it.
                             let key = Uuid::new_v4().to_string();
-                            let body = serde_json::json!({ "lines": [{ "sku": "MUG", "quantity": 1 }] });
+                            let body =
+                                serde_json::json!({ "lines": [{ "sku": "MUG", "quantity": 1 }] });
                             for _ in 0..600 {
-                                let sent = client.post(format!("{checkout}/v1/orders")).bearer_auth(&token).header("idempotency-key", &key).json(&body).send().await;
+                                let sent = client
+                                    .post(format!("{checkout}/v1/orders"))
+                                    .bearer_auth(&token)
+                                    .header("idempotency-key", &key)
+                                    .json(&body)
+                                    .send()
+                                    .await;
                                 if let Ok(r) = sent {
                                     if r.status().as_u16() == 202 {
                                         let v: serde_json::Value = r.json().await.ok()?;
@@ -84,7 +127,12 @@ async fn sigterm_to_each_service_in_turn_during_load_loses_no_order_and_no_event
     };
     for service in SERVICES {
         let code = system.terminate(service).await;
-        assert_eq!(code, Some(0), "{service} drains and exits cleanly on SIGTERM; its log:\n{}", system.log_tail(service));
+        assert_eq!(
+            code,
+            Some(0),
+            "{service} drains and exits cleanly on SIGTERM; its log:\n{}",
+            system.log_tail(service)
+        );
         system.launch(service).await;
     }
     running.store(false, Ordering::Relaxed);
@@ -108,12 +156,30 @@ async fn sigterm_to_each_service_in_turn_during_load_loses_no_order_and_no_event
     })
     .await;
     for id in &accepted {
-        assert_eq!(app.count(&format!("SELECT count(*) FROM orders WHERE id = '{id}' AND state = 'confirmed'")).await, 1, "order {id}");
+        assert_eq!(
+            app.count(&format!(
+                "SELECT count(*) FROM orders WHERE id = '{id}' AND state = 'confirmed'"
+            ))
+            .await,
+            1,
+            "order {id}"
+        );
     }
-    assert_eq!(app.count("SELECT count(*) FROM orders").await, accepted.len() as i64, "no order without a 202");
-    let ids: Vec<(Uuid,)> = sqlx::query_as("SELECT event_id FROM events").fetch_all(&app.pool).await.expect("events");
+    assert_eq!(
+        app.count("SELECT count(*) FROM orders").await,
+        accepted.len() as i64,
+        "no order without a 202"
+    );
+    let ids: Vec<(Uuid,)> = sqlx::query_as("SELECT event_id FROM events")
+        .fetch_all(&app.pool)
+        .await
+        .expect("events");
     let stream = read_stream(&system.nats.url()).await;
-    assert_eq!(stream.keys().copied().collect::<HashSet<_>>(), ids.into_iter().map(|r| r.0).collect(), "every event published once");
+    assert_eq!(
+        stream.keys().copied().collect::<HashSet<_>>(),
+        ids.into_iter().map(|r| r.0).collect(),
+        "every event published once"
+    );
     assert_audit_clean(app).await;
 }
 
@@ -144,19 +210,50 @@ async fn soldonce_up_then_demo_flash_sale_sells_the_unit_once_and_ships_it() {
         .map(|(k, v)| (k.to_owned(), v.trim_matches('\'').to_owned()))
         .collect();
     let demo = tokio::process::Command::new(binary("soldonce"))
-        .args(["--json", "demo", "flash-sale", "--buyers", "100", "--stock", "1"])
+        .args([
+            "--json",
+            "demo",
+            "flash-sale",
+            "--buyers",
+            "100",
+            "--stock",
+            "1",
+        ])
         .envs(vars)
         .output()
         .await
         .expect("demo");
     let text = String::from_utf8_lossy(&demo.stdout);
-    assert_eq!(demo.status.code(), Some(0), "{text}\n{}", String::from_utf8_lossy(&demo.stderr));
+    assert_eq!(
+        demo.status.code(),
+        Some(0),
+        "{text}\n{}",
+        String::from_utf8_lossy(&demo.stderr)
+    );
     let summary: serde_json::Value = serde_json::from_str(text.trim()).expect("JSON summary");
-    assert_eq!((summary["accepted"].as_u64(), summary["sold_out"].as_u64()), (Some(1), Some(99)), "{summary}");
-    assert_eq!((summary["paid"].as_i64(), summary["shipped"].as_i64()), (Some(1), Some(1)), "{summary}");
-    assert_eq!((summary["audit_clean"].as_bool(), summary["ok"].as_bool()), (Some(true), Some(true)), "{summary}");
+    assert_eq!(
+        (summary["accepted"].as_u64(), summary["sold_out"].as_u64()),
+        (Some(1), Some(99)),
+        "{summary}"
+    );
+    assert_eq!(
+        (summary["paid"].as_i64(), summary["shipped"].as_i64()),
+        (Some(1), Some(1)),
+        "{summary}"
+    );
+    assert_eq!(
+        (summary["audit_clean"].as_bool(), summary["ok"].as_bool()),
+        (Some(true), Some(true)),
+        "{summary}"
+    );
     let pid = up.id().expect("pid");
-    std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill");
-    let exit = tokio::time::timeout(Duration::from_secs(60), up.wait()).await.expect("up stops").expect("wait");
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill");
+    let exit = tokio::time::timeout(Duration::from_secs(60), up.wait())
+        .await
+        .expect("up stops")
+        .expect("wait");
     assert_eq!(exit.code(), Some(0), "up stops everything on SIGTERM");
 }

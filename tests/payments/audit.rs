@@ -14,13 +14,24 @@ fn soldonce(args: &[&str], saga: &Saga) -> (Option<i32>, String) {
         .env("PSP_URL", &saga.psp_url)
         .output()
         .expect("run soldonce");
-    (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violation() {
     // Compensations stay recorded (not carried out) so the planted charge stays visible.
-    let options = SagaOptions { faults: r#"{"webhook_duplicates": 2}"#.into(), compensation_interval: Duration::from_secs(3600), ..SagaOptions::default() };
+    let options = SagaOptions {
+        faults: r#"{"webhook_duplicates": 2}"#.into(),
+        compensation_interval: Duration::from_secs(3600),
+        ..SagaOptions::default()
+    };
     let saga = Arc::new(Saga::start_with(options).await);
     let app = saga.app.clone();
     app.add_product("LOAD", 100, 1_000_000).await;
@@ -32,7 +43,9 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
             while !stop.load(Ordering::Relaxed) {
                 let batch = futures::future::join_all((0..20).map(|_| saga.order("LOAD"))).await;
                 for id in batch.iter().step_by(5) {
-                    saga.app.post_empty(&saga.app.token, &format!("/v1/orders/{id}/cancel")).await;
+                    saga.app
+                        .post_empty(&saga.app.token, &format!("/v1/orders/{id}/cancel"))
+                        .await;
                 }
                 placed.fetch_add(20, Ordering::Relaxed);
             }
@@ -45,17 +58,30 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
         })
         .await;
         let report = audit_with(&app, 60, 600).await;
-        assert!(report.clean(), "run {run} under load: {:#?}", report.violations);
+        assert!(
+            report.clean(),
+            "run {run} under load: {:#?}",
+            report.violations
+        );
         assert!(report.orders > 0);
     }
     stop.store(true, Ordering::Relaxed);
     load.await.expect("load");
-    assert!(placed.load(Ordering::Relaxed) >= 200, "the audits ran under load");
+    assert!(
+        placed.load(Ordering::Relaxed) >= 200,
+        "the audits ran under load"
+    );
 
     // Plant three faults: an edited bucket, a forged event, a charge no order owns.
-    sqlx::query("UPDATE stock SET available = available + 3 WHERE sku = 'LOAD'").execute(&app.pool).await.expect("edit");
+    sqlx::query("UPDATE stock SET available = available + 3 WHERE sku = 'LOAD'")
+        .execute(&app.pool)
+        .await
+        .expect("edit");
     let (victim, version): (uuid::Uuid, i32) =
-        sqlx::query_as("SELECT id, version FROM orders WHERE state = 'confirmed' LIMIT 1").fetch_one(&app.pool).await.expect("a confirmed order");
+        sqlx::query_as("SELECT id, version FROM orders WHERE state = 'confirmed' LIMIT 1")
+            .fetch_one(&app.pool)
+            .await
+            .expect("a confirmed order");
     sqlx::query("INSERT INTO events (event_id, stream_id, version, type, data) VALUES ($1, $2, $3, 'order.cancelled.v1', $4)")
         .bind(uuid::Uuid::now_v7())
         .bind(victim)
@@ -65,7 +91,14 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
         .await
         .expect("forge");
     saga.set_faults(r#"{"drop_webhook_rate": 1.0}"#).await;
-    let stray = saga.charge_directly(&uuid::Uuid::new_v4().to_string(), 4200, "BRL", "stray-charge").await;
+    let stray = saga
+        .charge_directly(
+            &uuid::Uuid::new_v4().to_string(),
+            4200,
+            "BRL",
+            "stray-charge",
+        )
+        .await;
     let stray_id = stray["id"].as_str().expect("id");
 
     let (code, text) = soldonce(&["--json", "reconcile"], &saga);
@@ -73,14 +106,26 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
     let report: serde_json::Value = serde_json::from_str(text.trim()).expect("json");
     let findings = report["report"]["findings"].as_array().expect("findings");
     assert!(
-        findings.iter().any(|f| f["subject"] == stray_id && f["kind"] == "unattached_payment" && f["repaired"] == true),
+        findings.iter().any(|f| f["subject"] == stray_id
+            && f["kind"] == "unattached_payment"
+            && f["repaired"] == true),
         "reconciliation names the stray charge: {text}"
     );
     let (code, text) = soldonce(&["audit", "--compensation-grace", "0"], &saga);
     assert_eq!(code, Some(1), "{text}");
-    assert!(text.contains("ledger_drift LOAD"), "names the edited bucket: {text}");
-    assert!(text.contains(&format!("projection_drift {victim}")), "names the forged event: {text}");
-    assert!(text.contains(&format!("compensation_overdue {stray_id}")) && text.contains("no_such_order"), "names the stray charge: {text}");
+    assert!(
+        text.contains("ledger_drift LOAD"),
+        "names the edited bucket: {text}"
+    );
+    assert!(
+        text.contains(&format!("projection_drift {victim}")),
+        "names the forged event: {text}"
+    );
+    assert!(
+        text.contains(&format!("compensation_overdue {stray_id}"))
+            && text.contains("no_such_order"),
+        "names the stray charge: {text}"
+    );
     let (code, text) = soldonce(&["audit", "--compensation-grace", "-1"], &saga);
     assert_eq!(code, Some(2), "bad input is exit 2: {text}");
 }

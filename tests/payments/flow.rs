@@ -11,12 +11,25 @@ async fn a_psp_failing_the_first_two_calls_still_confirms_with_exactly_one_payme
     let saga = Saga::start(r#"{"fail_first": 2}"#, Duration::from_secs(2)).await;
     saga.app.add_product("MUG", 2500, 5).await;
     let id = saga.order("MUG").await;
-    assert_eq!(saga.settled_state(&id, Duration::from_secs(30)).await, "confirmed");
+    assert_eq!(
+        saga.settled_state(&id, Duration::from_secs(30)).await,
+        "confirmed"
+    );
     let payments = saga.psp_payments(&id).await;
     assert_eq!(payments.len(), 1, "exactly one charge: {payments:?}");
     assert_eq!(payments[0]["amount_minor"], 2500);
-    assert_eq!(saga.app.buckets("MUG").await, Buckets { available: 4, reserved: 0, sold: 1 });
-    let order = saga.app.get(&saga.app.token, &format!("/v1/orders/{id}")).await;
+    assert_eq!(
+        saga.app.buckets("MUG").await,
+        Buckets {
+            available: 4,
+            reserved: 0,
+            sold: 1
+        }
+    );
+    let order = saga
+        .app
+        .get(&saga.app.token, &format!("/v1/orders/{id}"))
+        .await;
     assert_eq!(order.body["payment"]["psp_payment_id"], payments[0]["id"]);
     assert_eq!(order.body["payment"]["amount_minor"], 2500);
 }
@@ -26,9 +39,23 @@ async fn a_decline_fails_the_order_and_returns_the_units() {
     let saga = Saga::start(r#"{"decline_rate": 1.0}"#, Duration::from_secs(2)).await;
     saga.app.add_product("MUG", 2500, 5).await;
     let id = saga.order("MUG").await;
-    assert_eq!(saga.settled_state(&id, Duration::from_secs(30)).await, "payment_failed");
-    assert_eq!(saga.app.buckets("MUG").await, Buckets { available: 5, reserved: 0, sold: 0 });
-    assert_eq!(saga.app.ledger("MUG").await, saga.app.buckets("MUG").await, "ledger balanced");
+    assert_eq!(
+        saga.settled_state(&id, Duration::from_secs(30)).await,
+        "payment_failed"
+    );
+    assert_eq!(
+        saga.app.buckets("MUG").await,
+        Buckets {
+            available: 5,
+            reserved: 0,
+            sold: 0
+        }
+    );
+    assert_eq!(
+        saga.app.ledger("MUG").await,
+        saga.app.buckets("MUG").await,
+        "ledger balanced"
+    );
     assert_eq!(saga.psp_payments(&id).await.len(), 1);
 }
 
@@ -37,47 +64,121 @@ async fn a_reply_lost_after_the_charge_still_ends_confirmed_with_one_payment() {
     let saga = Saga::start(r#"{"lose_reply_rate": 1.0}"#, Duration::from_millis(500)).await;
     saga.app.add_product("MUG", 2500, 5).await;
     let id = saga.order("MUG").await;
-    assert_eq!(saga.settled_state(&id, Duration::from_secs(30)).await, "confirmed");
-    assert_eq!(saga.psp_payments(&id).await.len(), 1, "never charged again with a new key");
-    assert_eq!(saga.app.buckets("MUG").await, Buckets { available: 4, reserved: 0, sold: 1 });
+    assert_eq!(
+        saga.settled_state(&id, Duration::from_secs(30)).await,
+        "confirmed"
+    );
+    assert_eq!(
+        saga.psp_payments(&id).await.len(),
+        1,
+        "never charged again with a new key"
+    );
+    assert_eq!(
+        saga.app.buckets("MUG").await,
+        Buckets {
+            available: 4,
+            reserved: 0,
+            sold: 1
+        }
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhooks_delivered_three_times_out_of_order_have_one_effect_each() {
-    let saga = Saga::start(r#"{"webhook_duplicates": 3, "webhook_reorder": true}"#, Duration::from_secs(2)).await;
+    let saga = Saga::start(
+        r#"{"webhook_duplicates": 3, "webhook_reorder": true}"#,
+        Duration::from_secs(2),
+    )
+    .await;
     saga.app.add_product("MUG", 2500, 50).await;
     let mut ids = vec![];
     for _ in 0..20 {
         ids.push(saga.order("MUG").await);
     }
     for id in &ids {
-        assert_eq!(saga.settled_state(id, Duration::from_secs(30)).await, "confirmed");
+        assert_eq!(
+            saga.settled_state(id, Duration::from_secs(30)).await,
+            "confirmed"
+        );
     }
     // Every copy of every webhook has arrived once 20 × 3 deliveries were answered.
-    soldonce_tests::eventually("the webhooks to arrive", Duration::from_secs(30), || async {
-        (saga.app.count("SELECT count(*) FROM webhook_receipts").await >= 20).then_some(())
-    })
+    soldonce_tests::eventually(
+        "the webhooks to arrive",
+        Duration::from_secs(30),
+        || async {
+            (saga
+                .app
+                .count("SELECT count(*) FROM webhook_receipts")
+                .await
+                >= 20)
+                .then_some(())
+        },
+    )
     .await;
-    assert_eq!(saga.app.count("SELECT count(*) FROM webhook_receipts").await, 20, "one receipt per webhook id");
-    assert_eq!(saga.app.count("SELECT count(*) FROM stock_ledger WHERE movement = 'confirm'").await, 20, "one confirm each");
-    assert_eq!(saga.app.count("SELECT count(*) FROM events WHERE type = 'order.confirmed.v1'").await, 20);
-    assert_eq!(saga.app.buckets("MUG").await, Buckets { available: 30, reserved: 0, sold: 20 });
+    assert_eq!(
+        saga.app
+            .count("SELECT count(*) FROM webhook_receipts")
+            .await,
+        20,
+        "one receipt per webhook id"
+    );
+    assert_eq!(
+        saga.app
+            .count("SELECT count(*) FROM stock_ledger WHERE movement = 'confirm'")
+            .await,
+        20,
+        "one confirm each"
+    );
+    assert_eq!(
+        saga.app
+            .count("SELECT count(*) FROM events WHERE type = 'order.confirmed.v1'")
+            .await,
+        20
+    );
+    assert_eq!(
+        saga.app.buckets("MUG").await,
+        Buckets {
+            available: 30,
+            reserved: 0,
+            sold: 20
+        }
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thousand_orders_with_declines_lost_replies_and_duplicate_webhooks_all_end_consistently() {
+async fn a_thousand_orders_with_declines_lost_replies_and_duplicate_webhooks_all_end_consistently()
+{
     let faults = r#"{"decline_rate": 0.2, "lose_reply_rate": 0.1, "webhook_duplicates": 2}"#;
     let saga = Saga::start(faults, Duration::from_millis(500)).await;
     saga.app.add_product("MUG", 100, 2_000).await;
-    let ids: Vec<String> = stream::iter(0..1_000).map(|_| saga.order("MUG")).buffer_unordered(50).collect().await;
+    let ids: Vec<String> = stream::iter(0..1_000)
+        .map(|_| saga.order("MUG"))
+        .buffer_unordered(50)
+        .collect()
+        .await;
     let started = std::time::Instant::now();
-    soldonce_tests::eventually("every order to be terminal", Duration::from_secs(60), || async {
-        (saga.app.count("SELECT count(*) FROM orders WHERE state = 'payment_pending'").await == 0).then_some(())
-    })
+    soldonce_tests::eventually(
+        "every order to be terminal",
+        Duration::from_secs(60),
+        || async {
+            (saga
+                .app
+                .count("SELECT count(*) FROM orders WHERE state = 'payment_pending'")
+                .await
+                == 0)
+                .then_some(())
+        },
+    )
     .await;
     let settled_in = started.elapsed();
-    let confirmed = saga.app.count("SELECT count(*) FROM orders WHERE state = 'confirmed'").await;
-    let failed = saga.app.count("SELECT count(*) FROM orders WHERE state = 'payment_failed'").await;
+    let confirmed = saga
+        .app
+        .count("SELECT count(*) FROM orders WHERE state = 'confirmed'")
+        .await;
+    let failed = saga
+        .app
+        .count("SELECT count(*) FROM orders WHERE state = 'payment_failed'")
+        .await;
     assert_eq!(confirmed + failed, 1_000, "every order confirmed or failed");
     assert!(failed > 100 && failed < 300, "about 20% declined: {failed}");
     let sold_lines = saga
@@ -92,9 +193,18 @@ async fn a_thousand_orders_with_declines_lost_replies_and_duplicate_webhooks_all
     for id in &ids {
         let payments = saga.psp_payments(id).await;
         per_order.insert(id.clone(), payments.len());
-        succeeded += payments.iter().filter(|p| p["status"] == "succeeded").count();
+        succeeded += payments
+            .iter()
+            .filter(|p| p["status"] == "succeeded")
+            .count();
     }
-    assert!(per_order.values().all(|n| *n == 1), "no order charged twice");
-    assert_eq!(succeeded as i64, confirmed, "PSP successes = confirmed orders");
+    assert!(
+        per_order.values().all(|n| *n == 1),
+        "no order charged twice"
+    );
+    assert_eq!(
+        succeeded as i64, confirmed,
+        "PSP successes = confirmed orders"
+    );
     eprintln!("1,000 orders settled {settled_in:?} after the last was placed: {confirmed} confirmed, {failed} failed");
 }

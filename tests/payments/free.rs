@@ -20,18 +20,33 @@ async fn a_free_product_ships_without_a_psp_call_and_a_mixed_order_charges_the_p
     assert_eq!(mixed.body["total_minor"], 2500);
     let mixed = mixed.body["id"].as_str().expect("id").to_owned();
     for id in [&free, &mixed] {
-        eventually(&format!("order {id} to be delivered"), Duration::from_secs(30), || async {
-            let view = app.get(&app.token, &format!("/v1/orders/{id}")).await.body;
-            (view["state"] == "confirmed" && view["shipment"]["state"] == "delivered").then_some(())
-        })
+        eventually(
+            &format!("order {id} to be delivered"),
+            Duration::from_secs(30),
+            || async {
+                let view = app.get(&app.token, &format!("/v1/orders/{id}")).await.body;
+                (view["state"] == "confirmed" && view["shipment"]["state"] == "delivered")
+                    .then_some(())
+            },
+        )
         .await;
     }
-    assert!(saga.psp_payments(&free).await.is_empty(), "no PSP call for a free order");
+    assert!(
+        saga.psp_payments(&free).await.is_empty(),
+        "no PSP call for a free order"
+    );
     let charged = saga.psp_payments(&mixed).await;
     assert_eq!(charged.len(), 1);
     assert_eq!(charged[0]["amount_minor"], 2500, "the paid total only");
     let confirmed = app.count(&format!("SELECT count(*) FROM events WHERE stream_id = '{free}'::uuid AND type = 'order.confirmed.v1' AND data->>'payment_id' = 'free:{free}' AND (data->>'amount_minor')::bigint = 0")).await;
     assert_eq!(confirmed, 1, "the event says it was free");
-    assert_eq!(app.buckets("STICKER").await, Buckets { available: 7, reserved: 0, sold: 3 });
+    assert_eq!(
+        app.buckets("STICKER").await,
+        Buckets {
+            available: 7,
+            reserved: 0,
+            sold: 3
+        }
+    );
     assert_audit_clean(&app).await;
 }

@@ -1,5 +1,5 @@
+mod audit;
 mod flow;
+mod free;
 mod money;
 mod webhooks;
-mod audit;
-mod free;

@@ -3,8 +3,8 @@
 //! reconciliation against the PSP's books.
 
 use soldonce_tests::app::Buckets;
-use soldonce_tests::saga::{audit_with, redeliver_payment_webhook, Saga, SagaOptions};
 use soldonce_tests::eventually;
+use soldonce_tests::saga::{audit_with, redeliver_payment_webhook, Saga, SagaOptions};
 use std::time::Duration;
 
 /// How a late charge reaches soldonce.
@@ -38,13 +38,21 @@ enum Ended {
 }
 
 async fn state_of(saga: &Saga, id: &str) -> String {
-    saga.app.get(&saga.app.token, &format!("/v1/orders/{id}")).await.body["state"].as_str().unwrap_or("").to_owned()
+    saga.app
+        .get(&saga.app.token, &format!("/v1/orders/{id}"))
+        .await
+        .body["state"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
 }
 
 async fn wait_state(saga: &Saga, id: &str, want: &str) {
-    eventually(&format!("order {id} to be {want}"), Duration::from_secs(30), || async {
-        (state_of(saga, id).await == want).then_some(())
-    })
+    eventually(
+        &format!("order {id} to be {want}"),
+        Duration::from_secs(30),
+        || async { (state_of(saga, id).await == want).then_some(()) },
+    )
     .await;
 }
 
@@ -60,16 +68,31 @@ async fn end_then_charge(saga: &mut Saga, sku: &str, ended: Ended, path: Path) -
     }
     let order = saga.order(sku).await;
     if path == Path::Worker {
-        eventually("the worker's charge to be processing", Duration::from_secs(10), || async {
-            let payments = saga.psp_payments(&order).await;
-            (payments.first().is_some_and(|p| p["status"] == "processing")).then_some(())
-        })
+        eventually(
+            "the worker's charge to be processing",
+            Duration::from_secs(10),
+            || async {
+                let payments = saga.psp_payments(&order).await;
+                (payments
+                    .first()
+                    .is_some_and(|p| p["status"] == "processing"))
+                .then_some(())
+            },
+        )
         .await;
     }
     match ended {
         Ended::Cancelled => {
-            let r = saga.app.post_empty(&saga.app.token, &format!("/v1/orders/{order}/cancel")).await;
-            assert_eq!((r.status, r.body["state"].as_str()), (200, Some("cancelled")), "{}", r.body);
+            let r = saga
+                .app
+                .post_empty(&saga.app.token, &format!("/v1/orders/{order}/cancel"))
+                .await;
+            assert_eq!(
+                (r.status, r.body["state"].as_str()),
+                (200, Some("cancelled")),
+                "{}",
+                r.body
+            );
         }
         Ended::ExpiredUnitsGone => {
             wait_state(saga, &order, "expired").await;
@@ -82,60 +105,135 @@ async fn end_then_charge(saga: &mut Saga, sku: &str, ended: Ended, path: Path) -
         }
     }
     let payment = match path {
-        Path::Worker => eventually("the late charge to settle", Duration::from_secs(10), || async {
-            let payments = saga.psp_payments(&order).await;
-            payments.first().filter(|p| p["status"] == "succeeded").cloned()
-        })
-        .await,
-        Path::Webhook | Path::Reconcile => saga.charge_directly(&order, 2500, "BRL", &format!("pay:{order}")).await,
+        Path::Worker => {
+            eventually(
+                "the late charge to settle",
+                Duration::from_secs(10),
+                || async {
+                    let payments = saga.psp_payments(&order).await;
+                    payments
+                        .first()
+                        .filter(|p| p["status"] == "succeeded")
+                        .cloned()
+                },
+            )
+            .await
+        }
+        Path::Webhook | Path::Reconcile => {
+            saga.charge_directly(&order, 2500, "BRL", &format!("pay:{order}"))
+                .await
+        }
     };
     let payment_id = payment["id"].as_str().expect("payment id").to_owned();
     (order, payment_id)
 }
 
 async fn a_late_charge_is_refunded_exactly_once(ended: Ended, path: Path) {
-    let ttl = if ended == Ended::ExpiredUnitsGone { Duration::from_secs(2) } else { Duration::from_secs(900) };
+    let ttl = if ended == Ended::ExpiredUnitsGone {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_secs(900)
+    };
     let worker = path == Path::Worker;
-    let mut saga = Saga::start_with(SagaOptions { ttl, worker, ..SagaOptions::default() }).await;
+    let mut saga = Saga::start_with(SagaOptions {
+        ttl,
+        worker,
+        ..SagaOptions::default()
+    })
+    .await;
     let app = saga.app.clone();
-    let units = if ended == Ended::ExpiredUnitsGone { 1 } else { 5 };
+    let units = if ended == Ended::ExpiredUnitsGone {
+        1
+    } else {
+        5
+    };
     app.add_product("TEE", 2500, units).await;
     saga.start_expiry(Duration::from_millis(50)).await;
     let (order, payment_id) = end_then_charge(&mut saga, "TEE", ended, path).await;
     if path == Path::Reconcile {
-        let report = payment_worker::reconcile::run(&app.pool, &saga.psp_client(), None, false).await.expect("reconcile");
-        let found = report.findings.iter().find(|f| f.subject == payment_id).expect("reconciliation names the payment");
-        assert_eq!((found.kind.as_str(), found.repaired), ("unattached_payment", true), "{found:?}");
+        let report = payment_worker::reconcile::run(&app.pool, &saga.psp_client(), None, false)
+            .await
+            .expect("reconcile");
+        let found = report
+            .findings
+            .iter()
+            .find(|f| f.subject == payment_id)
+            .expect("reconciliation names the payment");
+        assert_eq!(
+            (found.kind.as_str(), found.repaired),
+            ("unattached_payment", true),
+            "{found:?}"
+        );
     }
     if !worker {
         // Recorded, not yet carried out: the money is not where it belongs, and the audit says so.
         let pending = format!("SELECT count(*) FROM payments WHERE payment_id = '{payment_id}' AND refund_state = 'pending' AND learned_from = '{}'", path.learned_from());
-        eventually("the refund to be recorded with the fact", Duration::from_secs(10), || async { (app.count(&pending).await == 1).then_some(()) }).await;
+        eventually(
+            "the refund to be recorded with the fact",
+            Duration::from_secs(10),
+            || async { (app.count(&pending).await == 1).then_some(()) },
+        )
+        .await;
         let audit = audit_with(&app, 0, 600).await;
-        assert!(audit.violations.iter().any(|v| v.check == "compensation_overdue" && v.subject == payment_id), "{:#?}", audit.violations);
+        assert!(
+            audit
+                .violations
+                .iter()
+                .any(|v| v.check == "compensation_overdue" && v.subject == payment_id),
+            "{:#?}",
+            audit.violations
+        );
         saga.start_worker().await;
     }
     wait_state(&saga, &order, "refunded").await;
     let psp = saga.psp_payment(&payment_id).await;
     assert_eq!(psp["status"], "succeeded");
-    assert_eq!(psp["refunds"].as_array().map(Vec::len), Some(1), "refunded exactly once at the PSP: {psp}");
+    assert_eq!(
+        psp["refunds"].as_array().map(Vec::len),
+        Some(1),
+        "refunded exactly once at the PSP: {psp}"
+    );
     let row = format!("SELECT count(*) FROM payments WHERE payment_id = '{payment_id}' AND disposition = 'refund' AND refund_state = 'succeeded' AND learned_from = '{}'", path.learned_from());
-    assert_eq!(app.count(&row).await, 1, "one refunded payment, learned from the {path:?} path");
-    let events = |ty: &str| format!("SELECT count(*) FROM events WHERE stream_id = '{order}'::uuid AND type = '{ty}'");
-    assert_eq!(app.count(&events("order.confirmed.v1")).await, 0, "never confirmed on it");
+    assert_eq!(
+        app.count(&row).await,
+        1,
+        "one refunded payment, learned from the {path:?} path"
+    );
+    let events = |ty: &str| {
+        format!("SELECT count(*) FROM events WHERE stream_id = '{order}'::uuid AND type = '{ty}'")
+    };
+    assert_eq!(
+        app.count(&events("order.confirmed.v1")).await,
+        0,
+        "never confirmed on it"
+    );
     assert_eq!(app.count(&events("order.refund_decided.v1")).await, 1);
     assert_eq!(app.count(&events("order.refunded.v1")).await, 1);
-    let view = app.get(&app.token, &format!("/v1/orders/{order}")).await.body;
+    let view = app
+        .get(&app.token, &format!("/v1/orders/{order}"))
+        .await
+        .body;
     assert_eq!(view["refunds"][0]["psp_payment_id"], payment_id.as_str());
     assert_eq!(view["refunds"][0]["state"], "refunded");
     let b = app.buckets("TEE").await;
     match ended {
-        Ended::Cancelled => assert_eq!(b, Buckets { available: 5, reserved: 0, sold: 0 }),
+        Ended::Cancelled => assert_eq!(
+            b,
+            Buckets {
+                available: 5,
+                reserved: 0,
+                sold: 0
+            }
+        ),
         // The other buyer's order settles its own way; the unit is never counted twice.
         Ended::ExpiredUnitsGone => assert_eq!(b.available + b.reserved + b.sold, 1, "{b:?}"),
     }
     let audit = audit_with(&app, 0, 600).await;
-    assert!(audit.clean(), "clean once refunded: {:#?}", audit.violations);
+    assert!(
+        audit.clean(),
+        "clean once refunded: {:#?}",
+        audit.violations
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -164,49 +262,104 @@ async fn a_charge_landing_after_expiry_with_the_units_gone_reaching_only_the_web
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_charge_landing_after_expiry_with_the_units_gone_found_only_by_reconciliation_is_refunded() {
+async fn a_charge_landing_after_expiry_with_the_units_gone_found_only_by_reconciliation_is_refunded(
+) {
     a_late_charge_is_refunded_exactly_once(Ended::ExpiredUnitsGone, Path::Reconcile).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refund_in_flight_never_lets_its_payment_confirm_when_a_unit_frees_up() {
-    let mut saga = Saga::start_with(SagaOptions { ttl: Duration::from_secs(2), worker: false, ..SagaOptions::default() }).await;
+    let mut saga = Saga::start_with(SagaOptions {
+        ttl: Duration::from_secs(2),
+        worker: false,
+        ..SagaOptions::default()
+    })
+    .await;
     let app = saga.app.clone();
     app.add_product("LAST", 2500, 1).await;
     saga.start_expiry(Duration::from_millis(50)).await;
     let late = saga.order("LAST").await;
     wait_state(&saga, &late, "expired").await;
     let holder = saga.order("LAST").await;
-    let payment = saga.charge_directly(&late, 2500, "BRL", &format!("pay:{late}")).await;
+    let payment = saga
+        .charge_directly(&late, 2500, "BRL", &format!("pay:{late}"))
+        .await;
     let payment_id = payment["id"].as_str().expect("id").to_owned();
     eventually("the refund to be decided", Duration::from_secs(10), || async {
         (app.count(&format!("SELECT count(*) FROM payments WHERE payment_id = '{payment_id}' AND reason = 'units_gone'")).await == 1).then_some(())
     })
     .await;
     // The unit frees up while the refund is still to be carried out...
-    assert_eq!(app.post_empty(&app.token, &format!("/v1/orders/{holder}/cancel")).await.status, 200);
-    assert_eq!(app.buckets("LAST").await, Buckets { available: 1, reserved: 0, sold: 0 });
+    assert_eq!(
+        app.post_empty(&app.token, &format!("/v1/orders/{holder}/cancel"))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        app.buckets("LAST").await,
+        Buckets {
+            available: 1,
+            reserved: 0,
+            sold: 0
+        }
+    );
     // ...and the payment is reported again, by a webhook retry and by reconciliation.
     let settled = saga.psp_payment(&payment_id).await;
     assert_eq!(redeliver_payment_webhook(&app, &settled).await, 200);
-    payment_worker::reconcile::run(&app.pool, &saga.psp_client(), None, false).await.expect("reconcile");
-    assert_eq!(state_of(&saga, &late).await, "expired", "never confirmed on a payment whose refund is decided");
-    assert_eq!(app.buckets("LAST").await, Buckets { available: 1, reserved: 0, sold: 0 });
+    payment_worker::reconcile::run(&app.pool, &saga.psp_client(), None, false)
+        .await
+        .expect("reconcile");
+    assert_eq!(
+        state_of(&saga, &late).await,
+        "expired",
+        "never confirmed on a payment whose refund is decided"
+    );
+    assert_eq!(
+        app.buckets("LAST").await,
+        Buckets {
+            available: 1,
+            reserved: 0,
+            sold: 0
+        }
+    );
     // The database refuses it too, whatever the code does.
-    let flip = sqlx::query("UPDATE payments SET disposition = 'attached', refund_state = NULL WHERE payment_id = $1").bind(&payment_id).execute(&app.pool).await;
+    let flip = sqlx::query(
+        "UPDATE payments SET disposition = 'attached', refund_state = NULL WHERE payment_id = $1",
+    )
+    .bind(&payment_id)
+    .execute(&app.pool)
+    .await;
     assert!(flip.is_err(), "a decided refund is final in the database");
-    let forged = sqlx::query("UPDATE orders SET state = 'confirmed', payment_id = $2 WHERE id = $1::uuid").bind(&late).bind(&payment_id).execute(&app.pool).await;
-    assert!(forged.is_err(), "no order is confirmed on a payment that is not attached to it");
+    let forged =
+        sqlx::query("UPDATE orders SET state = 'confirmed', payment_id = $2 WHERE id = $1::uuid")
+            .bind(&late)
+            .bind(&payment_id)
+            .execute(&app.pool)
+            .await;
+    assert!(
+        forged.is_err(),
+        "no order is confirmed on a payment that is not attached to it"
+    );
     saga.start_worker().await;
     wait_state(&saga, &late, "refunded").await;
-    assert_eq!(saga.psp_payment(&payment_id).await["refunds"].as_array().map(Vec::len), Some(1));
+    assert_eq!(
+        saga.psp_payment(&payment_id).await["refunds"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
     assert_eq!(app.count(&format!("SELECT count(*) FROM events WHERE stream_id = '{late}'::uuid AND type = 'order.confirmed.v1'")).await, 0);
     assert!(audit_with(&app, 0, 600).await.clean());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_processing_payment_holds_the_units_until_it_succeeds_and_confirms() {
-    let saga = Saga::start(r#"{"processing_rate": 1.0, "processing_ms": 1500}"#, Duration::from_secs(2)).await;
+    let saga = Saga::start(
+        r#"{"processing_rate": 1.0, "processing_ms": 1500}"#,
+        Duration::from_secs(2),
+    )
+    .await;
     let app = saga.app.clone();
     app.add_product("MUG", 2500, 3).await;
     let order = saga.order("MUG").await;
@@ -217,58 +370,152 @@ async fn a_processing_payment_holds_the_units_until_it_succeeds_and_confirms() {
         // nothing can have settled the order when we looked.
         let state = state_of(&saga, &order).await;
         let buckets = app.buckets("MUG").await;
-        let processing = saga.psp_payments(&order).await.first().is_some_and(|p| p["status"] == "processing");
+        let processing = saga
+            .psp_payments(&order)
+            .await
+            .first()
+            .is_some_and(|p| p["status"] == "processing");
         if processing {
             saw_processing.store(true, std::sync::atomic::Ordering::Relaxed);
-            assert_eq!(state, "payment_pending", "no verdict while the PSP is processing");
-            assert_eq!(buckets, Buckets { available: 2, reserved: 1, sold: 0 });
+            assert_eq!(
+                state, "payment_pending",
+                "no verdict while the PSP is processing"
+            );
+            assert_eq!(
+                buckets,
+                Buckets {
+                    available: 2,
+                    reserved: 1,
+                    sold: 0
+                }
+            );
         }
         (state != "payment_pending").then_some(state)
     })
     .await;
-    assert!(saw_processing.into_inner(), "the PSP answered processing first");
+    assert!(
+        saw_processing.into_inner(),
+        "the PSP answered processing first"
+    );
     assert_eq!(state, "confirmed");
-    assert_eq!(app.count("SELECT count(*) FROM stock_ledger WHERE movement = 'release'").await, 0, "never released");
-    assert_eq!(app.buckets("MUG").await, Buckets { available: 2, reserved: 0, sold: 1 });
+    assert_eq!(
+        app.count("SELECT count(*) FROM stock_ledger WHERE movement = 'release'")
+            .await,
+        0,
+        "never released"
+    );
+    assert_eq!(
+        app.buckets("MUG").await,
+        Buckets {
+            available: 2,
+            reserved: 0,
+            sold: 1
+        }
+    );
     assert_eq!(saga.psp_payments(&order).await.len(), 1, "charged once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mismatched_and_second_payments_are_refunded_and_the_order_confirms_on_its_own() {
-    let mut saga = Saga::start_with(SagaOptions { worker: false, ..SagaOptions::default() }).await;
+    let mut saga = Saga::start_with(SagaOptions {
+        worker: false,
+        ..SagaOptions::default()
+    })
+    .await;
     let app = saga.app.clone();
     app.add_product("MUG", 2500, 3).await;
     let order = saga.order("MUG").await;
-    let wrong_amount = saga.charge_directly(&order, 2400, "BRL", "odd-amount").await;
-    let wrong_currency = saga.charge_directly(&order, 2500, "USD", "odd-currency").await;
-    let reasons = eventually("both refunds to be decided", Duration::from_secs(10), || async {
-        let rows: Vec<(String, String)> = sqlx::query_as("SELECT payment_id, reason FROM payments ORDER BY reason").fetch_all(&app.pool).await.ok()?;
-        (rows.len() == 2).then_some(rows)
-    })
+    let wrong_amount = saga
+        .charge_directly(&order, 2400, "BRL", "odd-amount")
+        .await;
+    let wrong_currency = saga
+        .charge_directly(&order, 2500, "USD", "odd-currency")
+        .await;
+    let reasons = eventually(
+        "both refunds to be decided",
+        Duration::from_secs(10),
+        || async {
+            let rows: Vec<(String, String)> =
+                sqlx::query_as("SELECT payment_id, reason FROM payments ORDER BY reason")
+                    .fetch_all(&app.pool)
+                    .await
+                    .ok()?;
+            (rows.len() == 2).then_some(rows)
+        },
+    )
     .await;
-    assert_eq!(reasons, [
-        (wrong_amount["id"].as_str().expect("id").to_owned(), "amount_mismatch".to_owned()),
-        (wrong_currency["id"].as_str().expect("id").to_owned(), "currency_mismatch".to_owned()),
-    ]);
-    assert_eq!(state_of(&saga, &order).await, "payment_pending", "not confirmed on a payment that does not match");
+    assert_eq!(
+        reasons,
+        [
+            (
+                wrong_amount["id"].as_str().expect("id").to_owned(),
+                "amount_mismatch".to_owned()
+            ),
+            (
+                wrong_currency["id"].as_str().expect("id").to_owned(),
+                "currency_mismatch".to_owned()
+            ),
+        ]
+    );
+    assert_eq!(
+        state_of(&saga, &order).await,
+        "payment_pending",
+        "not confirmed on a payment that does not match"
+    );
     saga.start_worker().await;
     wait_state(&saga, &order, "confirmed").await;
-    let second = saga.charge_directly(&order, 2500, "BRL", "second-charge").await;
-    let refunded = eventually("the three odd payments to be refunded", Duration::from_secs(30), || async {
-        (app.count("SELECT count(*) FROM payments WHERE refund_state = 'succeeded'").await == 3).then_some(())
-    });
+    let second = saga
+        .charge_directly(&order, 2500, "BRL", "second-charge")
+        .await;
+    let refunded = eventually(
+        "the three odd payments to be refunded",
+        Duration::from_secs(30),
+        || async {
+            (app.count("SELECT count(*) FROM payments WHERE refund_state = 'succeeded'")
+                .await
+                == 3)
+                .then_some(())
+        },
+    );
     refunded.await;
-    let view = app.get(&app.token, &format!("/v1/orders/{order}")).await.body;
+    let view = app
+        .get(&app.token, &format!("/v1/orders/{order}"))
+        .await
+        .body;
     assert_eq!(view["state"], "confirmed");
-    let own = view["payment"]["psp_payment_id"].as_str().expect("own payment").to_owned();
-    assert!(![&wrong_amount, &wrong_currency, &second].iter().any(|p| p["id"] == own.as_str()));
-    let mut reasons: Vec<&str> = view["refunds"].as_array().expect("refunds").iter().map(|r| r["reason"].as_str().unwrap_or("")).collect();
+    let own = view["payment"]["psp_payment_id"]
+        .as_str()
+        .expect("own payment")
+        .to_owned();
+    assert!(![&wrong_amount, &wrong_currency, &second]
+        .iter()
+        .any(|p| p["id"] == own.as_str()));
+    let mut reasons: Vec<&str> = view["refunds"]
+        .as_array()
+        .expect("refunds")
+        .iter()
+        .map(|r| r["reason"].as_str().unwrap_or(""))
+        .collect();
     reasons.sort_unstable();
-    assert_eq!(reasons, ["amount_mismatch", "currency_mismatch", "second_payment"]);
+    assert_eq!(
+        reasons,
+        ["amount_mismatch", "currency_mismatch", "second_payment"]
+    );
     for p in saga.psp_payments(&order).await {
         let refunds = p["refunds"].as_array().map(Vec::len).unwrap_or(0);
-        assert_eq!(refunds, usize::from(p["id"] != own.as_str()), "only the odd payments are refunded, once each: {p}");
+        assert_eq!(
+            refunds,
+            usize::from(p["id"] != own.as_str()),
+            "only the odd payments are refunded, once each: {p}"
+        );
     }
-    assert_eq!(app.buckets("MUG").await, Buckets { available: 2, reserved: 0, sold: 1 });
+    assert_eq!(
+        app.buckets("MUG").await,
+        Buckets {
+            available: 2,
+            reserved: 0,
+            sold: 1
+        }
+    );
     assert!(audit_with(&app, 0, 600).await.clean());
 }

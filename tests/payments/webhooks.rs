@@ -39,34 +39,124 @@ fn success_body(order_id: &str, amount: i64) -> String {
 async fn forged_stale_or_malformed_webhooks_are_401_and_change_nothing() {
     let app = TestApp::spawn().await;
     app.add_product("MUG", 2500, 5).await;
-    let order = app.buy("MUG", 1).await.body["id"].as_str().expect("id").to_owned();
+    let order = app.buy("MUG", 1).await.body["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
     let now = chrono::Utc::now().timestamp();
     let body = success_body(&order, 2500);
     let other_secret = "whsec_dGhpcyBpcyBhbm90aGVyIHNlY3JldCBrZXkgISE=";
     let cases = [
-        ("unsigned", Hook { id: "msg_1", ts: now, body: body.clone(), signature: None }),
-        ("wrong secret", Hook { id: "msg_2", ts: now, body: body.clone(), signature: Some(signed(other_secret, "msg_2", now, &body)) }),
-        ("tampered body", Hook { id: "msg_3", ts: now, body: body.replace("2500", "1"), signature: Some(signed(WEBHOOK_SECRET, "msg_3", now, &body)) }),
-        ("stale", Hook { id: "msg_4", ts: now - 600, body: body.clone(), signature: Some(signed(WEBHOOK_SECRET, "msg_4", now - 600, &body)) }),
-        ("future", Hook { id: "msg_5", ts: now + 600, body: body.clone(), signature: Some(signed(WEBHOOK_SECRET, "msg_5", now + 600, &body)) }),
-        ("malformed header", Hook { id: "msg_6", ts: now, body: body.clone(), signature: Some("v1;not-base64!".into()) }),
+        (
+            "unsigned",
+            Hook {
+                id: "msg_1",
+                ts: now,
+                body: body.clone(),
+                signature: None,
+            },
+        ),
+        (
+            "wrong secret",
+            Hook {
+                id: "msg_2",
+                ts: now,
+                body: body.clone(),
+                signature: Some(signed(other_secret, "msg_2", now, &body)),
+            },
+        ),
+        (
+            "tampered body",
+            Hook {
+                id: "msg_3",
+                ts: now,
+                body: body.replace("2500", "1"),
+                signature: Some(signed(WEBHOOK_SECRET, "msg_3", now, &body)),
+            },
+        ),
+        (
+            "stale",
+            Hook {
+                id: "msg_4",
+                ts: now - 600,
+                body: body.clone(),
+                signature: Some(signed(WEBHOOK_SECRET, "msg_4", now - 600, &body)),
+            },
+        ),
+        (
+            "future",
+            Hook {
+                id: "msg_5",
+                ts: now + 600,
+                body: body.clone(),
+                signature: Some(signed(WEBHOOK_SECRET, "msg_5", now + 600, &body)),
+            },
+        ),
+        (
+            "malformed header",
+            Hook {
+                id: "msg_6",
+                ts: now,
+                body: body.clone(),
+                signature: Some("v1;not-base64!".into()),
+            },
+        ),
     ];
     for (what, hook) in &cases {
         assert_eq!(deliver(&app, hook).await, 401, "{what}");
     }
-    let order_state = app.get(&app.token, &format!("/v1/orders/{order}")).await.body["state"].clone();
+    let order_state = app
+        .get(&app.token, &format!("/v1/orders/{order}"))
+        .await
+        .body["state"]
+        .clone();
     assert_eq!(order_state, "payment_pending");
     assert_eq!(app.count("SELECT count(*) FROM webhook_receipts").await, 0);
-    let metrics = app.client.get(app.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
-    assert!(metrics.contains("soldonce_webhooks_rejected_total"), "rejections are counted");
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("soldonce_webhooks_rejected_total"),
+        "rejections are counted"
+    );
 
     // The genuine one, signed among a rotated-out signature, is applied once.
-    let sig = format!("{} {}", signed(other_secret, "msg_ok", now, &body), signed(WEBHOOK_SECRET, "msg_ok", now, &body));
-    let genuine = Hook { id: "msg_ok", ts: now, body: body.clone(), signature: Some(sig) };
+    let sig = format!(
+        "{} {}",
+        signed(other_secret, "msg_ok", now, &body),
+        signed(WEBHOOK_SECRET, "msg_ok", now, &body)
+    );
+    let genuine = Hook {
+        id: "msg_ok",
+        ts: now,
+        body: body.clone(),
+        signature: Some(sig),
+    };
     assert_eq!(deliver(&app, &genuine).await, 200);
-    assert_eq!(deliver(&app, &genuine).await, 200, "a repeat is acknowledged");
-    assert_eq!(app.buckets("MUG").await, Buckets { available: 4, reserved: 0, sold: 1 });
-    assert_eq!(app.count("SELECT count(*) FROM events WHERE type = 'order.confirmed.v1'").await, 1);
+    assert_eq!(
+        deliver(&app, &genuine).await,
+        200,
+        "a repeat is acknowledged"
+    );
+    assert_eq!(
+        app.buckets("MUG").await,
+        Buckets {
+            available: 4,
+            reserved: 0,
+            sold: 1
+        }
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM events WHERE type = 'order.confirmed.v1'")
+            .await,
+        1
+    );
 }
 
 /// An HMAC-SHA256 Standard Webhooks signature with any key, even one no secret parser accepts.
@@ -76,30 +166,91 @@ fn signed_with_key(key: &[u8], id: &str, ts: i64, body: &str) -> String {
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(key).expect("any key length");
     mac.update(format!("{id}.{ts}.").as_bytes());
     mac.update(body.as_bytes());
-    format!("v1,{}", base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes()))
+    format!(
+        "v1,{}",
+        base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+    )
 }
 
 #[tokio::test]
-async fn webhooks_signed_with_the_old_compose_secret_an_empty_key_or_absurd_timestamps_are_401_without_a_panic() {
+async fn webhooks_signed_with_the_old_compose_secret_an_empty_key_or_absurd_timestamps_are_401_without_a_panic(
+) {
     let app = TestApp::spawn().await;
     app.add_product("MUG", 2500, 5).await;
-    let order = app.buy("MUG", 1).await.body["id"].as_str().expect("id").to_owned();
+    let order = app.buy("MUG", 1).await.body["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
     let now = chrono::Utc::now().timestamp();
     let body = success_body(&order, 2500);
     let old_compose = "whsec_c29sZG9uY2UtY29tcG9zZS1kZW1vLXNlY3JldA==";
     let cases = [
-        ("the secret compose used to ship", Hook { id: "msg_a", ts: now, body: body.clone(), signature: Some(signed(old_compose, "msg_a", now, &body)) }),
-        ("an empty key", Hook { id: "msg_b", ts: now, body: body.clone(), signature: Some(signed_with_key(b"", "msg_b", now, &body)) }),
-        ("i64::MIN", Hook { id: "msg_c", ts: i64::MIN, body: body.clone(), signature: Some(signed(WEBHOOK_SECRET, "msg_c", i64::MIN, &body)) }),
-        ("i64::MAX", Hook { id: "msg_d", ts: i64::MAX, body: body.clone(), signature: Some(signed(WEBHOOK_SECRET, "msg_d", i64::MAX, &body)) }),
-        ("replayed after its window", Hook { id: "msg_e", ts: now - 301, body: body.clone(), signature: Some(signed(WEBHOOK_SECRET, "msg_e", now - 301, &body)) }),
+        (
+            "the secret compose used to ship",
+            Hook {
+                id: "msg_a",
+                ts: now,
+                body: body.clone(),
+                signature: Some(signed(old_compose, "msg_a", now, &body)),
+            },
+        ),
+        (
+            "an empty key",
+            Hook {
+                id: "msg_b",
+                ts: now,
+                body: body.clone(),
+                signature: Some(signed_with_key(b"", "msg_b", now, &body)),
+            },
+        ),
+        (
+            "i64::MIN",
+            Hook {
+                id: "msg_c",
+                ts: i64::MIN,
+                body: body.clone(),
+                signature: Some(signed(WEBHOOK_SECRET, "msg_c", i64::MIN, &body)),
+            },
+        ),
+        (
+            "i64::MAX",
+            Hook {
+                id: "msg_d",
+                ts: i64::MAX,
+                body: body.clone(),
+                signature: Some(signed(WEBHOOK_SECRET, "msg_d", i64::MAX, &body)),
+            },
+        ),
+        (
+            "replayed after its window",
+            Hook {
+                id: "msg_e",
+                ts: now - 301,
+                body: body.clone(),
+                signature: Some(signed(WEBHOOK_SECRET, "msg_e", now - 301, &body)),
+            },
+        ),
     ];
     for (what, hook) in &cases {
         assert_eq!(deliver(&app, hook).await, 401, "{what}");
     }
-    assert_eq!(app.get(&app.token, &format!("/v1/orders/{order}")).await.body["state"], "payment_pending", "nothing changed");
+    assert_eq!(
+        app.get(&app.token, &format!("/v1/orders/{order}"))
+            .await
+            .body["state"],
+        "payment_pending",
+        "nothing changed"
+    );
     assert_eq!(app.count("SELECT count(*) FROM webhook_receipts").await, 0);
     assert_eq!(app.count("SELECT count(*) FROM payments").await, 0);
     // Still serving: nothing panicked.
-    assert_eq!(app.client.get(app.url("/healthz")).send().await.expect("healthz").status(), 200);
+    assert_eq!(
+        app.client
+            .get(app.url("/healthz"))
+            .send()
+            .await
+            .expect("healthz")
+            .status(),
+        200
+    );
 }

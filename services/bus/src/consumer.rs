@@ -74,12 +74,14 @@ impl Delivery {
     /// committed (the caller then does nothing).
     pub async fn begin(&self) -> Result<Option<Transaction<'static, Postgres>>, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
-        let fresh = sqlx::query("INSERT INTO inbox (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING")
-            .bind(&self.consumer)
-            .bind(self.event.id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
+        let fresh = sqlx::query(
+            "INSERT INTO inbox (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        )
+        .bind(&self.consumer)
+        .bind(self.event.id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
             == 1;
         Ok(fresh.then_some(tx))
     }
@@ -97,7 +99,10 @@ pub trait Handler: Send + Sync + 'static {
 }
 
 /// Creates (or updates) the durable consumer on the stream.
-pub async fn ensure_consumer(js: &jetstream::Context, spec: &ConsumerSpec) -> anyhow::Result<jetstream::consumer::Consumer<pull::Config>> {
+pub async fn ensure_consumer(
+    js: &jetstream::Context,
+    spec: &ConsumerSpec,
+) -> anyhow::Result<jetstream::consumer::Consumer<pull::Config>> {
     let stream = js.get_stream(crate::STREAM).await?;
     let config = pull::Config {
         durable_name: Some(spec.name.clone()),
@@ -144,32 +149,56 @@ pub async fn run<H: Handler>(
         });
     }
     // Wait for the messages in hand.
-    let _ = permits.acquire_many(u32::try_from(spec.concurrency.max(1)).unwrap_or(1)).await;
+    let _ = permits
+        .acquire_many(u32::try_from(spec.concurrency.max(1)).unwrap_or(1))
+        .await;
     Ok(())
 }
 
-async fn process<H: Handler>(pool: &PgPool, spec: &ConsumerSpec, handler: &H, message: jetstream::Message) {
-    let (seq, delivered) = message.info().map(|i| (i.stream_sequence, i.delivered)).unwrap_or((0, 1));
+async fn process<H: Handler>(
+    pool: &PgPool,
+    spec: &ConsumerSpec,
+    handler: &H,
+    message: jetstream::Message,
+) {
+    let (seq, delivered) = message
+        .info()
+        .map(|i| (i.stream_sequence, i.delivered))
+        .unwrap_or((0, 1));
     let event: CloudEvent = match serde_json::from_slice(&message.payload) {
         Ok(e) => e,
-        Err(e) => return dead_letter(pool, spec, &message, seq, &format!("invalid envelope: {e}")).await,
+        Err(e) => {
+            return dead_letter(pool, spec, &message, seq, &format!("invalid envelope: {e}")).await
+        }
     };
     if !spec.types.iter().any(|t| t == &event.event_type) {
         let reason = format!("unknown event type or version {}", event.event_type);
         return dead_letter(pool, spec, &message, seq, &reason).await;
     }
-    let seen: Result<Option<(i32,)>, _> = sqlx::query_as("SELECT 1 FROM inbox WHERE consumer = $1 AND event_id = $2")
-        .bind(&spec.name)
-        .bind(event.id)
-        .fetch_optional(pool)
-        .await;
+    let seen: Result<Option<(i32,)>, _> =
+        sqlx::query_as("SELECT 1 FROM inbox WHERE consumer = $1 AND event_id = $2")
+            .bind(&spec.name)
+            .bind(event.id)
+            .fetch_optional(pool)
+            .await;
     if let Ok(Some(_)) = seen {
-        metrics::counter!("soldonce_consumer_duplicates_total", "consumer" => spec.name.clone()).increment(1);
+        metrics::counter!("soldonce_consumer_duplicates_total", "consumer" => spec.name.clone())
+            .increment(1);
         let _ = message.ack().await;
         return;
     }
-    let traceparent = message.headers.as_ref().and_then(|h| h.get("traceparent")).map(|v| v.as_str().to_owned());
-    let delivery = Delivery { event, delivered, traceparent, consumer: spec.name.clone(), pool: pool.clone() };
+    let traceparent = message
+        .headers
+        .as_ref()
+        .and_then(|h| h.get("traceparent"))
+        .map(|v| v.as_str().to_owned());
+    let delivery = Delivery {
+        event,
+        delivered,
+        traceparent,
+        consumer: spec.name.clone(),
+        pool: pool.clone(),
+    };
     // Keep JetStream from redelivering a message while its handler is still at work.
     let handled = {
         let work = handler.handle(&delivery);
@@ -187,12 +216,22 @@ async fn process<H: Handler>(pool: &PgPool, spec: &ConsumerSpec, handler: &H, me
     };
     match handled {
         Ok(()) => {
-            metrics::counter!("soldonce_consumer_handled_total", "consumer" => spec.name.clone()).increment(1);
+            metrics::counter!("soldonce_consumer_handled_total", "consumer" => spec.name.clone())
+                .increment(1);
             let _ = message.ack().await;
         }
-        Err(HandleError::Permanent(reason)) => dead_letter(pool, spec, &message, seq, &reason).await,
+        Err(HandleError::Permanent(reason)) => {
+            dead_letter(pool, spec, &message, seq, &reason).await
+        }
         Err(HandleError::Transient(e)) if delivered >= spec.max_deliver => {
-            dead_letter(pool, spec, &message, seq, &format!("max deliveries reached: {e:#}")).await;
+            dead_letter(
+                pool,
+                spec,
+                &message,
+                seq,
+                &format!("max deliveries reached: {e:#}"),
+            )
+            .await;
         }
         Err(HandleError::Transient(e)) => {
             tracing::warn!(error = %format!("{e:#}"), consumer = %spec.name, delivered, "handler failed; will retry");
@@ -204,7 +243,13 @@ async fn process<H: Handler>(pool: &PgPool, spec: &ConsumerSpec, handler: &H, me
 }
 
 /// Records a message that can never be handled and stops its redelivery.
-async fn dead_letter(pool: &PgPool, spec: &ConsumerSpec, message: &jetstream::Message, seq: u64, reason: &str) {
+async fn dead_letter(
+    pool: &PgPool,
+    spec: &ConsumerSpec,
+    message: &jetstream::Message,
+    seq: u64,
+    reason: &str,
+) {
     tracing::error!(consumer = %spec.name, stream_seq = seq, reason, "dead-lettering a message");
     metrics::counter!("soldonce_dead_letters_total", "consumer" => spec.name.clone()).increment(1);
     let recorded = sqlx::query("INSERT INTO dead_letters (consumer, stream_seq, subject, payload, reason) VALUES ($1, $2, $3, $4, $5)")
@@ -220,6 +265,8 @@ async fn dead_letter(pool: &PgPool, spec: &ConsumerSpec, message: &jetstream::Me
             let _ = message.ack_with(AckKind::Term).await;
         }
         // Not recorded: leave it for redelivery rather than lose it.
-        Err(e) => tracing::error!(error = %e, "could not record the dead letter; it will be redelivered"),
+        Err(e) => {
+            tracing::error!(error = %e, "could not record the dead letter; it will be redelivered")
+        }
     }
 }

@@ -30,7 +30,11 @@ pub struct StreamSettings {
 
 impl Default for StreamSettings {
     fn default() -> Self {
-        StreamSettings { duplicate_window: Duration::from_secs(600), max_age: Duration::ZERO, replicas: 1 }
+        StreamSettings {
+            duplicate_window: Duration::from_secs(600),
+            max_age: Duration::ZERO,
+            replicas: 1,
+        }
     }
 }
 
@@ -40,7 +44,10 @@ impl StreamSettings {
         let d = StreamSettings::default();
         let replicas = config::parsed("STREAM_REPLICAS", d.replicas)?;
         if !(1..=5).contains(&replicas) {
-            return Err(ConfigError::new("STREAM_REPLICAS", "must be between 1 and 5"));
+            return Err(ConfigError::new(
+                "STREAM_REPLICAS",
+                "must be between 1 and 5",
+            ));
         }
         Ok(StreamSettings {
             duplicate_window: config::duration("STREAM_DUPLICATE_WINDOW", d.duplicate_window)?,
@@ -71,7 +78,10 @@ pub async fn connect(url: &str) -> Result<jetstream::Context, BusError> {
 }
 
 /// Creates the stream, or updates it to these settings; safe to call from every process.
-pub async fn ensure_stream(js: &jetstream::Context, s: &StreamSettings) -> Result<stream::Info, BusError> {
+pub async fn ensure_stream(
+    js: &jetstream::Context,
+    s: &StreamSettings,
+) -> Result<stream::Info, BusError> {
     let config = stream::Config {
         name: STREAM.to_owned(),
         subjects: vec![SUBJECTS.to_owned()],

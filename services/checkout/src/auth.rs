@@ -29,7 +29,9 @@ struct Entries<T>(RwLock<HashMap<[u8; 32], (T, Instant)>>);
 impl<T: Copy> Entries<T> {
     fn get(&self, digest: &[u8; 32], ttl: Duration) -> Option<T> {
         let map = self.0.read().ok()?;
-        map.get(digest).filter(|(_, at)| at.elapsed() < ttl).map(|(v, _)| *v)
+        map.get(digest)
+            .filter(|(_, at)| at.elapsed() < ttl)
+            .map(|(v, _)| *v)
     }
 
     fn put(&self, digest: [u8; 32], value: T, ttl: Duration) {
@@ -54,7 +56,9 @@ pub(crate) struct TokenCache {
 
 /// Whether `token` has the shape soldonce issues: `so_` and 64 hex digits.
 fn well_formed(token: &str) -> bool {
-    token.len() == 67 && token.starts_with("so_") && token[3..].bytes().all(|b| b.is_ascii_hexdigit())
+    token.len() == 67
+        && token.starts_with("so_")
+        && token[3..].bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// The authenticated account of a request.
@@ -76,7 +80,9 @@ impl FromRequestParts<AppState> for Account {
             .map(|(_, token)| token)
             .map(str::trim)
             .filter(|t| !t.is_empty())
-            .ok_or(ApiError::Unauthorized("the Authorization header must be Bearer <token>"))?;
+            .ok_or(ApiError::Unauthorized(
+                "the Authorization header must be Bearer <token>",
+            ))?;
         let account = resolve(state, token).await?;
         state.limiter.admit(account).map_err(|wait| {
             metrics::counter!("soldonce_rate_limited_total", "limit" => "account").increment(1);
@@ -87,7 +93,9 @@ impl FromRequestParts<AppState> for Account {
 }
 
 async fn resolve(state: &AppState, token: &str) -> Result<Uuid, ApiError> {
-    let outcome = |o: &'static str| metrics::counter!("soldonce_token_lookups_total", "outcome" => o).increment(1);
+    let outcome = |o: &'static str| {
+        metrics::counter!("soldonce_token_lookups_total", "outcome" => o).increment(1)
+    };
     if !well_formed(token) {
         outcome("malformed");
         return Err(ApiError::Unauthorized("unknown token"));
@@ -126,7 +134,14 @@ mod tests {
     #[test]
     fn only_tokens_of_the_issued_shape_are_looked_up() {
         assert!(well_formed(&format!("so_{}", "ab".repeat(32))));
-        for bad in ["", "so_", "so_xyz", &format!("so_{}", "zz".repeat(32)), &format!("sk_{}", "ab".repeat(32)), &format!("so_{}", "ab".repeat(33))] {
+        for bad in [
+            "",
+            "so_",
+            "so_xyz",
+            &format!("so_{}", "zz".repeat(32)),
+            &format!("sk_{}", "ab".repeat(32)),
+            &format!("so_{}", "ab".repeat(33)),
+        ] {
             assert!(!well_formed(bad), "{bad}");
         }
     }

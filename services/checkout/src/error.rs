@@ -38,9 +38,9 @@ pub enum ApiError {
 impl From<store::StoreError> for ApiError {
     fn from(e: store::StoreError) -> Self {
         match e {
-            store::StoreError::Database(sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed) => {
-                ApiError::Unavailable(e.to_string())
-            }
+            store::StoreError::Database(
+                sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed,
+            ) => ApiError::Unavailable(e.to_string()),
             other => ApiError::Internal(other.to_string()),
         }
     }
@@ -60,9 +60,21 @@ impl ApiError {
     pub(crate) fn problem(&self) -> Problem {
         use StatusCode as S;
         match self {
-            ApiError::Unauthorized(why) => Problem::new(S::UNAUTHORIZED, "unauthorized", "Unauthorized", *why),
-            ApiError::Malformed(why) => Problem::new(S::BAD_REQUEST, "malformed-request", "Malformed request", why.clone()),
-            ApiError::Invalid(why) => Problem::new(S::UNPROCESSABLE_ENTITY, "invalid-request", "Invalid request", why.clone()),
+            ApiError::Unauthorized(why) => {
+                Problem::new(S::UNAUTHORIZED, "unauthorized", "Unauthorized", *why)
+            }
+            ApiError::Malformed(why) => Problem::new(
+                S::BAD_REQUEST,
+                "malformed-request",
+                "Malformed request",
+                why.clone(),
+            ),
+            ApiError::Invalid(why) => Problem::new(
+                S::UNPROCESSABLE_ENTITY,
+                "invalid-request",
+                "Invalid request",
+                why.clone(),
+            ),
             ApiError::UnsupportedMediaType => Problem::new(
                 S::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported-media-type",
@@ -79,7 +91,10 @@ impl ApiError {
                 S::REQUEST_HEADER_FIELDS_TOO_LARGE,
                 "head-too-large",
                 "Request header fields too large",
-                format!("the request line and headers must be at most {} bytes", crate::MAX_HEAD_BYTES),
+                format!(
+                    "the request line and headers must be at most {} bytes",
+                    crate::MAX_HEAD_BYTES
+                ),
             ),
             ApiError::RateLimited(secs) => Problem::new(
                 S::TOO_MANY_REQUESTS,
@@ -87,8 +102,15 @@ impl ApiError {
                 "Too many requests",
                 format!("this account sends requests faster than allowed; retry in {secs} s"),
             ),
-            ApiError::NotFound => Problem::new(S::NOT_FOUND, "not-found", "Not found", "no such order for this account"),
-            ApiError::NotConfigured(why) => Problem::new(S::NOT_FOUND, "not-found", "Not found", *why),
+            ApiError::NotFound => Problem::new(
+                S::NOT_FOUND,
+                "not-found",
+                "Not found",
+                "no such order for this account",
+            ),
+            ApiError::NotConfigured(why) => {
+                Problem::new(S::NOT_FOUND, "not-found", "Not found", *why)
+            }
             ApiError::Conflict(e) => {
                 let p = Problem::new(S::CONFLICT, "illegal-transition", "Conflict", e.to_string());
                 match e {
@@ -102,9 +124,12 @@ impl ApiError {
                 "Service unavailable",
                 "the database is busy or unreachable; retry with the same Idempotency-Key",
             ),
-            ApiError::Internal(_) => {
-                Problem::new(S::INTERNAL_SERVER_ERROR, "internal", "Internal error", "an internal error occurred")
-            }
+            ApiError::Internal(_) => Problem::new(
+                S::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal error",
+                "an internal error occurred",
+            ),
         }
     }
 }
@@ -112,28 +137,45 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         match &self {
-            ApiError::Internal(cause) | ApiError::Unavailable(cause) => tracing::error!(%cause, "request failed"),
+            ApiError::Internal(cause) | ApiError::Unavailable(cause) => {
+                tracing::error!(%cause, "request failed")
+            }
             _ => tracing::debug!(error = %self, "request refused"),
         }
         let mut response = self.problem().into_response();
         if matches!(self, ApiError::Unauthorized(_)) {
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         if matches!(self, ApiError::Unavailable(_)) {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         if let ApiError::RateLimited(secs) = self {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
         }
         response
     }
 }
 
-
 pub(crate) async fn not_found() -> Problem {
-    Problem::new(StatusCode::NOT_FOUND, "not-found", "Not found", "no such route")
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "not-found",
+        "Not found",
+        "no such route",
+    )
 }
 
 pub(crate) async fn method_not_allowed() -> Problem {
-    Problem::new(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "Method not allowed", "this route does not accept that method")
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        "Method not allowed",
+        "this route does not accept that method",
+    )
 }

@@ -40,12 +40,20 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const MAX_HEAD_BYTES: usize = 256 * 1024;
 
 /// Refuses a request whose head is larger than [`MAX_HEAD_BYTES`] before anything reads it.
-async fn bound_head(request: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+async fn bound_head(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
     use axum::response::IntoResponse;
     let head = request.uri().to_string().len()
-        + request.headers().iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum::<usize>();
+        + request
+            .headers()
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + 4)
+            .sum::<usize>();
     if head > MAX_HEAD_BYTES {
-        metrics::counter!("soldonce_checkout_requests_total", "outcome" => "head_too_large").increment(1);
+        metrics::counter!("soldonce_checkout_requests_total", "outcome" => "head_too_large")
+            .increment(1);
         return error::ApiError::HeadTooLarge.into_response();
     }
     next.run(request).await
@@ -81,12 +89,19 @@ impl Settings {
         }
         let reservation_ttl = config::duration("RESERVATION_TTL", Duration::from_secs(15 * 60))?;
         if reservation_ttl.is_zero() {
-            return Err(ConfigError::new("RESERVATION_TTL", "must be longer than zero"));
+            return Err(ConfigError::new(
+                "RESERVATION_TTL",
+                "must be longer than zero",
+            ));
         }
         Ok(Settings {
             addr: config::parsed("CHECKOUT_ADDR", SocketAddr::from(([127, 0, 0, 1], 8080)))?,
             ops_addr: config::optional("CHECKOUT_OPS_ADDR")?
-                .map(|a| a.trim().parse().map_err(|e| ConfigError::new("CHECKOUT_OPS_ADDR", format!("cannot parse {a:?}: {e}"))))
+                .map(|a| {
+                    a.trim().parse().map_err(|e| {
+                        ConfigError::new("CHECKOUT_OPS_ADDR", format!("cannot parse {a:?}: {e}"))
+                    })
+                })
                 .transpose()?,
             database_url: config::database_url()?,
             reservation_ttl,
@@ -102,7 +117,10 @@ impl Settings {
 /// The request's W3C `traceparent` in canonical form, or a new trace when it
 /// is missing or invalid: never the header's text verbatim.
 pub(crate) fn traceparent(headers: &axum::http::HeaderMap) -> String {
-    platform::trace::TraceParent::from_header(headers.get("traceparent").and_then(|v| v.to_str().ok())).to_string()
+    platform::trace::TraceParent::from_header(
+        headers.get("traceparent").and_then(|v| v.to_str().ok()),
+    )
+    .to_string()
 }
 
 /// What every handler shares.
@@ -129,8 +147,11 @@ impl Application {
         let pool = store::connect(&settings.database_url, settings.pool_size)
             .await
             .context("connecting to DATABASE_URL")?;
-        let listener = TcpListener::bind(settings.addr).await.with_context(|| format!("binding {}", settings.addr))?;
-        let ttl = chrono::Duration::from_std(settings.reservation_ttl).context("RESERVATION_TTL is too long")?;
+        let listener = TcpListener::bind(settings.addr)
+            .await
+            .with_context(|| format!("binding {}", settings.addr))?;
+        let ttl = chrono::Duration::from_std(settings.reservation_ttl)
+            .context("RESERVATION_TTL is too long")?;
         let ready = store::readiness(pool.clone());
         let state = AppState {
             pool,
@@ -141,7 +162,9 @@ impl Application {
         };
         let ops = match settings.ops_addr {
             Some(addr) => {
-                let ops_listener = TcpListener::bind(addr).await.with_context(|| format!("binding CHECKOUT_OPS_ADDR {addr}"))?;
+                let ops_listener = TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding CHECKOUT_OPS_ADDR {addr}"))?;
                 Some((ops_listener, platform::ops::router(ready.clone())))
             }
             None => None,
@@ -151,12 +174,18 @@ impl Application {
             None => api_router(state).merge(platform::ops::router(ready)),
         }
         .layer(axum::middleware::from_fn(bound_head));
-        Ok(Application { listener, router, ops })
+        Ok(Application {
+            listener,
+            router,
+            ops,
+        })
     }
 
     /// The address the server listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
     }
 
     /// The operations endpoints' address, when they listen apart.
@@ -165,19 +194,32 @@ impl Application {
     }
 
     /// Serves until `shutdown` resolves, then finishes in-flight requests.
-    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
         let Some((ops_listener, ops_router)) = self.ops else {
-            return axum::serve(self.listener, self.router).with_graceful_shutdown(shutdown).await;
+            return axum::serve(self.listener, self.router)
+                .with_graceful_shutdown(shutdown)
+                .await;
         };
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
         };
         let ops_stop = stopped(stop_rx.clone());
-        let ops = tokio::spawn(async move { axum::serve(ops_listener, ops_router).with_graceful_shutdown(ops_stop).await });
+        let ops = tokio::spawn(async move {
+            axum::serve(ops_listener, ops_router)
+                .with_graceful_shutdown(ops_stop)
+                .await
+        });
         let api_stop = stopped(stop_rx);
         let (listener, router) = (self.listener, self.router);
-        let api = tokio::spawn(async move { axum::serve(listener, router).with_graceful_shutdown(api_stop).await });
+        let api = tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(api_stop)
+                .await
+        });
         shutdown.await;
         let _ = stop_tx.send(true);
         api.await.map_err(std::io::Error::other)??;

@@ -27,7 +27,12 @@ pub struct Limits {
 impl Limits {
     /// No limit at all (tests and benchmarks that drive one account hard).
     pub fn unlimited() -> Limits {
-        Limits { account_rate: 0, account_burst: 0, token_lookup_rate: 0, max_reserved_units: 0 }
+        Limits {
+            account_rate: 0,
+            account_burst: 0,
+            token_lookup_rate: 0,
+            max_reserved_units: 0,
+        }
     }
 
     /// Reads the limits from the environment.
@@ -35,13 +40,24 @@ impl Limits {
         let account_rate = config::parsed("ACCOUNT_RATE_LIMIT", 200u32)?;
         let account_burst = config::parsed("ACCOUNT_RATE_BURST", account_rate.saturating_mul(2))?;
         if account_rate > 0 && account_burst == 0 {
-            return Err(ConfigError::new("ACCOUNT_RATE_BURST", "must be at least 1 while ACCOUNT_RATE_LIMIT is on"));
+            return Err(ConfigError::new(
+                "ACCOUNT_RATE_BURST",
+                "must be at least 1 while ACCOUNT_RATE_LIMIT is on",
+            ));
         }
         let max_reserved_units = config::parsed("ACCOUNT_MAX_RESERVED_UNITS", 0i64)?;
         if max_reserved_units < 0 {
-            return Err(ConfigError::new("ACCOUNT_MAX_RESERVED_UNITS", "must be 0 (off) or more"));
+            return Err(ConfigError::new(
+                "ACCOUNT_MAX_RESERVED_UNITS",
+                "must be 0 (off) or more",
+            ));
         }
-        Ok(Limits { account_rate, account_burst, token_lookup_rate: config::parsed("TOKEN_LOOKUP_RATE", 100u32)?, max_reserved_units })
+        Ok(Limits {
+            account_rate,
+            account_burst,
+            token_lookup_rate: config::parsed("TOKEN_LOOKUP_RATE", 100u32)?,
+            max_reserved_units,
+        })
     }
 }
 
@@ -55,7 +71,8 @@ struct Bucket {
 impl Bucket {
     /// Takes one token, or says how long until one is there.
     fn take(&mut self, rate: f64, burst: f64, now: Instant) -> Result<(), Duration> {
-        self.tokens = (self.tokens + now.saturating_duration_since(self.at).as_secs_f64() * rate).min(burst);
+        self.tokens =
+            (self.tokens + now.saturating_duration_since(self.at).as_secs_f64() * rate).min(burst);
         self.at = now;
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
@@ -79,8 +96,15 @@ pub(crate) struct Limiter {
 impl Limiter {
     pub(crate) fn new(limits: Limits) -> Limiter {
         let now = Instant::now();
-        let lookups = Bucket { tokens: f64::from(limits.token_lookup_rate), at: now };
-        Limiter { limits, accounts: Mutex::default(), lookups: Mutex::new(lookups) }
+        let lookups = Bucket {
+            tokens: f64::from(limits.token_lookup_rate),
+            at: now,
+        };
+        Limiter {
+            limits,
+            accounts: Mutex::default(),
+            lookups: Mutex::new(lookups),
+        }
     }
 
     pub(crate) fn limits(&self) -> &Limits {
@@ -92,14 +116,28 @@ impl Limiter {
         if self.limits.account_rate == 0 {
             return Ok(());
         }
-        let (rate, burst) = (f64::from(self.limits.account_rate), f64::from(self.limits.account_burst));
+        let (rate, burst) = (
+            f64::from(self.limits.account_rate),
+            f64::from(self.limits.account_burst),
+        );
         let now = Instant::now();
-        let mut accounts = self.accounts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut accounts = self
+            .accounts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if accounts.len() >= MAX_ACCOUNTS {
             // Forget the accounts whose buckets have refilled: they lose nothing.
-            accounts.retain(|_, b| b.tokens + now.saturating_duration_since(b.at).as_secs_f64() * rate < burst);
+            accounts.retain(|_, b| {
+                b.tokens + now.saturating_duration_since(b.at).as_secs_f64() * rate < burst
+            });
         }
-        accounts.entry(account).or_insert(Bucket { tokens: burst, at: now }).take(rate, burst, now)
+        accounts
+            .entry(account)
+            .or_insert(Bucket {
+                tokens: burst,
+                at: now,
+            })
+            .take(rate, burst, now)
     }
 
     /// Admits one database lookup of an unknown token, or says when to retry.
@@ -108,7 +146,10 @@ impl Limiter {
             return Ok(());
         }
         let rate = f64::from(self.limits.token_lookup_rate);
-        self.lookups.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take(rate, rate, Instant::now())
+        self.lookups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take(rate, rate, Instant::now())
     }
 }
 
@@ -119,18 +160,29 @@ mod tests {
     #[test]
     fn a_bucket_admits_its_burst_then_its_rate() {
         let start = Instant::now();
-        let mut b = Bucket { tokens: 3.0, at: start };
+        let mut b = Bucket {
+            tokens: 3.0,
+            at: start,
+        };
         for _ in 0..3 {
             assert!(b.take(10.0, 3.0, start).is_ok());
         }
         let wait = b.take(10.0, 3.0, start).expect_err("empty");
         assert!(wait <= Duration::from_millis(100) && wait > Duration::ZERO);
-        assert!(b.take(10.0, 3.0, start + Duration::from_millis(100)).is_ok(), "refilled one");
+        assert!(
+            b.take(10.0, 3.0, start + Duration::from_millis(100))
+                .is_ok(),
+            "refilled one"
+        );
     }
 
     #[test]
     fn each_account_has_its_own_bucket() {
-        let limiter = Limiter::new(Limits { account_rate: 1, account_burst: 2, ..Limits::unlimited() });
+        let limiter = Limiter::new(Limits {
+            account_rate: 1,
+            account_burst: 2,
+            ..Limits::unlimited()
+        });
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
         assert!(limiter.admit(a).is_ok() && limiter.admit(a).is_ok());
         assert!(limiter.admit(a).is_err(), "a is out");

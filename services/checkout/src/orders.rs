@@ -24,7 +24,9 @@ pub(crate) async fn get_order(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<OrderView>, ApiError> {
     let id = order_id(path)?;
-    let order = store::orders::load(&state.pool, id, Some(account)).await?.ok_or(ApiError::NotFound)?;
+    let order = store::orders::load(&state.pool, id, Some(account))
+        .await?
+        .ok_or(ApiError::NotFound)?;
     let mut view = OrderView::from(&order);
     view.shipment = store::shipments::for_order(&state.pool, id).await?;
     Ok(Json(view))
@@ -44,8 +46,13 @@ pub(crate) async fn get_events(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<EventsView>, ApiError> {
     let id = order_id(path)?;
-    let events = store::orders::history(&state.pool, id, Some(account)).await?.ok_or(ApiError::NotFound)?;
-    Ok(Json(EventsView { order_id: id, events }))
+    let events = store::orders::history(&state.pool, id, Some(account))
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    Ok(Json(EventsView {
+        order_id: id,
+        events,
+    }))
 }
 
 /// `POST /v1/orders/{id}/cancel`: releases the reservation while payment is pending.
@@ -57,9 +64,18 @@ pub(crate) async fn cancel_order(
 ) -> Result<Json<OrderView>, ApiError> {
     let id = order_id(path)?;
     let traceparent = Some(crate::traceparent(&headers));
-    let meta = Metadata { correlation_id: id, causation_id: Uuid::now_v7(), source: "checkout".into(), traceparent };
+    let meta = Metadata {
+        correlation_id: id,
+        causation_id: Uuid::now_v7(),
+        source: "checkout".into(),
+        traceparent,
+    };
     let now = store::now();
-    match store::orders::transition(&state.pool, id, Some(account), &meta, |_| Command::Cancel { at: now }).await? {
+    match store::orders::transition(&state.pool, id, Some(account), &meta, |_| Command::Cancel {
+        at: now,
+    })
+    .await?
+    {
         Transition::Applied(order) => {
             metrics::counter!("soldonce_cancellations_total").increment(1);
             Ok(Json(OrderView::from(&order)))
@@ -67,6 +83,8 @@ pub(crate) async fn cancel_order(
         Transition::NotFound => Err(ApiError::NotFound),
         Transition::Refused(e) => Err(ApiError::Conflict(e)),
         Transition::Unchanged(order) => Ok(Json(OrderView::from(&order))),
-        Transition::StockShort(sku) => Err(ApiError::Internal(format!("cancel moved no stock for {sku}"))),
+        Transition::StockShort(sku) => Err(ApiError::Internal(format!(
+            "cancel moved no stock for {sku}"
+        ))),
     }
 }

@@ -30,7 +30,12 @@ pub(crate) async fn place_order(
     let outcome = place(&state, account, &headers, body).await;
     let label = match &outcome {
         Ok((_, label)) => *label,
-        Err(ApiError::Invalid(_) | ApiError::Malformed(_) | ApiError::TooLarge | ApiError::UnsupportedMediaType) => "invalid",
+        Err(
+            ApiError::Invalid(_)
+            | ApiError::Malformed(_)
+            | ApiError::TooLarge
+            | ApiError::UnsupportedMediaType,
+        ) => "invalid",
         Err(ApiError::Unavailable(_)) => "unavailable",
         Err(_) => "error",
     };
@@ -52,11 +57,17 @@ async fn place(
     let skus: Vec<&str> = req.lines.iter().map(|(s, _)| s.as_str()).collect();
     let prices = store::catalog::prices(&state.pool, &skus).await?;
     let mut lines = Vec::with_capacity(req.lines.len());
-    let mut holds = HoldLimits { max_reserved_units: state.limiter.limits().max_reserved_units, per_account: vec![] };
+    let mut holds = HoldLimits {
+        max_reserved_units: state.limiter.limits().max_reserved_units,
+        per_account: vec![],
+    };
     for (sku, quantity) in &req.lines {
-        let price = prices.get(sku.as_str()).ok_or_else(|| ApiError::Invalid(format!("unknown sku {sku}")))?;
+        let price = prices
+            .get(sku.as_str())
+            .ok_or_else(|| ApiError::Invalid(format!("unknown sku {sku}")))?;
         if let Some(max) = price.max_per_order.filter(|max| quantity.get() > *max) {
-            metrics::counter!("soldonce_limit_refusals_total", "limit" => "max_per_order").increment(1);
+            metrics::counter!("soldonce_limit_refusals_total", "limit" => "max_per_order")
+                .increment(1);
             let problem = Problem::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "limit-max-per-order",
@@ -70,7 +81,8 @@ async fn place(
         if let Some(limit) = price.per_account_limit {
             holds.per_account.push((sku.clone(), limit));
         }
-        let money = Money::new(price.minor, price.currency).map_err(|e| ApiError::Internal(e.to_string()))?;
+        let money = Money::new(price.minor, price.currency)
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
         lines.push((sku.clone(), *quantity, money));
     }
 
@@ -85,13 +97,19 @@ async fn place(
         expires_at: now + state.ttl,
     });
     let events = domain::decide(None, command).map_err(|e| ApiError::Invalid(e.to_string()))?;
-    let order = domain::fold(&events).ok_or_else(|| ApiError::Internal("placing produced no order".into()))?;
+    let order = domain::fold(&events)
+        .ok_or_else(|| ApiError::Internal("placing produced no order".into()))?;
     let accepted = StoredResponse {
         status: 202,
-        body: serde_json::to_value(OrderView::from(&order)).map_err(|e| ApiError::Internal(e.to_string()))?,
+        body: serde_json::to_value(OrderView::from(&order))
+            .map_err(|e| ApiError::Internal(e.to_string()))?,
         order_id: Some(order_id),
     };
-    let keyed = KeyedRequest { account_id, key: &key, fingerprint: req.fingerprint };
+    let keyed = KeyedRequest {
+        account_id,
+        key: &key,
+        fingerprint: req.fingerprint,
+    };
     let meta = Metadata {
         correlation_id: order_id,
         causation_id: Uuid::now_v7(),
@@ -99,21 +117,44 @@ async fn place(
         traceparent: Some(crate::traceparent(headers)),
     };
 
-    match store::orders::place(&state.pool, &keyed, &accepted, &order, &events, &meta, &holds).await? {
+    match store::orders::place(
+        &state.pool,
+        &keyed,
+        &accepted,
+        &order,
+        &events,
+        &meta,
+        &holds,
+    )
+    .await?
+    {
         PlaceOutcome::Placed => Ok((stored_response(&accepted, false), "placed")),
         PlaceOutcome::Claim(claim) => claim_response(claim),
         PlaceOutcome::LimitReached(reached) => {
             let problem = limit_problem(&reached);
-            let rejected = StoredResponse { status: 409, body: problem.to_json(), order_id: None };
+            let rejected = StoredResponse {
+                status: 409,
+                body: problem.to_json(),
+                order_id: None,
+            };
             match store::idempotency::record(&state.pool, &keyed, &rejected).await? {
                 Claim::Claimed => Ok((stored_response(&rejected, false), "limit")),
                 other => claim_response(other),
             }
         }
         PlaceOutcome::OutOfStock(sku) => {
-            let problem = Problem::new(StatusCode::CONFLICT, "out-of-stock", "Out of stock", format!("not enough {sku} in stock"))
-                .with("sku", sku.as_str());
-            let rejected = StoredResponse { status: 409, body: problem.to_json(), order_id: None };
+            let problem = Problem::new(
+                StatusCode::CONFLICT,
+                "out-of-stock",
+                "Out of stock",
+                format!("not enough {sku} in stock"),
+            )
+            .with("sku", sku.as_str());
+            let rejected = StoredResponse {
+                status: 409,
+                body: problem.to_json(),
+                order_id: None,
+            };
             match store::idempotency::record(&state.pool, &keyed, &rejected).await? {
                 Claim::Claimed => Ok((stored_response(&rejected, false), "out_of_stock")),
                 other => claim_response(other),
@@ -167,15 +208,24 @@ fn claim_response(claim: Claim) -> Result<(Response, &'static str), ApiError> {
             "this Idempotency-Key was used for a different request",
         ),
     };
-    let label = if problem.status == 409 { "key_in_flight" } else { "key_mismatch" };
+    let label = if problem.status == 409 {
+        "key_in_flight"
+    } else {
+        "key_mismatch"
+    };
     Ok((problem.into_response(), label))
 }
 
 /// Renders a stored answer: its status, body and, for an order, Location.
 fn stored_response(stored: &StoredResponse, replayed: bool) -> Response {
     let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let content_type = if status.is_success() { "application/json" } else { "application/problem+json" };
-    let mut response = (status, serde_json::to_vec(&stored.body).unwrap_or_default()).into_response();
+    let content_type = if status.is_success() {
+        "application/json"
+    } else {
+        "application/problem+json"
+    };
+    let mut response =
+        (status, serde_json::to_vec(&stored.body).unwrap_or_default()).into_response();
     let h = response.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     if let Some(id) = stored.order_id.filter(|_| status.is_success()) {

@@ -35,9 +35,19 @@ pub struct OrderRequest {
 
 /// Rejects bodies that are not JSON by their declared type.
 pub(crate) fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
-    match headers.get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap_or("")) {
+    match headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or(""))
+    {
         None => Ok(()),
-        Some(ct) if ct.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json")) => Ok(()),
+        Some(ct)
+            if ct
+                .split(';')
+                .next()
+                .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json")) =>
+        {
+            Ok(())
+        }
         Some(_) => Err(ApiError::UnsupportedMediaType),
     }
 }
@@ -49,7 +59,9 @@ pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
         .ok_or_else(|| ApiError::Malformed("the Idempotency-Key header is required".into()))?;
     let key = value.to_str().ok().map(str::trim).unwrap_or("");
     if key.is_empty() || key.len() > 255 || !key.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(ApiError::Malformed("the Idempotency-Key must be 1-255 visible ASCII characters".into()));
+        return Err(ApiError::Malformed(
+            "the Idempotency-Key must be 1-255 visible ASCII characters".into(),
+        ));
     }
     Ok(key.to_owned())
 }
@@ -58,10 +70,11 @@ pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
 pub fn parse(body: &Bytes) -> Result<OrderRequest, ApiError> {
     // Syntax first (400), then shape (422): serde's derived structs would
     // also take an array of the fields in order, so objects are required here.
-    let value: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| ApiError::Malformed(format!("the body is not valid JSON: {e}")))?;
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::Malformed(format!("the body is not valid JSON: {e}")))?;
     require_objects(&value)?;
-    let parsed: PlaceOrderBody = serde_json::from_value(value).map_err(|e| ApiError::Invalid(e.to_string()))?;
+    let parsed: PlaceOrderBody =
+        serde_json::from_value(value).map_err(|e| ApiError::Invalid(e.to_string()))?;
     if parsed.lines.is_empty() || parsed.lines.len() > domain::order::MAX_LINES {
         return Err(ApiError::Invalid(format!(
             "lines must hold 1 to {} entries, got {}",
@@ -71,10 +84,14 @@ pub fn parse(body: &Bytes) -> Result<OrderRequest, ApiError> {
     }
     let mut lines = Vec::with_capacity(parsed.lines.len());
     for (i, line) in parsed.lines.iter().enumerate() {
-        let sku = Sku::parse(&line.sku).map_err(|e| ApiError::Invalid(format!("lines[{i}].sku: {e}")))?;
-        let quantity = Quantity::new(line.quantity).map_err(|e| ApiError::Invalid(format!("lines[{i}].quantity: {e}")))?;
+        let sku =
+            Sku::parse(&line.sku).map_err(|e| ApiError::Invalid(format!("lines[{i}].sku: {e}")))?;
+        let quantity = Quantity::new(line.quantity)
+            .map_err(|e| ApiError::Invalid(format!("lines[{i}].quantity: {e}")))?;
         if lines.iter().any(|(s, _)| s == &sku) {
-            return Err(ApiError::Invalid(format!("lines[{i}].sku: {sku} appears on more than one line")));
+            return Err(ApiError::Invalid(format!(
+                "lines[{i}].sku: {sku} appears on more than one line"
+            )));
         }
         lines.push((sku, quantity));
     }
@@ -82,13 +99,19 @@ pub fn parse(body: &Bytes) -> Result<OrderRequest, ApiError> {
         check_shipping(s)?;
     }
     let canonical = serde_json::to_vec(&parsed).map_err(|e| ApiError::Internal(e.to_string()))?;
-    Ok(OrderRequest { lines, shipping: parsed.shipping, fingerprint: Sha256::digest(&canonical).into() })
+    Ok(OrderRequest {
+        lines,
+        shipping: parsed.shipping,
+        fingerprint: Sha256::digest(&canonical).into(),
+    })
 }
 
 /// The body, each line and the shipping address must be JSON objects.
 fn require_objects(value: &serde_json::Value) -> Result<(), ApiError> {
     let not_object = |what: String| Err(ApiError::Invalid(format!("{what} must be a JSON object")));
-    let Some(body) = value.as_object() else { return not_object("the body".into()) };
+    let Some(body) = value.as_object() else {
+        return not_object("the body".into());
+    };
     if let Some(serde_json::Value::Array(lines)) = body.get("lines") {
         if let Some(i) = lines.iter().position(|l| !l.is_object()) {
             return not_object(format!("lines[{i}]"));
@@ -101,13 +124,22 @@ fn require_objects(value: &serde_json::Value) -> Result<(), ApiError> {
 }
 
 fn check_shipping(s: &Shipping) -> Result<(), ApiError> {
-    for (name, value) in [("name", &s.name), ("line1", &s.line1), ("city", &s.city), ("postal_code", &s.postal_code)] {
+    for (name, value) in [
+        ("name", &s.name),
+        ("line1", &s.line1),
+        ("city", &s.city),
+        ("postal_code", &s.postal_code),
+    ] {
         if value.trim().is_empty() || value.chars().count() > 200 {
-            return Err(ApiError::Invalid(format!("shipping.{name} must be 1-200 characters")));
+            return Err(ApiError::Invalid(format!(
+                "shipping.{name} must be 1-200 characters"
+            )));
         }
     }
     if !(s.country.len() == 2 && s.country.bytes().all(|b| b.is_ascii_uppercase())) {
-        return Err(ApiError::Invalid("shipping.country must be an ISO 3166-1 alpha-2 code such as BR".into()));
+        return Err(ApiError::Invalid(
+            "shipping.country must be an ISO 3166-1 alpha-2 code such as BR".into(),
+        ));
     }
     Ok(())
 }

@@ -60,13 +60,22 @@ impl From<&Order> for OrderView {
             lines: o
                 .lines
                 .iter()
-                .map(|l| LineView { sku: l.sku.to_string(), quantity: l.quantity.get(), unit_price_minor: l.unit_price_minor })
+                .map(|l| LineView {
+                    sku: l.sku.to_string(),
+                    quantity: l.quantity.get(),
+                    unit_price_minor: l.unit_price_minor,
+                })
                 .collect(),
             total_minor: o.total_minor,
             currency: o.currency.to_string(),
             shipping: o.shipping.clone(),
             payment: o.payment.as_ref().map(|p| PaymentView {
-                state: if o.state == domain::OrderState::Refunded { "refunded" } else { "succeeded" }.into(),
+                state: if o.state == domain::OrderState::Refunded {
+                    "refunded"
+                } else {
+                    "succeeded"
+                }
+                .into(),
                 amount_minor: p.amount_minor,
                 psp_payment_id: p.payment_id.clone(),
             }),

@@ -44,8 +44,12 @@ impl Secrets {
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut keys = vec![];
         for s in text.split_whitespace() {
-            let b64 = s.strip_prefix("whsec_").ok_or_else(|| "each secret must start with whsec_".to_owned())?;
-            let key = base64::engine::general_purpose::STANDARD.decode(b64).map_err(|_| "a secret is not valid base64".to_owned())?;
+            let b64 = s
+                .strip_prefix("whsec_")
+                .ok_or_else(|| "each secret must start with whsec_".to_owned())?;
+            let key = base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .map_err(|_| "a secret is not valid base64".to_owned())?;
             if key.len() < MIN_KEY_BYTES {
                 return Err(format!("each key must be at least {MIN_KEY_BYTES} bytes (32 base64 characters after whsec_), got {}", key.len()));
             }
@@ -61,7 +65,9 @@ impl Secrets {
     pub fn verify(&self, id: &str, ts: &str, body: &[u8], header: &str) -> bool {
         let mut valid = false;
         for key in &self.0 {
-            let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else { continue };
+            let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else {
+                continue;
+            };
             mac.update(id.as_bytes());
             mac.update(b".");
             mac.update(ts.as_bytes());
@@ -69,8 +75,12 @@ impl Secrets {
             mac.update(body);
             let expected = mac.finalize().into_bytes();
             for candidate in header.split_whitespace() {
-                let Some(sig) = candidate.strip_prefix("v1,") else { continue };
-                let Ok(sig) = base64::engine::general_purpose::STANDARD.decode(sig) else { continue };
+                let Some(sig) = candidate.strip_prefix("v1,") else {
+                    continue;
+                };
+                let Ok(sig) = base64::engine::general_purpose::STANDARD.decode(sig) else {
+                    continue;
+                };
                 valid |= bool::from(sig.as_slice().ct_eq(expected.as_slice()));
             }
         }
@@ -112,7 +122,10 @@ impl CallbackData {
             status: domain::PspStatus::parse(self.status.as_deref()?),
             amount_minor: self.amount_minor?,
             currency: self.currency.as_deref()?.chars().take(16).collect(),
-            failure_reason: self.failure_reason.as_deref().map(|r| r.chars().take(200).collect()),
+            failure_reason: self
+                .failure_reason
+                .as_deref()
+                .map(|r| r.chars().take(200).collect()),
         })
     }
 }
@@ -123,18 +136,38 @@ fn reject(reason: &'static str) -> ApiError {
 }
 
 /// Checks the Standard Webhooks headers and signature; returns the webhook id.
-pub fn authenticate(secrets: &Secrets, headers: &HeaderMap, body: &[u8]) -> Result<String, ApiError> {
-    let get = |name| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty());
-    let (Some(id), Some(ts), Some(sig)) = (get("webhook-id"), get("webhook-timestamp"), get("webhook-signature")) else {
-        return Err(reject("missing webhook-id, webhook-timestamp or webhook-signature"));
+pub fn authenticate(
+    secrets: &Secrets,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<String, ApiError> {
+    let get = |name| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    };
+    let (Some(id), Some(ts), Some(sig)) = (
+        get("webhook-id"),
+        get("webhook-timestamp"),
+        get("webhook-signature"),
+    ) else {
+        return Err(reject(
+            "missing webhook-id, webhook-timestamp or webhook-signature",
+        ));
     };
     if id.len() > 255 {
         return Err(reject("webhook-id is longer than 255 characters"));
     }
-    let when: i64 = ts.parse().map_err(|_| reject("webhook-timestamp is not unix seconds"))?;
+    let when: i64 = ts
+        .parse()
+        .map_err(|_| reject("webhook-timestamp is not unix seconds"))?;
     // abs_diff: no overflow for any i64 an attacker sends.
     if chrono::Utc::now().timestamp().abs_diff(when) > TOLERANCE_SECS {
-        return Err(reject("webhook-timestamp is outside the 5 minute tolerance"));
+        return Err(reject(
+            "webhook-timestamp is outside the 5 minute tolerance",
+        ));
     }
     if !secrets.verify(id, ts, body, sig) {
         return Err(reject("no valid signature"));
@@ -149,27 +182,48 @@ pub(crate) async fn receive(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, ApiError> {
     let Some(secrets) = state.webhook_secrets.as_ref() else {
-        return Err(ApiError::NotConfigured("webhooks are not configured (set WEBHOOK_SECRET)"));
+        return Err(ApiError::NotConfigured(
+            "webhooks are not configured (set WEBHOOK_SECRET)",
+        ));
     };
     let body = body?;
     let webhook_id = authenticate(secrets, &headers, &body)?;
-    let callback: Callback = serde_json::from_slice(&body).map_err(|e| ApiError::Invalid(format!("webhook body: {e}")))?;
-    let order_id = callback.data.reference.as_deref().and_then(|r| r.parse::<Uuid>().ok());
-    if callback.event_type == "refund.succeeded" && callback.data.status.as_deref() == Some("succeeded") {
+    let callback: Callback = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::Invalid(format!("webhook body: {e}")))?;
+    let order_id = callback
+        .data
+        .reference
+        .as_deref()
+        .and_then(|r| r.parse::<Uuid>().ok());
+    if callback.event_type == "refund.succeeded"
+        && callback.data.status.as_deref() == Some("succeeded")
+    {
         // Idempotent on its own: a refund is recorded once, whoever learns of it first.
         if let Some(payment_id) = callback.data.payment_id.as_deref() {
-            store::compensations::complete(&state.pool, payment_id, &callback.data.id, "checkout").await?;
+            store::compensations::complete(&state.pool, payment_id, &callback.data.id, "checkout")
+                .await?;
         }
     }
-    let fact = callback.event_type.starts_with("payment.").then(|| callback.data.payment_fact()).flatten();
+    let fact = callback
+        .event_type
+        .starts_with("payment.")
+        .then(|| callback.data.payment_fact())
+        .flatten();
     let mut tx = state.pool.begin().await.map_err(store::StoreError::from)?;
-    if !store::payments::record_webhook(&mut tx, &webhook_id, &callback.event_type, order_id).await? {
+    if !store::payments::record_webhook(&mut tx, &webhook_id, &callback.event_type, order_id)
+        .await?
+    {
         metrics::counter!("soldonce_webhooks_total", "outcome" => "duplicate").increment(1);
         return Ok(StatusCode::OK);
     }
     let outcome = match &fact {
         Some(fact) => {
-            let meta = Metadata { correlation_id: order_id.unwrap_or_default(), causation_id: Uuid::now_v7(), source: "checkout".into(), traceparent: None };
+            let meta = Metadata {
+                correlation_id: order_id.unwrap_or_default(),
+                causation_id: Uuid::now_v7(),
+                source: "checkout".into(),
+                traceparent: None,
+            };
             store::payments::learn(&mut tx, fact, Source::Webhook, &meta).await?
         }
         None => Learned::AlreadyKnown,

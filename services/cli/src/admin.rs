@@ -50,7 +50,9 @@ fn limit(text: &str) -> Result<Limit, String> {
     }
     match text.parse::<i64>() {
         Ok(n) if n > 0 => Ok(Limit::Units(n)),
-        _ => Err(format!("{text:?} is neither a positive number of units nor `none`")),
+        _ => Err(format!(
+            "{text:?} is neither a positive number of units nor `none`"
+        )),
     }
 }
 
@@ -97,7 +99,9 @@ pub enum AccountCommand {
 /// Connects using DATABASE_URL.
 pub async fn pool() -> Result<PgPool, CliError> {
     let url = platform::config::database_url().map_err(|e| CliError::Usage(e.to_string()))?;
-    Ok(store::connect(&url, 4).await.context("connecting to DATABASE_URL")?)
+    Ok(store::connect(&url, 4)
+        .await
+        .context("connecting to DATABASE_URL")?)
 }
 
 fn sku(s: &str) -> Result<Sku, CliError> {
@@ -114,17 +118,30 @@ fn catalog_error(e: CatalogError) -> CliError {
 pub async fn migrate(out: &Output) -> Result<ExitCode, CliError> {
     let pool = pool().await?;
     store::migrate(&pool).await.context("applying migrations")?;
-    out.print(&serde_json::json!({ "migrated": true }), || "migrations applied".into());
+    out.print(&serde_json::json!({ "migrated": true }), || {
+        "migrations applied".into()
+    });
     Ok(ExitCode::SUCCESS)
 }
 
 pub async fn product(cmd: ProductCommand, out: &Output) -> Result<ExitCode, CliError> {
     let (s, name, price_minor, currency) = match cmd {
-        ProductCommand::Add { sku, name, price_minor, currency } => (sku, name, price_minor, currency),
-        ProductCommand::Limit { sku: s, max_per_order, per_account } => return set_limits(&s, max_per_order, per_account, out).await,
+        ProductCommand::Add {
+            sku,
+            name,
+            price_minor,
+            currency,
+        } => (sku, name, price_minor, currency),
+        ProductCommand::Limit {
+            sku: s,
+            max_per_order,
+            per_account,
+        } => return set_limits(&s, max_per_order, per_account, out).await,
     };
     let sku = sku(&s)?;
-    let currency: Currency = currency.parse().map_err(|e| CliError::Usage(format!("--currency: {e}")))?;
+    let currency: Currency = currency
+        .parse()
+        .map_err(|e| CliError::Usage(format!("--currency: {e}")))?;
     if price_minor < 0 {
         return Err(CliError::Usage("--price-minor must not be negative".into()));
     }
@@ -132,19 +149,32 @@ pub async fn product(cmd: ProductCommand, out: &Output) -> Result<ExitCode, CliE
         return Err(CliError::Usage("--name must be 1-200 characters".into()));
     }
     let pool = pool().await?;
-    store::catalog::add_product(&pool, &sku, &name, price_minor, currency).await.map_err(catalog_error)?;
+    store::catalog::add_product(&pool, &sku, &name, price_minor, currency)
+        .await
+        .map_err(catalog_error)?;
     let value = serde_json::json!({ "sku": sku, "name": name, "price_minor": price_minor, "currency": currency });
-    out.print(&value, || format!("added {sku} ({name}) at {price_minor} {currency}"));
+    out.print(&value, || {
+        format!("added {sku} ({name}) at {price_minor} {currency}")
+    });
     Ok(ExitCode::SUCCESS)
 }
 
-async fn set_limits(s: &str, max_per_order: Option<Limit>, per_account: Option<Limit>, out: &Output) -> Result<ExitCode, CliError> {
+async fn set_limits(
+    s: &str,
+    max_per_order: Option<Limit>,
+    per_account: Option<Limit>,
+    out: &Output,
+) -> Result<ExitCode, CliError> {
     let sku = sku(s)?;
     if max_per_order.is_none() && per_account.is_none() {
-        return Err(CliError::Usage("give --max-per-order and/or --per-account (a number of units or `none`)".into()));
+        return Err(CliError::Usage(
+            "give --max-per-order and/or --per-account (a number of units or `none`)".into(),
+        ));
     }
     let pool = pool().await?;
-    let current = store::catalog::prices(&pool, &[sku.as_str()]).await.context("reading the product")?;
+    let current = store::catalog::prices(&pool, &[sku.as_str()])
+        .await
+        .context("reading the product")?;
     let Some(current) = current.get(sku.as_str()) else {
         return Err(CliError::Usage(format!("--sku {sku}: no such product")));
     };
@@ -153,11 +183,23 @@ async fn set_limits(s: &str, max_per_order: Option<Limit>, per_account: Option<L
         Some(Limit::None) => None,
         None => kept,
     };
-    let (max, per_account) = (pick(max_per_order, current.max_per_order), pick(per_account, current.per_account_limit));
-    store::catalog::set_limits(&pool, &sku, max, per_account).await.context("setting the limits")?;
-    let value = serde_json::json!({ "sku": sku, "max_per_order": max, "per_account_limit": per_account });
+    let (max, per_account) = (
+        pick(max_per_order, current.max_per_order),
+        pick(per_account, current.per_account_limit),
+    );
+    store::catalog::set_limits(&pool, &sku, max, per_account)
+        .await
+        .context("setting the limits")?;
+    let value =
+        serde_json::json!({ "sku": sku, "max_per_order": max, "per_account_limit": per_account });
     let show = |v: Option<i64>| v.map_or("none".to_owned(), |n| n.to_string());
-    out.print(&value, || format!("{sku}: at most {} per order, {} per account", show(max), show(per_account)));
+    out.print(&value, || {
+        format!(
+            "{sku}: at most {} per order, {} per account",
+            show(max),
+            show(per_account)
+        )
+    });
     Ok(ExitCode::SUCCESS)
 }
 
@@ -168,20 +210,32 @@ pub async fn stock(cmd: StockCommand, out: &Output) -> Result<ExitCode, CliError
             if quantity <= 0 {
                 return Err(CliError::Usage("--quantity must be at least 1".into()));
             }
-            let row = store::catalog::receive(&pool().await?, &sku, quantity).await.map_err(catalog_error)?;
+            let row = store::catalog::receive(&pool().await?, &sku, quantity)
+                .await
+                .map_err(catalog_error)?;
             print_rows(out, &[row], false);
         }
-        StockCommand::Adjust { sku: s, delta, reason } => {
+        StockCommand::Adjust {
+            sku: s,
+            delta,
+            reason,
+        } => {
             let sku = sku(&s)?;
             if delta == 0 || reason.trim().is_empty() {
-                return Err(CliError::Usage("--delta must not be 0 and --reason must not be empty".into()));
+                return Err(CliError::Usage(
+                    "--delta must not be 0 and --reason must not be empty".into(),
+                ));
             }
-            let row = store::catalog::adjust(&pool().await?, &sku, delta, &reason).await.map_err(catalog_error)?;
+            let row = store::catalog::adjust(&pool().await?, &sku, delta, &reason)
+                .await
+                .map_err(catalog_error)?;
             print_rows(out, &[row], false);
         }
         StockCommand::Show { sku: s } => {
             let sku = s.as_deref().map(sku).transpose()?;
-            let rows = store::catalog::show(&pool().await?, sku.as_ref()).await.context("reading stock")?;
+            let rows = store::catalog::show(&pool().await?, sku.as_ref())
+                .await
+                .context("reading stock")?;
             if let Some(sku) = &sku {
                 if rows.is_empty() {
                     return Err(CliError::Usage(format!("unknown sku {sku}")));
@@ -195,9 +249,15 @@ pub async fn stock(cmd: StockCommand, out: &Output) -> Result<ExitCode, CliError
 
 fn print_rows(out: &Output, rows: &[StockRow], as_list: bool) {
     let text = || {
-        let mut t = format!("{:<24} {:>12} {:>12} {:>12}", "SKU", "AVAILABLE", "RESERVED", "SOLD");
+        let mut t = format!(
+            "{:<24} {:>12} {:>12} {:>12}",
+            "SKU", "AVAILABLE", "RESERVED", "SOLD"
+        );
         for r in rows {
-            t.push_str(&format!("\n{:<24} {:>12} {:>12} {:>12}", r.sku, r.available, r.reserved, r.sold));
+            t.push_str(&format!(
+                "\n{:<24} {:>12} {:>12} {:>12}",
+                r.sku, r.available, r.reserved, r.sold
+            ));
         }
         t
     };
@@ -212,7 +272,9 @@ pub async fn account(cmd: AccountCommand, _out: &Output) -> Result<ExitCode, Cli
     if name.trim().is_empty() || name.chars().count() > 200 {
         return Err(CliError::Usage("--name must be 1-200 characters".into()));
     }
-    let account = store::accounts::create(&pool().await?, &name).await.context("creating the account")?;
+    let account = store::accounts::create(&pool().await?, &name)
+        .await
+        .context("creating the account")?;
     // Always JSON: the token is meant to be captured by a script.
     println!("{}", serde_json::to_string(&account).unwrap_or_default());
     Ok(ExitCode::SUCCESS)
@@ -220,7 +282,9 @@ pub async fn account(cmd: AccountCommand, _out: &Output) -> Result<ExitCode, Cli
 
 pub async fn projections(cmd: ProjectionsCommand, out: &Output) -> Result<ExitCode, CliError> {
     let ProjectionsCommand::Rebuild = cmd;
-    let report = store::projections::rebuild(&pool().await?).await.context("rebuilding the projections")?;
+    let report = store::projections::rebuild(&pool().await?)
+        .await
+        .context("rebuilding the projections")?;
     out.print(&report, || {
         [("orders", &report.orders), ("shipments", &report.shipments)]
             .iter()
@@ -236,11 +300,17 @@ pub async fn projections(cmd: ProjectionsCommand, out: &Output) -> Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn audit(options: store::audit::AuditOptions, out: &Output) -> Result<ExitCode, CliError> {
+pub async fn audit(
+    options: store::audit::AuditOptions,
+    out: &Output,
+) -> Result<ExitCode, CliError> {
     let started = std::time::Instant::now();
-    let report = store::audit::run(&pool().await?, &options).await.context("running the audit")?;
+    let report = store::audit::run(&pool().await?, &options)
+        .await
+        .context("running the audit")?;
     let seconds = started.elapsed().as_secs_f64();
-    let value = serde_json::json!({ "clean": report.clean(), "seconds": seconds, "report": report });
+    let value =
+        serde_json::json!({ "clean": report.clean(), "seconds": seconds, "report": report });
     out.print(&value, || {
         let mut t = format!(
             "audited {} SKUs, {} orders, {} events, {} payments in {seconds:.2}s; outbox backlog {} (oldest {:.0}s)",
@@ -258,5 +328,9 @@ pub async fn audit(options: store::audit::AuditOptions, out: &Output) -> Result<
         }
         t
     });
-    Ok(if report.clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if report.clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

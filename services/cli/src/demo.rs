@@ -43,7 +43,9 @@ struct Summary {
 
 pub async fn run(cmd: DemoCommand, out: &Output) -> Result<ExitCode, CliError> {
     let DemoCommand::FlashSale { buyers, stock } = cmd;
-    let usage = |e: platform::ConfigError| CliError::Usage(format!("{e} (run `soldonce up` and source its env file)"));
+    let usage = |e: platform::ConfigError| {
+        CliError::Usage(format!("{e} (run `soldonce up` and source its env file)"))
+    };
     let url = platform::config::required("CHECKOUT_URL").map_err(usage)?;
     let token = platform::config::required("SOLDONCE_TOKEN").map_err(usage)?;
     let pool = crate::admin::pool().await?;
@@ -52,15 +54,36 @@ pub async fn run(cmd: DemoCommand, out: &Output) -> Result<ExitCode, CliError> {
 
 /// Sells `stock` units of a fresh SKU to `buyers` simultaneous buyers and
 /// waits for the saga to settle every winner.
-pub async fn flash_sale(pool: &sqlx::PgPool, url: &str, token: &str, buyers: usize, stock: i64, out: &Output) -> Result<ExitCode, CliError> {
+pub async fn flash_sale(
+    pool: &sqlx::PgPool,
+    url: &str,
+    token: &str,
+    buyers: usize,
+    stock: i64,
+    out: &Output,
+) -> Result<ExitCode, CliError> {
     if buyers == 0 || stock < 1 {
-        return Err(CliError::Usage("--buyers and --stock must be at least 1".into()));
+        return Err(CliError::Usage(
+            "--buyers and --stock must be at least 1".into(),
+        ));
     }
-    let sku = domain::Sku::parse(&format!("FLASH-{}", chrono::Utc::now().format("%Y%m%d%H%M%S%3f"))).context("flash sku")?;
-    store::catalog::add_product(pool, &sku, "flash sale T-shirt", 4990, "BRL".parse().context("currency")?)
+    let sku = domain::Sku::parse(&format!(
+        "FLASH-{}",
+        chrono::Utc::now().format("%Y%m%d%H%M%S%3f")
+    ))
+    .context("flash sku")?;
+    store::catalog::add_product(
+        pool,
+        &sku,
+        "flash sale T-shirt",
+        4990,
+        "BRL".parse().context("currency")?,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!(e))?;
+    store::catalog::receive(pool, &sku, stock)
         .await
         .map_err(|e| anyhow::anyhow!(e))?;
-    store::catalog::receive(pool, &sku, stock).await.map_err(|e| anyhow::anyhow!(e))?;
     eprintln!("demo: {buyers} buyers press buy on {stock} unit(s) of {sku} at the same moment");
     let report = crate::load::flash_sale(pool, url, token, sku.as_str(), buyers).await?;
 
@@ -83,8 +106,15 @@ pub async fn flash_sale(pool: &sqlx::PgPool, url: &str, token: &str, buyers: usi
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let (_, paid, failed, expired, shipped) = counts;
-    let row = store::catalog::show(pool, Some(&sku)).await.context("reading stock")?.into_iter().next().context("stock row")?;
-    let audit = store::audit::run(pool, &store::audit::AuditOptions::default()).await.context("running the audit")?;
+    let row = store::catalog::show(pool, Some(&sku))
+        .await
+        .context("reading stock")?
+        .into_iter()
+        .next()
+        .context("stock row")?;
+    let audit = store::audit::run(pool, &store::audit::AuditOptions::default())
+        .await
+        .context("running the audit")?;
     let sold_out = report.by_status.get("409").copied().unwrap_or(0);
     let ok = audit.clean()
         && report.orders_in_database == Some(report.accepted)
@@ -106,11 +136,19 @@ pub async fn flash_sale(pool: &sqlx::PgPool, url: &str, token: &str, buyers: usi
         reserved: row.reserved,
         sold: row.sold,
         audit_clean: audit.clean(),
-        violations: audit.violations.iter().map(|v| format!("{} {}: {}", v.check, v.subject, v.detail)).collect(),
+        violations: audit
+            .violations
+            .iter()
+            .map(|v| format!("{} {}: {}", v.check, v.subject, v.detail))
+            .collect(),
         ok,
     };
     out.print(&summary, || render(&summary, &crate::load::render(&report)));
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn render(s: &Summary, load: &str) -> String {
@@ -122,6 +160,10 @@ fn render(s: &Summary, load: &str) -> String {
     for v in &s.violations {
         t.push_str(&format!("  VIOLATION {v}\n"));
     }
-    t.push_str(if s.ok { "  result     every unit sold once, every payment charged once: OK" } else { "  result     SOMETHING IS OFF" });
+    t.push_str(if s.ok {
+        "  result     every unit sold once, every payment charged once: OK"
+    } else {
+        "  result     SOMETHING IS OFF"
+    });
     t
 }

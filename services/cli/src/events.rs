@@ -32,13 +32,31 @@ pub struct TailArgs {
 
 pub async fn tail(cmd: EventsCommand, out: &Output) -> Result<ExitCode, CliError> {
     let EventsCommand::Tail(args) = cmd;
-    let nats_url = platform::config::required("NATS_URL").map_err(|e| CliError::Usage(e.to_string()))?;
-    let js = bus::connect(&nats_url).await.context("connecting to NATS_URL")?;
-    let stream = js.get_stream(bus::STREAM).await.context("opening the SOLDONCE stream")?;
-    let deliver_policy = if args.from_start { DeliverPolicy::All } else { DeliverPolicy::New };
-    let consumer = stream.create_consumer(OrderedConfig { deliver_policy, ..Default::default() }).await.context("subscribing")?;
+    let nats_url =
+        platform::config::required("NATS_URL").map_err(|e| CliError::Usage(e.to_string()))?;
+    let js = bus::connect(&nats_url)
+        .await
+        .context("connecting to NATS_URL")?;
+    let stream = js
+        .get_stream(bus::STREAM)
+        .await
+        .context("opening the SOLDONCE stream")?;
+    let deliver_policy = if args.from_start {
+        DeliverPolicy::All
+    } else {
+        DeliverPolicy::New
+    };
+    let consumer = stream
+        .create_consumer(OrderedConfig {
+            deliver_policy,
+            ..Default::default()
+        })
+        .await
+        .context("subscribing")?;
     let mut messages = consumer.messages().await.context("subscribing")?;
-    let wanted = args.event_type.map(|t| t.trim_start_matches("soldonce.").to_owned());
+    let wanted = args
+        .event_type
+        .map(|t| t.trim_start_matches("soldonce.").to_owned());
     loop {
         let next = tokio::select! {
             next = messages.next() => next,
@@ -55,14 +73,23 @@ pub async fn tail(cmd: EventsCommand, out: &Output) -> Result<ExitCode, CliError
         if wanted.as_deref().is_some_and(|w| !ty.starts_with(w)) {
             continue;
         }
-        let order = event.data.get("order_id").and_then(|v| v.as_str()).unwrap_or(&event.subject).to_owned();
+        let order = event
+            .data
+            .get("order_id")
+            .and_then(|v| v.as_str())
+            .unwrap_or(&event.subject)
+            .to_owned();
         if args.order.is_some_and(|o| o.to_string() != order) {
             continue;
         }
         if out.json {
             println!("{}", serde_json::to_string(&event).unwrap_or_default());
         } else {
-            println!("#{seq} {} {ty:<26} order {order} {}", event.time.format("%H:%M:%S%.3f"), event.data);
+            println!(
+                "#{seq} {} {ty:<26} order {order} {}",
+                event.time.format("%H:%M:%S%.3f"),
+                event.data
+            );
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -70,13 +97,23 @@ pub async fn tail(cmd: EventsCommand, out: &Output) -> Result<ExitCode, CliError
 
 /// `soldonce order show ID`: the order, its timeline, payment and shipment.
 pub async fn show(id: &str, out: &Output) -> Result<ExitCode, CliError> {
-    let id: Uuid = id.parse().map_err(|_| CliError::Usage(format!("{id:?} is not an order id (a UUID)")))?;
+    let id: Uuid = id
+        .parse()
+        .map_err(|_| CliError::Usage(format!("{id:?} is not an order id (a UUID)")))?;
     let pool = crate::admin::pool().await?;
-    let Some(order) = store::orders::load(&pool, id, None).await.context("reading the order")? else {
+    let Some(order) = store::orders::load(&pool, id, None)
+        .await
+        .context("reading the order")?
+    else {
         return Err(CliError::Usage(format!("no order {id}")));
     };
-    let events = store::orders::history(&pool, id, None).await.context("reading its events")?.unwrap_or_default();
-    let shipment = store::shipments::for_order(&pool, id).await.context("reading its shipment")?;
+    let events = store::orders::history(&pool, id, None)
+        .await
+        .context("reading its events")?
+        .unwrap_or_default();
+    let shipment = store::shipments::for_order(&pool, id)
+        .await
+        .context("reading its shipment")?;
     let value = serde_json::json!({ "order": order, "events": events, "shipment": shipment });
     out.print(&value, || {
         let mut t = format!(
@@ -87,14 +124,28 @@ pub async fn show(id: &str, out: &Output) -> Result<ExitCode, CliError> {
             order.lines.len()
         );
         for line in &order.lines {
-            t.push_str(&format!("  {} × {} at {}\n", line.quantity.get(), line.sku, line.unit_price_minor));
+            t.push_str(&format!(
+                "  {} × {} at {}\n",
+                line.quantity.get(),
+                line.sku,
+                line.unit_price_minor
+            ));
         }
         t.push_str("timeline:\n");
         for e in &events {
-            t.push_str(&format!("  {}  v{} {}  {}\n", e.recorded_at.format("%Y-%m-%d %H:%M:%S%.3f"), e.version, e.event_type, e.data));
+            t.push_str(&format!(
+                "  {}  v{} {}  {}\n",
+                e.recorded_at.format("%Y-%m-%d %H:%M:%S%.3f"),
+                e.version,
+                e.event_type,
+                e.data
+            ));
         }
         match &order.payment {
-            Some(p) => t.push_str(&format!("payment: {} ({} minor units)\n", p.payment_id, p.amount_minor)),
+            Some(p) => t.push_str(&format!(
+                "payment: {} ({} minor units)\n",
+                p.payment_id, p.amount_minor
+            )),
             None => t.push_str("payment: none settled\n"),
         }
         match &shipment {

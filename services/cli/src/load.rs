@@ -80,11 +80,21 @@ fn parse_rate(s: &str) -> Result<f64, CliError> {
     n.parse::<f64>()
         .ok()
         .filter(|r| *r > 0.0 && r.is_finite())
-        .ok_or_else(|| CliError::Usage(format!("--rate {s:?}: expected requests per second such as 300 or 300/s")))
+        .ok_or_else(|| {
+            CliError::Usage(format!(
+                "--rate {s:?}: expected requests per second such as 300 or 300/s"
+            ))
+        })
 }
 
 /// A flash sale: `buyers` concurrent buyers of one unit of `sku`, checked against the database.
-pub async fn flash_sale(pool: &sqlx::PgPool, url: &str, token: &str, sku: &str, buyers: usize) -> Result<Report, CliError> {
+pub async fn flash_sale(
+    pool: &sqlx::PgPool,
+    url: &str,
+    token: &str,
+    sku: &str,
+    buyers: usize,
+) -> Result<Report, CliError> {
     let args = LoadArgs {
         url: url.to_owned(),
         token: token.to_owned(),
@@ -104,12 +114,27 @@ pub async fn run(mut args: LoadArgs, out: &Output) -> Result<ExitCode, CliError>
     args.token = std::env::var("SOLDONCE_TOKEN")
         .ok()
         .filter(|t| !t.trim().is_empty())
-        .ok_or_else(|| CliError::Usage("SOLDONCE_TOKEN: set it to an account's API token (see `soldonce account add`)".into()))?;
-    let pool = if args.no_verify { None } else { Some(crate::admin::pool().await?) };
+        .ok_or_else(|| {
+            CliError::Usage(
+                "SOLDONCE_TOKEN: set it to an account's API token (see `soldonce account add`)"
+                    .into(),
+            )
+        })?;
+    let pool = if args.no_verify {
+        None
+    } else {
+        Some(crate::admin::pool().await?)
+    };
     let report = measure(&args, pool.as_ref()).await?;
     out.print(&report, || render(&report));
-    if report.orders_in_database.is_some_and(|n| n != report.accepted) {
-        eprintln!("soldonce: {} orders were accepted but the database holds {:?} of them", report.accepted, report.orders_in_database);
+    if report
+        .orders_in_database
+        .is_some_and(|n| n != report.accepted)
+    {
+        eprintln!(
+            "soldonce: {} orders were accepted but the database holds {:?} of them",
+            report.accepted, report.orders_in_database
+        );
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
@@ -117,7 +142,9 @@ pub async fn run(mut args: LoadArgs, out: &Output) -> Result<ExitCode, CliError>
 
 async fn measure(args: &LoadArgs, verify: Option<&sqlx::PgPool>) -> Result<Report, CliError> {
     if args.sku_count == 0 || args.quantity <= 0 {
-        return Err(CliError::Usage("--sku-count and --quantity must be at least 1".into()));
+        return Err(CliError::Usage(
+            "--sku-count and --quantity must be at least 1".into(),
+        ));
     }
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(4096)
@@ -125,8 +152,21 @@ async fn measure(args: &LoadArgs, verify: Option<&sqlx::PgPool>) -> Result<Repor
         .build()
         .context("building the HTTP client")?;
     let latency = Histogram::new_with_bounds(1, 60_000_000, 3).context("histogram")?;
-    let tally = Arc::new(Mutex::new(Tally { latency, by_status: BTreeMap::new(), accepted_ids: vec![], errors: 0 }));
-    let shared = Arc::new(Shared { client, args_url: args.url.trim_end_matches('/').to_owned(), token: args.token.clone(), sku: args.sku.clone(), sku_count: args.sku_count, quantity: args.quantity, tally: tally.clone() });
+    let tally = Arc::new(Mutex::new(Tally {
+        latency,
+        by_status: BTreeMap::new(),
+        accepted_ids: vec![],
+        errors: 0,
+    }));
+    let shared = Arc::new(Shared {
+        client,
+        args_url: args.url.trim_end_matches('/').to_owned(),
+        token: args.token.clone(),
+        sku: args.sku.clone(),
+        sku_count: args.sku_count,
+        quantity: args.quantity,
+        tally: tally.clone(),
+    });
     let started = Instant::now();
     let mode = match (args.connections, args.requests, &args.rate, args.duration) {
         (Some(c), Some(m), None, _) if c > 0 => {
@@ -146,8 +186,15 @@ async fn measure(args: &LoadArgs, verify: Option<&sqlx::PgPool>) -> Result<Repor
     };
     let seconds = started.elapsed().as_secs_f64();
     let tally = std::mem::replace(
-        &mut *tally.lock().map_err(|_| anyhow::anyhow!("tally poisoned"))?,
-        Tally { latency: Histogram::new(3).context("histogram")?, by_status: BTreeMap::new(), accepted_ids: vec![], errors: 0 },
+        &mut *tally
+            .lock()
+            .map_err(|_| anyhow::anyhow!("tally poisoned"))?,
+        Tally {
+            latency: Histogram::new(3).context("histogram")?,
+            by_status: BTreeMap::new(),
+            accepted_ids: vec![],
+            errors: 0,
+        },
     );
     let orders_in_database = match verify {
         Some(pool) => Some(count_orders(pool, &tally.accepted_ids).await?),
@@ -176,9 +223,17 @@ async fn measure(args: &LoadArgs, verify: Option<&sqlx::PgPool>) -> Result<Repor
 
 /// The report as text for people.
 pub fn render(r: &Report) -> String {
-    let statuses: Vec<String> = r.by_status.iter().map(|(s, n)| format!("{s}: {n}")).collect();
+    let statuses: Vec<String> = r
+        .by_status
+        .iter()
+        .map(|(s, n)| format!("{s}: {n}"))
+        .collect();
     let db = r.orders_in_database.map_or("not checked".to_owned(), |n| {
-        if n == r.accepted { format!("{n} (matches)") } else { format!("{n} (MISMATCH)") }
+        if n == r.accepted {
+            format!("{n} (matches)")
+        } else {
+            format!("{n} (MISMATCH)")
+        }
     });
     format!(
         "{}\nrequests     {} in {:.2}s ({:.0} req/s)\nby status    {}\naccepted     {} ({:.0}/s)\nerrors       {}\nlatency      p50 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  max {:.2} ms\nin database  {}",
@@ -208,7 +263,8 @@ impl Shared {
 
     /// Sends one order; `intended` is when it should have gone out.
     async fn one(&self, intended: Instant) {
-        let body = serde_json::json!({ "lines": [{ "sku": self.pick_sku(), "quantity": self.quantity }] });
+        let body =
+            serde_json::json!({ "lines": [{ "sku": self.pick_sku(), "quantity": self.quantity }] });
         let sent = self
             .client
             .post(format!("{}/v1/orders", self.args_url))
@@ -221,7 +277,10 @@ impl Shared {
             Ok(r) => {
                 let status = r.status().as_u16();
                 let id = if status == 202 {
-                    r.json::<serde_json::Value>().await.ok().and_then(|b| b["id"].as_str().and_then(|s| s.parse().ok()))
+                    r.json::<serde_json::Value>()
+                        .await
+                        .ok()
+                        .and_then(|b| b["id"].as_str().and_then(|s| s.parse().ok()))
                 } else {
                     let _ = r.bytes().await;
                     None

@@ -3,9 +3,9 @@
 //! one line on stderr and exit code 2; a failure at run time is exit 1.
 
 mod admin;
-mod load;
 mod demo;
 mod events;
+mod load;
 mod output;
 mod reconcile;
 mod replay;
@@ -108,12 +108,19 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             let text = e.to_string();
-            let line = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+            let line = text
+                .lines()
+                .next()
+                .unwrap_or("invalid arguments")
+                .trim_start_matches("error: ");
             eprintln!("soldonce: {line} (see soldonce --help)");
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("soldonce: cannot start the runtime: {e}");
@@ -140,7 +147,11 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Commands::Product(cmd) => admin::product(cmd, &out).await,
         Commands::Stock(cmd) => admin::stock(cmd, &out).await,
         Commands::Account(cmd) => admin::account(cmd, &out).await,
-        Commands::Audit { max_outbox_age, shipment_grace, compensation_grace } => {
+        Commands::Audit {
+            max_outbox_age,
+            shipment_grace,
+            compensation_grace,
+        } => {
             let options = store::audit::AuditOptions {
                 max_outbox_age: std::time::Duration::from_secs_f64(max_outbox_age),
                 shipment_grace: std::time::Duration::from_secs_f64(shipment_grace),

@@ -28,20 +28,29 @@ fn since(text: &str) -> Result<DateTime<Utc>, String> {
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Ok(t.with_timezone(&Utc));
     }
-    let age = humantime::parse_duration(text).map_err(|_| format!("{text:?} is neither an RFC 3339 time nor an age such as 24h"))?;
+    let age = humantime::parse_duration(text)
+        .map_err(|_| format!("{text:?} is neither an RFC 3339 time nor an age such as 24h"))?;
     let age = chrono::Duration::from_std(age).map_err(|_| format!("{text:?} is too long ago"))?;
-    Utc::now().checked_sub_signed(age).ok_or_else(|| format!("{text:?} is too long ago"))
+    Utc::now()
+        .checked_sub_signed(age)
+        .ok_or_else(|| format!("{text:?} is too long ago"))
 }
 
 /// Runs one reconciliation and prints its report.
 pub async fn run(args: ReconcileArgs, out: &Output) -> Result<ExitCode, CliError> {
-    let psp_url = platform::config::required("PSP_URL").map_err(|e| CliError::Usage(e.to_string()))?;
+    let psp_url =
+        platform::config::required("PSP_URL").map_err(|e| CliError::Usage(e.to_string()))?;
     if !psp_url.starts_with("http://") && !psp_url.starts_with("https://") {
-        return Err(CliError::Usage("PSP_URL: must be an http:// or https:// URL".into()));
+        return Err(CliError::Usage(
+            "PSP_URL: must be an http:// or https:// URL".into(),
+        ));
     }
     let pool = pool().await?;
-    let psp = payment_worker::psp::Psp::new(&psp_url, args.psp_timeout, args.psp_timeout).context("PSP client")?;
-    let report = payment_worker::reconcile::run(&pool, &psp, args.since, false).await.context("reconciling with the PSP")?;
+    let psp = payment_worker::psp::Psp::new(&psp_url, args.psp_timeout, args.psp_timeout)
+        .context("PSP client")?;
+    let report = payment_worker::reconcile::run(&pool, &psp, args.since, false)
+        .await
+        .context("reconciling with the PSP")?;
     out.print(&serde_json::json!({ "clean": report.clean(), "report": report }), || {
         let mut t = format!(
             "reconciled {} PSP payments ({} succeeded) and {} confirmed orders in {:.2}s; {} repaired",
@@ -56,5 +65,9 @@ pub async fn run(args: ReconcileArgs, out: &Output) -> Result<ExitCode, CliError
         }
         t
     });
-    Ok(if report.clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if report.clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -47,12 +47,23 @@ pub struct ReplayReport {
 }
 
 pub async fn run(args: ReplayArgs, out: &Output) -> Result<ExitCode, CliError> {
-    let nats_url = platform::config::required("NATS_URL").map_err(|e| CliError::Usage(e.to_string()))?;
+    let nats_url =
+        platform::config::required("NATS_URL").map_err(|e| CliError::Usage(e.to_string()))?;
     let pool = crate::admin::pool().await?;
     let schemas = Schemas::load()?;
-    let js = bus::connect(&nats_url).await.context("connecting to NATS_URL")?;
-    let mut stream = js.get_stream(bus::STREAM).await.context("opening the SOLDONCE stream")?;
-    let last = stream.info().await.context("reading the stream")?.state.last_sequence;
+    let js = bus::connect(&nats_url)
+        .await
+        .context("connecting to NATS_URL")?;
+    let mut stream = js
+        .get_stream(bus::STREAM)
+        .await
+        .context("opening the SOLDONCE stream")?;
+    let last = stream
+        .info()
+        .await
+        .context("reading the stream")?
+        .state
+        .last_sequence;
     let deliver_policy = match (args.from_seq, args.since) {
         (Some(start_sequence), _) => DeliverPolicy::ByStartSequence { start_sequence },
         (None, Some(start_time)) => DeliverPolicy::ByStartTime { start_time },
@@ -66,7 +77,10 @@ pub async fn run(args: ReplayArgs, out: &Output) -> Result<ExitCode, CliError> {
 
     if last >= first {
         let consumer = stream
-            .create_consumer(OrderedConfig { deliver_policy, ..Default::default() })
+            .create_consumer(OrderedConfig {
+                deliver_policy,
+                ..Default::default()
+            })
             .await
             .context("creating an ordered consumer")?;
         let mut messages = consumer.messages().await.context("reading the stream")?;
@@ -83,7 +97,15 @@ pub async fn run(args: ReplayArgs, out: &Output) -> Result<ExitCode, CliError> {
             let seq = message.info().map(|i| i.stream_sequence).unwrap_or(0);
             bar.set_position(seq.saturating_sub(first) + 1);
             report.events += 1;
-            fold_one(&schemas, seq, &message.payload, args.order, &mut orders, &mut shipments, &mut report.invalid);
+            fold_one(
+                &schemas,
+                seq,
+                &message.payload,
+                args.order,
+                &mut orders,
+                &mut shipments,
+                &mut report.invalid,
+            );
             if seq >= last {
                 break;
             }
@@ -94,9 +116,22 @@ pub async fn run(args: ReplayArgs, out: &Output) -> Result<ExitCode, CliError> {
     report.shipments = shipments.len();
     report.seconds = started.elapsed().as_secs_f64();
     report.events_per_second = report.events as f64 / report.seconds.max(1e-9);
-    report.differences = diff(&pool, &orders, &shipments, args.order.is_none() && first == 1, args.keep).await?;
+    report.differences = diff(
+        &pool,
+        &orders,
+        &shipments,
+        args.order.is_none() && first == 1,
+        args.keep,
+    )
+    .await?;
     out.print(&report, || render(&report));
-    Ok(if report.invalid.is_empty() && report.differences.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(
+        if report.invalid.is_empty() && report.differences.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        },
+    )
 }
 
 fn fold_one(
@@ -111,7 +146,9 @@ fn fold_one(
     let parsed: Result<CloudEvent, String> = serde_json::from_slice::<serde_json::Value>(payload)
         .map_err(|e| format!("not JSON: {e}"))
         .and_then(|v| schemas.check(&v).map(|()| v))
-        .and_then(|v| serde_json::from_value(v).map_err(|e| format!("not a soldonce envelope: {e}")));
+        .and_then(|v| {
+            serde_json::from_value(v).map_err(|e| format!("not a soldonce envelope: {e}"))
+        });
     let event = match parsed {
         Ok(e) => e,
         Err(why) => return invalid.push(format!("stream sequence {seq}: {why}")),
@@ -153,21 +190,33 @@ async fn diff(
 ) -> Result<Vec<String>, CliError> {
     let scratch = format!("replay_{}", Uuid::new_v4().simple());
     let mut tx = pool.begin().await.context("opening a transaction")?;
-    let live = store::projections::snapshot(&mut tx).await.context("reading the live projection")?;
+    let live = store::projections::snapshot(&mut tx)
+        .await
+        .context("reading the live projection")?;
     let live_shipments: Vec<(Uuid, Uuid, String)> =
-        sqlx::query_as("SELECT id, order_id, state FROM shipments").fetch_all(&mut *tx).await.context("reading shipments")?;
+        sqlx::query_as("SELECT id, order_id, state FROM shipments")
+            .fetch_all(&mut *tx)
+            .await
+            .context("reading shipments")?;
     for sql in [
         format!("CREATE SCHEMA {scratch}"),
         format!("CREATE TABLE {scratch}.orders (LIKE public.orders INCLUDING ALL)"),
         format!("CREATE TABLE {scratch}.order_lines (LIKE public.order_lines INCLUDING ALL)"),
         format!("SET LOCAL search_path = {scratch}"),
     ] {
-        sqlx::query(&sql).execute(&mut *tx).await.context("preparing the scratch schema")?;
+        sqlx::query(&sql)
+            .execute(&mut *tx)
+            .await
+            .context("preparing the scratch schema")?;
     }
     for order in orders.values().flatten() {
-        store::projections::write(&mut tx, order).await.context("writing the replayed projection")?;
+        store::projections::write(&mut tx, order)
+            .await
+            .context("writing the replayed projection")?;
     }
-    let replayed = store::projections::snapshot(&mut tx).await.context("reading the replayed projection")?;
+    let replayed = store::projections::snapshot(&mut tx)
+        .await
+        .context("reading the replayed projection")?;
     if keep {
         tx.commit().await.context("keeping the scratch schema")?;
         eprintln!("replay: the replayed projection is kept in schema {scratch}");
@@ -178,33 +227,55 @@ async fn diff(
     for (id, row) in &replayed {
         match live.get(id) {
             Some(l) if l == row => {}
-            Some(l) => differences.push(format!("order {id}: live {} / stream {}", brief(l), brief(row))),
-            None => differences.push(format!("order {id}: in the stream, missing from the live projection")),
+            Some(l) => differences.push(format!(
+                "order {id}: live {} / stream {}",
+                brief(l),
+                brief(row)
+            )),
+            None => differences.push(format!(
+                "order {id}: in the stream, missing from the live projection"
+            )),
         }
     }
     if everything {
         for id in live.keys().filter(|id| !replayed.contains_key(id)) {
-            differences.push(format!("order {id}: in the live projection, missing from the stream"));
+            differences.push(format!(
+                "order {id}: in the live projection, missing from the stream"
+            ));
         }
     }
-    let live_by_id: HashMap<Uuid, (Uuid, String)> = live_shipments.into_iter().map(|(id, o, s)| (id, (o, s))).collect();
+    let live_by_id: HashMap<Uuid, (Uuid, String)> = live_shipments
+        .into_iter()
+        .map(|(id, o, s)| (id, (o, s)))
+        .collect();
     for (id, s) in shipments {
         match live_by_id.get(id) {
             Some((_, state)) if state == s.state.as_str() => {}
-            Some((_, state)) => differences.push(format!("shipment {id}: live {state} / stream {}", s.state.as_str())),
-            None => differences.push(format!("shipment {id}: in the stream, missing from the live shipments")),
+            Some((_, state)) => differences.push(format!(
+                "shipment {id}: live {state} / stream {}",
+                s.state.as_str()
+            )),
+            None => differences.push(format!(
+                "shipment {id}: in the stream, missing from the live shipments"
+            )),
         }
     }
     if everything {
         for id in live_by_id.keys().filter(|id| !shipments.contains_key(id)) {
-            differences.push(format!("shipment {id}: in the live shipments, missing from the stream"));
+            differences.push(format!(
+                "shipment {id}: in the live shipments, missing from the stream"
+            ));
         }
     }
     Ok(differences)
 }
 
 fn brief(row: &serde_json::Value) -> String {
-    format!("{} v{}", row["state"].as_str().unwrap_or("?"), row["version"])
+    format!(
+        "{} v{}",
+        row["state"].as_str().unwrap_or("?"),
+        row["version"]
+    )
 }
 
 fn render(r: &ReplayReport) -> String {

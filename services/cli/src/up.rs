@@ -39,40 +39,71 @@ pub struct UpArgs {
 }
 
 /// The services `up` starts, each a binary beside `soldonce`.
-const SERVICES: &[&str] = &["psp-sim", "checkout", "outbox-relay", "payment-worker", "expiry", "fulfillment"];
+const SERVICES: &[&str] = &[
+    "psp-sim",
+    "checkout",
+    "outbox-relay",
+    "payment-worker",
+    "expiry",
+    "fulfillment",
+];
 
 pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
     if args.buyers == 0 || args.stock < 1 {
-        return Err(CliError::Usage("--buyers and --stock must be at least 1".into()));
+        return Err(CliError::Usage(
+            "--buyers and --stock must be at least 1".into(),
+        ));
     }
-    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating {}", args.data_dir.display()))?;
     let data_dir = std::fs::canonicalize(&args.data_dir).context("resolving --data-dir")?;
     let (database_url, _pg) = match std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) {
         Some(url) => (url, None),
         None => {
-            eprintln!("up: starting PostgreSQL in {}", data_dir.join("postgres").display());
-            let options = PgOptions { durable: true, max_connections: 200 };
-            let pg = Postgres::start_in(&data_dir.join("postgres"), options).context("starting PostgreSQL")?;
+            eprintln!(
+                "up: starting PostgreSQL in {}",
+                data_dir.join("postgres").display()
+            );
+            let options = PgOptions {
+                durable: true,
+                max_connections: 200,
+            };
+            let pg = Postgres::start_in(&data_dir.join("postgres"), options)
+                .context("starting PostgreSQL")?;
             (pg.url("postgres"), Some(pg))
         }
     };
     let (nats_url, _nats) = match std::env::var("NATS_URL").ok().filter(|u| !u.is_empty()) {
         Some(url) => (url, None),
         None => {
-            eprintln!("up: starting NATS JetStream in {}", data_dir.join("nats").display());
+            eprintln!(
+                "up: starting NATS JetStream in {}",
+                data_dir.join("nats").display()
+            );
             let nats = Nats::start_in(&data_dir.join("nats")).context("starting nats-server")?;
             (nats.url(), Some(nats))
         }
     };
-    let pool = store::connect(&database_url, 4).await.context("connecting to PostgreSQL")?;
+    let pool = store::connect(&database_url, 4)
+        .await
+        .context("connecting to PostgreSQL")?;
     store::migrate(&pool).await.context("applying migrations")?;
     let token = seed(&pool).await?;
 
     let checkout_url = format!("http://{}", args.checkout_addr);
-    let psp_addr = format!("127.0.0.1:{}", localservers::free_port().context("finding a port for psp-sim")?);
+    let psp_addr = format!(
+        "127.0.0.1:{}",
+        localservers::free_port().context("finding a port for psp-sim")?
+    );
     // 32 random bytes: a fresh signing key per run, never a shipped one.
-    let key: Vec<u8> = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()].iter().flat_map(|u| *u.as_bytes()).collect();
-    let secret = format!("whsec_{}", base64::engine::general_purpose::STANDARD.encode(key));
+    let key: Vec<u8> = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()]
+        .iter()
+        .flat_map(|u| *u.as_bytes())
+        .collect();
+    let secret = format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(key)
+    );
     let env = [
         ("PSP_SIM_ADDR", psp_addr.clone()),
         ("PSP_URL", format!("http://{psp_addr}")),
@@ -87,20 +118,38 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
         ("OUTBOX_RELAY_ADDR", "127.0.0.1:0".to_owned()),
     ];
     if let Some(unknown) = args.only.iter().find(|s| !SERVICES.contains(&s.as_str())) {
-        return Err(CliError::Usage(format!("--only: unknown service {unknown:?}; known: {}", SERVICES.join(", "))));
+        return Err(CliError::Usage(format!(
+            "--only: unknown service {unknown:?}; known: {}",
+            SERVICES.join(", ")
+        )));
     }
     // A service address or secret already set in the environment wins over
     // up's default; the addresses up itself derives URLs from do not.
-    let derived = ["CHECKOUT_ADDR", "PSP_SIM_ADDR", "PSP_URL", "PSP_WEBHOOK_URL", "DATABASE_URL", "NATS_URL"];
+    let derived = [
+        "CHECKOUT_ADDR",
+        "PSP_SIM_ADDR",
+        "PSP_URL",
+        "PSP_WEBHOOK_URL",
+        "DATABASE_URL",
+        "NATS_URL",
+    ];
     let env: Vec<(&str, String)> = env
         .into_iter()
-        .map(|(k, v)| match std::env::var(k).ok().filter(|x| !x.is_empty() && !derived.contains(&k)) {
-            Some(given) => (k, given),
-            None => (k, v),
+        .map(|(k, v)| {
+            match std::env::var(k)
+                .ok()
+                .filter(|x| !x.is_empty() && !derived.contains(&k))
+            {
+                Some(given) => (k, given),
+                None => (k, v),
+            }
         })
         .collect();
     let mut children = Vec::new();
-    for service in SERVICES.iter().filter(|s| args.only.is_empty() || args.only.iter().any(|o| o == *s)) {
+    for service in SERVICES
+        .iter()
+        .filter(|s| args.only.is_empty() || args.only.iter().any(|o| o == *s))
+    {
         children.push(spawn_service(service, &env)?);
     }
     if args.only.is_empty() || args.only.iter().any(|s| s == "psp-sim") {
@@ -117,7 +166,9 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
     print_banner(&checkout_url, &database_url, &nats_url, &token, &env_file);
 
     if args.demo {
-        let code = crate::demo::flash_sale(&pool, &checkout_url, &token, args.buyers, args.stock, out).await;
+        let code =
+            crate::demo::flash_sale(&pool, &checkout_url, &token, args.buyers, args.stock, out)
+                .await;
         stop(children).await;
         return code;
     }
@@ -133,28 +184,45 @@ async fn seed(pool: &sqlx::PgPool) -> Result<String, CliError> {
     let currency = "BRL".parse().context("demo currency")?;
     match store::catalog::add_product(pool, &sku, "soldonce T-shirt", 4990, currency).await {
         Ok(()) => {
-            store::catalog::receive(pool, &sku, 100).await.map_err(|e| anyhow::anyhow!(e))?;
+            store::catalog::receive(pool, &sku, 100)
+                .await
+                .map_err(|e| anyhow::anyhow!(e))?;
         }
         Err(store::catalog::CatalogError::DuplicateSku(_)) => {}
         Err(e) => return Err(anyhow::anyhow!(e).into()),
     }
-    let account = store::accounts::create(pool, "demo").await.context("creating the demo account")?;
+    let account = store::accounts::create(pool, "demo")
+        .await
+        .context("creating the demo account")?;
     Ok(account.token)
 }
 
 fn binary_path(name: &str) -> Result<PathBuf, CliError> {
     let exe = std::env::current_exe().context("locating the soldonce binary")?;
-    let path = exe.parent().map(|d| d.join(name)).unwrap_or_else(|| PathBuf::from(name));
+    let path = exe
+        .parent()
+        .map(|d| d.join(name))
+        .unwrap_or_else(|| PathBuf::from(name));
     if !path.is_file() {
-        return Err(anyhow::anyhow!("{} not found beside soldonce; build the workspace (cargo build --release)", path.display()).into());
+        return Err(anyhow::anyhow!(
+            "{} not found beside soldonce; build the workspace (cargo build --release)",
+            path.display()
+        )
+        .into());
     }
     Ok(path)
 }
 
 fn spawn_service(name: &'static str, env: &[(&str, String)]) -> Result<Child, CliError> {
     let mut command = Command::new(binary_path(name)?);
-    command.envs(env.iter().map(|(k, v)| (*k, v.as_str()))).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-    let mut child = command.spawn().with_context(|| format!("starting {name}"))?;
+    command
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("starting {name}"))?;
     if let Some(stdout) = child.stdout.take() {
         tokio::spawn(prefix_lines(name, BufReader::new(stdout)));
     }
@@ -191,9 +259,16 @@ async fn stop(children: Vec<Child>) {
     for mut child in children {
         if let Some(pid) = child.id() {
             // SIGTERM first so services drain; kill if they linger.
-            let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await;
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(pid.to_string())
+                .status()
+                .await;
         }
-        if tokio::time::timeout(Duration::from_secs(10), child.wait()).await.is_err() {
+        if tokio::time::timeout(Duration::from_secs(10), child.wait())
+            .await
+            .is_err()
+        {
             let _ = child.kill().await;
         }
     }
@@ -210,7 +285,12 @@ fn print_banner(checkout: &str, db: &str, nats: &str, token: &str, env_file: &Pa
 fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
     // An existing file keeps its mode on open: tighten it too.
     std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
     file.write_all(text.as_bytes())

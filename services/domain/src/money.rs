@@ -86,8 +86,14 @@ impl Money {
         if self.currency != other.currency {
             return Err(MoneyError::CurrencyMismatch(self.currency, other.currency));
         }
-        let minor = self.minor.checked_add(other.minor).ok_or(MoneyError::Overflow)?;
-        Ok(Money { minor, currency: self.currency })
+        let minor = self
+            .minor
+            .checked_add(other.minor)
+            .ok_or(MoneyError::Overflow)?;
+        Ok(Money {
+            minor,
+            currency: self.currency,
+        })
     }
 
     /// Multiplies by a unit count, refusing overflow.
@@ -121,7 +127,10 @@ mod tests {
     #[test]
     fn overflow_is_an_error_not_a_wrap() {
         let m = Money::new(i64::MAX, brl()).expect("valid");
-        assert_eq!(m.checked_add(Money::new(1, brl()).expect("valid")), Err(MoneyError::Overflow));
+        assert_eq!(
+            m.checked_add(Money::new(1, brl()).expect("valid")),
+            Err(MoneyError::Overflow)
+        );
         assert_eq!(m.checked_mul(2), Err(MoneyError::Overflow));
     }
 

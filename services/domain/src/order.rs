@@ -113,13 +113,27 @@ pub enum Command {
     /// The PSP reports a succeeded payment for the order: confirm on it, or
     /// decide to refund it. `units_gone`: an expired order's units were
     /// found sold when the store tried to reclaim them.
-    Paid { fact: PaidFact, units_gone: bool },
+    Paid {
+        fact: PaidFact,
+        units_gone: bool,
+    },
     /// The PSP declined: final.
-    FailPayment { payment_id: Option<String>, reason: String, at: DateTime<Utc> },
-    Cancel { at: DateTime<Utc> },
-    Expire { at: DateTime<Utc> },
+    FailPayment {
+        payment_id: Option<String>,
+        reason: String,
+        at: DateTime<Utc>,
+    },
+    Cancel {
+        at: DateTime<Utc>,
+    },
+    Expire {
+        at: DateTime<Utc>,
+    },
     /// The PSP confirmed the refund decided for this payment.
-    RecordRefund { payment_id: String, at: DateTime<Utc> },
+    RecordRefund {
+        payment_id: String,
+        at: DateTime<Utc>,
+    },
 }
 
 /// Something that happened to an order. The serde tag is the event's stable
@@ -139,9 +153,18 @@ pub enum Event {
         at: DateTime<Utc>,
     },
     #[serde(rename = "order.confirmed.v1")]
-    Confirmed { payment_id: String, amount_minor: i64, reactivated: bool, at: DateTime<Utc> },
+    Confirmed {
+        payment_id: String,
+        amount_minor: i64,
+        reactivated: bool,
+        at: DateTime<Utc>,
+    },
     #[serde(rename = "order.payment_failed.v1")]
-    PaymentFailed { payment_id: Option<String>, reason: String, at: DateTime<Utc> },
+    PaymentFailed {
+        payment_id: Option<String>,
+        reason: String,
+        at: DateTime<Utc>,
+    },
     #[serde(rename = "order.cancelled.v1")]
     Cancelled { at: DateTime<Utc> },
     #[serde(rename = "order.expired.v1")]
@@ -149,10 +172,20 @@ pub enum Event {
     /// A payment that cannot settle the order is to be refunded; decided
     /// before the PSP is called, so nothing can confirm on it afterwards.
     #[serde(rename = "order.refund_decided.v1")]
-    RefundDecided { payment_id: String, amount_minor: i64, currency: String, reason: RefundReason, at: DateTime<Utc> },
+    RefundDecided {
+        payment_id: String,
+        amount_minor: i64,
+        currency: String,
+        reason: RefundReason,
+        at: DateTime<Utc>,
+    },
     /// The PSP confirmed a decided refund.
     #[serde(rename = "order.refunded.v1")]
-    Refunded { payment_id: String, amount_minor: i64, at: DateTime<Utc> },
+    Refunded {
+        payment_id: String,
+        amount_minor: i64,
+        at: DateTime<Utc>,
+    },
 }
 
 impl Event {
@@ -184,7 +217,10 @@ impl Event {
     }
 
     /// Rebuilds an event from its stored type name and payload.
-    pub fn from_parts(type_name: &str, data: serde_json::Value) -> Result<Event, serde_json::Error> {
+    pub fn from_parts(
+        type_name: &str,
+        data: serde_json::Value,
+    ) -> Result<Event, serde_json::Error> {
         serde_json::from_value(serde_json::json!({ "type": type_name, "data": data }))
     }
 
@@ -216,7 +252,10 @@ pub enum DomainError {
     #[error("the order does not exist")]
     NotFound,
     #[error("cannot {action} an order that is {from}")]
-    IllegalTransition { from: OrderState, action: &'static str },
+    IllegalTransition {
+        from: OrderState,
+        action: &'static str,
+    },
     #[error("the reservation does not expire until {0}")]
     NotYetExpired(DateTime<Utc>),
     #[error("no refund was decided for payment {0}")]
@@ -243,7 +282,11 @@ pub fn decide(state: Option<&Order>, command: Command) -> Result<Vec<Event>, Dom
             return Err(DomainError::DuplicateSku(sku));
         }
         total = total.checked_add(price.checked_mul(quantity.get())?)?;
-        lines.push(OrderLine { sku, quantity, unit_price_minor: price.minor });
+        lines.push(OrderLine {
+            sku,
+            quantity,
+            unit_price_minor: price.minor,
+        });
     }
     lines.sort_by(|a, b| a.sku.cmp(&b.sku));
     Ok(vec![Event::Placed {
@@ -260,14 +303,30 @@ pub fn decide(state: Option<&Order>, command: Command) -> Result<Vec<Event>, Dom
 
 fn decide_existing(order: &Order, command: Command) -> Result<Vec<Event>, DomainError> {
     use OrderState::*;
-    let illegal = |action| Err(DomainError::IllegalTransition { from: order.state, action });
+    let illegal = |action| {
+        Err(DomainError::IllegalTransition {
+            from: order.state,
+            action,
+        })
+    };
     match (order.state, command) {
         (_, Command::Place(_)) => Err(DomainError::AlreadyExists),
         (_, Command::Paid { fact, units_gone }) => payment::decide_paid(order, fact, units_gone),
-        (_, Command::RecordRefund { payment_id, at }) => payment::decide_refunded(order, &payment_id, at),
-        (PaymentPending, Command::FailPayment { payment_id, reason, at }) => {
-            Ok(vec![Event::PaymentFailed { payment_id, reason, at }])
+        (_, Command::RecordRefund { payment_id, at }) => {
+            payment::decide_refunded(order, &payment_id, at)
         }
+        (
+            PaymentPending,
+            Command::FailPayment {
+                payment_id,
+                reason,
+                at,
+            },
+        ) => Ok(vec![Event::PaymentFailed {
+            payment_id,
+            reason,
+            at,
+        }]),
         (PaymentFailed, Command::FailPayment { .. }) => Ok(vec![]),
         (PaymentPending, Command::Cancel { at }) => Ok(vec![Event::Cancelled { at }]),
         (PaymentPending, Command::Expire { at }) => {
@@ -314,8 +373,15 @@ pub fn evolve(state: Option<Order>, event: &Event) -> Option<Order> {
     let mut order = state?;
     order.state = match event {
         Event::Placed { .. } => order.state,
-        Event::Confirmed { payment_id, amount_minor, .. } => {
-            order.payment = Some(PaymentRef { payment_id: payment_id.clone(), amount_minor: *amount_minor });
+        Event::Confirmed {
+            payment_id,
+            amount_minor,
+            ..
+        } => {
+            order.payment = Some(PaymentRef {
+                payment_id: payment_id.clone(),
+                amount_minor: *amount_minor,
+            });
             OrderState::Confirmed
         }
         Event::RefundDecided { .. } | Event::Refunded { .. } => {

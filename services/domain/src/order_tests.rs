@@ -2,7 +2,9 @@ use super::*;
 use chrono::TimeZone;
 
 fn t(secs: i64) -> DateTime<Utc> {
-    Utc.timestamp_opt(1_800_000_000 + secs, 0).single().expect("valid time")
+    Utc.timestamp_opt(1_800_000_000 + secs, 0)
+        .single()
+        .expect("valid time")
 }
 
 fn brl(minor: i64) -> Money {
@@ -10,7 +12,11 @@ fn brl(minor: i64) -> Money {
 }
 
 fn line(sku: &str, q: i64, price: i64) -> (Sku, Quantity, Money) {
-    (Sku::parse(sku).expect("sku"), Quantity::new(q).expect("quantity"), brl(price))
+    (
+        Sku::parse(sku).expect("sku"),
+        Quantity::new(q).expect("quantity"),
+        brl(price),
+    )
 }
 
 fn place(lines: Vec<(Sku, Quantity, Money)>) -> Command {
@@ -38,11 +44,21 @@ impl Given {
 }
 
 fn placed() -> Event {
-    decide(None, place(vec![line("B", 2, 500), line("A", 1, 1000)])).expect("placed").remove(0)
+    decide(None, place(vec![line("B", 2, 500), line("A", 1, 1000)]))
+        .expect("placed")
+        .remove(0)
 }
 
 fn paid_with(p: &str, amount_minor: i64, currency: &str) -> Command {
-    Command::Paid { fact: PaidFact { payment_id: p.into(), amount_minor, currency: currency.into(), at: t(10) }, units_gone: false }
+    Command::Paid {
+        fact: PaidFact {
+            payment_id: p.into(),
+            amount_minor,
+            currency: currency.into(),
+            at: t(10),
+        },
+        units_gone: false,
+    }
 }
 
 fn confirm(p: &str) -> Command {
@@ -50,31 +66,62 @@ fn confirm(p: &str) -> Command {
 }
 
 fn refund_decided(p: &str, reason: RefundReason) -> Event {
-    Event::RefundDecided { payment_id: p.into(), amount_minor: 2000, currency: "BRL".into(), reason, at: t(10) }
+    Event::RefundDecided {
+        payment_id: p.into(),
+        amount_minor: 2000,
+        currency: "BRL".into(),
+        reason,
+        at: t(10),
+    }
 }
 
 fn confirmed(p: &str) -> Event {
-    Event::Confirmed { payment_id: p.into(), amount_minor: 2000, reactivated: false, at: t(10) }
+    Event::Confirmed {
+        payment_id: p.into(),
+        amount_minor: 2000,
+        reactivated: false,
+        at: t(10),
+    }
 }
 
 fn fail() -> Command {
-    Command::FailPayment { payment_id: None, reason: "declined".into(), at: t(10) }
+    Command::FailPayment {
+        payment_id: None,
+        reason: "declined".into(),
+        at: t(10),
+    }
 }
 
 #[test]
 fn placing_prices_from_the_catalogue_and_sorts_lines_by_sku() {
-    let Event::Placed { lines, total_minor, .. } = placed() else { panic!("not placed") };
+    let Event::Placed {
+        lines, total_minor, ..
+    } = placed()
+    else {
+        panic!("not placed")
+    };
     assert_eq!(total_minor, 2 * 500 + 1000);
     let skus: Vec<_> = lines.iter().map(|l| l.sku.as_str().to_owned()).collect();
     assert_eq!(skus, ["A", "B"]);
-    assert_eq!(fold(&[placed()]).expect("order").state, OrderState::PaymentPending);
+    assert_eq!(
+        fold(&[placed()]).expect("order").state,
+        OrderState::PaymentPending
+    );
 }
 
 #[test]
 fn placing_refuses_bad_line_sets() {
-    assert_eq!(given(vec![]).when(place(vec![])), Err(DomainError::LineCount(0)));
-    let many = (0..=MAX_LINES).map(|i| line(&format!("S{i}"), 1, 1)).collect();
-    assert_eq!(given(vec![]).when(place(many)), Err(DomainError::LineCount(MAX_LINES + 1)));
+    assert_eq!(
+        given(vec![]).when(place(vec![])),
+        Err(DomainError::LineCount(0))
+    );
+    let many = (0..=MAX_LINES)
+        .map(|i| line(&format!("S{i}"), 1, 1))
+        .collect();
+    assert_eq!(
+        given(vec![]).when(place(many)),
+        Err(DomainError::LineCount(MAX_LINES + 1))
+    );
     assert!(matches!(
         given(vec![]).when(place(vec![line("A", 1, 1), line("A", 2, 1)])),
         Err(DomainError::DuplicateSku(_))
@@ -83,36 +130,76 @@ fn placing_refuses_bad_line_sets() {
         given(vec![]).when(place(vec![line("A", 2, i64::MAX)])),
         Err(DomainError::Money(MoneyError::Overflow))
     );
-    let usd = (Sku::parse("U").expect("sku"), Quantity::new(1).expect("q"), Money::new(1, "USD".parse().expect("c")).expect("m"));
+    let usd = (
+        Sku::parse("U").expect("sku"),
+        Quantity::new(1).expect("q"),
+        Money::new(1, "USD".parse().expect("c")).expect("m"),
+    );
     assert!(matches!(
         given(vec![]).when(place(vec![line("A", 1, 1), usd])),
         Err(DomainError::Money(MoneyError::CurrencyMismatch(_, _)))
     ));
-    assert_eq!(given(vec![placed()]).when(place(vec![line("A", 1, 1)])), Err(DomainError::AlreadyExists));
+    assert_eq!(
+        given(vec![placed()]).when(place(vec![line("A", 1, 1)])),
+        Err(DomainError::AlreadyExists)
+    );
 }
 
 #[test]
 fn a_pending_order_moves_to_each_of_its_outcomes() {
-    assert_eq!(given(vec![placed()]).when(confirm("p1")), Ok(vec![confirmed("p1")]));
+    assert_eq!(
+        given(vec![placed()]).when(confirm("p1")),
+        Ok(vec![confirmed("p1")])
+    );
     assert_eq!(
         given(vec![placed()]).when(fail()),
-        Ok(vec![Event::PaymentFailed { payment_id: None, reason: "declined".into(), at: t(10) }])
+        Ok(vec![Event::PaymentFailed {
+            payment_id: None,
+            reason: "declined".into(),
+            at: t(10)
+        }])
     );
-    assert_eq!(given(vec![placed()]).when(Command::Cancel { at: t(5) }), Ok(vec![Event::Cancelled { at: t(5) }]));
-    assert_eq!(given(vec![placed()]).when(Command::Expire { at: t(900) }), Ok(vec![Event::Expired { at: t(900) }]));
+    assert_eq!(
+        given(vec![placed()]).when(Command::Cancel { at: t(5) }),
+        Ok(vec![Event::Cancelled { at: t(5) }])
+    );
+    assert_eq!(
+        given(vec![placed()]).when(Command::Expire { at: t(900) }),
+        Ok(vec![Event::Expired { at: t(900) }])
+    );
 }
 
 #[test]
 fn an_order_cannot_expire_before_its_deadline() {
-    assert_eq!(given(vec![placed()]).when(Command::Expire { at: t(899) }), Err(DomainError::NotYetExpired(t(900))));
+    assert_eq!(
+        given(vec![placed()]).when(Command::Expire { at: t(899) }),
+        Err(DomainError::NotYetExpired(t(900)))
+    );
 }
 
 #[test]
 fn a_payment_for_the_wrong_amount_or_currency_is_refunded_and_the_order_keeps_waiting() {
-    let then = given(vec![placed()]).when(paid_with("p", 1999, "BRL")).expect("decided");
-    assert!(matches!(&then[..], [Event::RefundDecided { reason: RefundReason::AmountMismatch, amount_minor: 1999, .. }]));
-    let then = given(vec![placed()]).when(paid_with("p", 2000, "USD")).expect("decided");
-    assert!(matches!(&then[..], [Event::RefundDecided { reason: RefundReason::CurrencyMismatch, .. }]));
+    let then = given(vec![placed()])
+        .when(paid_with("p", 1999, "BRL"))
+        .expect("decided");
+    assert!(matches!(
+        &then[..],
+        [Event::RefundDecided {
+            reason: RefundReason::AmountMismatch,
+            amount_minor: 1999,
+            ..
+        }]
+    ));
+    let then = given(vec![placed()])
+        .when(paid_with("p", 2000, "USD"))
+        .expect("decided");
+    assert!(matches!(
+        &then[..],
+        [Event::RefundDecided {
+            reason: RefundReason::CurrencyMismatch,
+            ..
+        }]
+    ));
     let order = fold(&[placed(), then[0].clone()]).expect("order");
     assert_eq!(order.state, OrderState::PaymentPending);
     assert_eq!(order.refunds.len(), 1);
@@ -120,29 +207,71 @@ fn a_payment_for_the_wrong_amount_or_currency_is_refunded_and_the_order_keeps_wa
 
 #[test]
 fn repeating_a_settlement_is_a_no_op_and_a_second_payment_is_refunded() {
-    assert_eq!(given(vec![placed(), confirmed("p1")]).when(confirm("p1")), Ok(vec![]));
+    assert_eq!(
+        given(vec![placed(), confirmed("p1")]).when(confirm("p1")),
+        Ok(vec![])
+    );
     assert_eq!(
         given(vec![placed(), confirmed("p1")]).when(confirm("p2")),
         Ok(vec![refund_decided("p2", RefundReason::SecondPayment)])
     );
-    let failed = Event::PaymentFailed { payment_id: None, reason: "x".into(), at: t(1) };
+    let failed = Event::PaymentFailed {
+        payment_id: None,
+        reason: "x".into(),
+        at: t(1),
+    };
     assert_eq!(given(vec![placed(), failed]).when(fail()), Ok(vec![]));
 }
 
 #[test]
 fn a_late_payment_reclaims_an_expired_order_but_a_cancel_is_final() {
     let expired = Event::Expired { at: t(900) };
-    let then = given(vec![placed(), expired.clone()]).when(confirm("p")).expect("reclaimed");
-    assert!(matches!(&then[..], [Event::Confirmed { reactivated: true, .. }]));
-    let gone = Command::Paid { fact: PaidFact { payment_id: "p".into(), amount_minor: 2000, currency: "BRL".into(), at: t(10) }, units_gone: true };
-    assert_eq!(given(vec![placed(), expired.clone()]).when(gone), Ok(vec![refund_decided("p", RefundReason::UnitsGone)]));
+    let then = given(vec![placed(), expired.clone()])
+        .when(confirm("p"))
+        .expect("reclaimed");
+    assert!(matches!(
+        &then[..],
+        [Event::Confirmed {
+            reactivated: true,
+            ..
+        }]
+    ));
+    let gone = Command::Paid {
+        fact: PaidFact {
+            payment_id: "p".into(),
+            amount_minor: 2000,
+            currency: "BRL".into(),
+            at: t(10),
+        },
+        units_gone: true,
+    };
+    assert_eq!(
+        given(vec![placed(), expired.clone()]).when(gone),
+        Ok(vec![refund_decided("p", RefundReason::UnitsGone)])
+    );
     let cancelled = Event::Cancelled { at: t(3) };
-    assert_eq!(given(vec![placed(), cancelled.clone()]).when(confirm("p")), Ok(vec![refund_decided("p", RefundReason::Cancelled)]));
+    assert_eq!(
+        given(vec![placed(), cancelled.clone()]).when(confirm("p")),
+        Ok(vec![refund_decided("p", RefundReason::Cancelled)])
+    );
     for ended in [expired, cancelled.clone()] {
-        let history = vec![placed(), ended.clone(), refund_decided("p", RefundReason::Cancelled)];
+        let history = vec![
+            placed(),
+            ended.clone(),
+            refund_decided("p", RefundReason::Cancelled),
+        ];
         let order = fold(&history).expect("order");
-        assert_eq!(order.state, ended_state(&ended), "deciding a refund does not end the order yet");
-        let recorded = given(history.clone()).when(Command::RecordRefund { payment_id: "p".into(), at: t(20) }).expect("recorded");
+        assert_eq!(
+            order.state,
+            ended_state(&ended),
+            "deciding a refund does not end the order yet"
+        );
+        let recorded = given(history.clone())
+            .when(Command::RecordRefund {
+                payment_id: "p".into(),
+                at: t(20),
+            })
+            .expect("recorded");
         let order = fold(history.iter().chain(&recorded)).expect("order");
         assert_eq!(order.state, OrderState::Refunded);
         assert!(order.refunds[0].refunded);
@@ -156,22 +285,46 @@ fn ended_state(e: &Event) -> OrderState {
 
 #[test]
 fn once_a_refund_is_decided_nothing_confirms_on_that_payment() {
-    let history = vec![placed(), Event::Expired { at: t(900) }, refund_decided("p", RefundReason::UnitsGone)];
+    let history = vec![
+        placed(),
+        Event::Expired { at: t(900) },
+        refund_decided("p", RefundReason::UnitsGone),
+    ];
     // The units came back and the webhook is redelivered: still no confirmation.
     assert_eq!(given(history.clone()).when(confirm("p")), Ok(vec![]));
     let mismatched = vec![placed(), refund_decided("p", RefundReason::AmountMismatch)];
-    assert_eq!(given(mismatched).when(confirm("p")), Ok(vec![]), "a pending order never confirms on a refunded payment");
+    assert_eq!(
+        given(mismatched).when(confirm("p")),
+        Ok(vec![]),
+        "a pending order never confirms on a refunded payment"
+    );
 }
 
 #[test]
 fn a_refund_is_recorded_only_where_it_was_decided() {
     let confirmed_history = vec![placed(), confirmed("p1")];
-    let record = |p: &str| Command::RecordRefund { payment_id: p.into(), at: t(20) };
-    assert_eq!(given(confirmed_history.clone()).when(record("p1")), Err(DomainError::NoRefundDecided("p1".into())));
-    let with_second = vec![placed(), confirmed("p1"), refund_decided("p2", RefundReason::SecondPayment)];
-    let recorded = given(with_second.clone()).when(record("p2")).expect("recorded");
+    let record = |p: &str| Command::RecordRefund {
+        payment_id: p.into(),
+        at: t(20),
+    };
+    assert_eq!(
+        given(confirmed_history.clone()).when(record("p1")),
+        Err(DomainError::NoRefundDecided("p1".into()))
+    );
+    let with_second = vec![
+        placed(),
+        confirmed("p1"),
+        refund_decided("p2", RefundReason::SecondPayment),
+    ];
+    let recorded = given(with_second.clone())
+        .when(record("p2"))
+        .expect("recorded");
     let order = fold(with_second.iter().chain(&recorded)).expect("order");
-    assert_eq!(order.state, OrderState::Confirmed, "the order stays confirmed on its own payment");
+    assert_eq!(
+        order.state,
+        OrderState::Confirmed,
+        "the order stays confirmed on its own payment"
+    );
     assert_eq!(order.payment.expect("payment").payment_id, "p1");
     let again: Vec<Event> = with_second.into_iter().chain(recorded).collect();
     assert_eq!(given(again).when(record("p2")), Ok(vec![]));
@@ -183,35 +336,65 @@ fn every_illegal_transition_is_an_error() {
     let ended = |e: Event| vec![placed(), e];
     let histories = [
         (Confirmed, ended(confirmed("p1"))),
-        (PaymentFailed, ended(Event::PaymentFailed { payment_id: None, reason: "x".into(), at: t(1) })),
+        (
+            PaymentFailed,
+            ended(Event::PaymentFailed {
+                payment_id: None,
+                reason: "x".into(),
+                at: t(1),
+            }),
+        ),
         (Cancelled, ended(Event::Cancelled { at: t(1) })),
         (Expired, ended(Event::Expired { at: t(900) })),
     ];
     for (state, history) in histories {
         assert_eq!(fold(&history).expect("order").state, state);
-        for (action, cmd) in [("cancel", Command::Cancel { at: t(1000) }), ("expire", Command::Expire { at: t(1000) })] {
+        for (action, cmd) in [
+            ("cancel", Command::Cancel { at: t(1000) }),
+            ("expire", Command::Expire { at: t(1000) }),
+        ] {
             assert_eq!(
                 given(history.clone()).when(cmd),
-                Err(DomainError::IllegalTransition { from: state, action }),
+                Err(DomainError::IllegalTransition {
+                    from: state,
+                    action
+                }),
                 "{action} from {state}"
             );
         }
         if state != PaymentFailed {
-            assert!(given(history.clone()).when(fail()).is_err(), "fail from {state}");
+            assert!(
+                given(history.clone()).when(fail()).is_err(),
+                "fail from {state}"
+            );
         }
         if state != Expired {
             let then = given(history.clone()).when(confirm("p9")).expect("decided");
-            assert!(matches!(&then[..], [Event::RefundDecided { .. }]), "a payment on a {state} order is refunded");
+            assert!(
+                matches!(&then[..], [Event::RefundDecided { .. }]),
+                "a payment on a {state} order is refunded"
+            );
         }
     }
-    let refund = Command::RecordRefund { payment_id: "p".into(), at: t(1) };
+    let refund = Command::RecordRefund {
+        payment_id: "p".into(),
+        at: t(1),
+    };
     assert!(given(vec![placed()]).when(refund).is_err());
-    assert_eq!(given(vec![]).when(Command::Cancel { at: t(1) }), Err(DomainError::NotFound));
+    assert_eq!(
+        given(vec![]).when(Command::Cancel { at: t(1) }),
+        Err(DomainError::NotFound)
+    );
 }
 
 #[test]
 fn events_round_trip_through_their_stored_parts() {
-    for e in [placed(), confirmed("p"), Event::Expired { at: t(1) }, refund_decided("p", RefundReason::Cancelled)] {
+    for e in [
+        placed(),
+        confirmed("p"),
+        Event::Expired { at: t(1) },
+        refund_decided("p", RefundReason::Cancelled),
+    ] {
         let back = Event::from_parts(e.type_name(), e.data()).expect("parse");
         assert_eq!(back, e);
     }

@@ -91,8 +91,16 @@ pub struct RefundRef {
 /// store already tried to reclaim an expired order's units and found them
 /// sold. Nothing here ever refunds the payment an order is confirmed on,
 /// and nothing confirms on a payment whose refund is decided.
-pub(crate) fn decide_paid(order: &Order, fact: PaidFact, units_gone: bool) -> Result<Vec<Event>, DomainError> {
-    let attached = order.state == OrderState::Confirmed && order.payment.as_ref().is_some_and(|p| p.payment_id == fact.payment_id);
+pub(crate) fn decide_paid(
+    order: &Order,
+    fact: PaidFact,
+    units_gone: bool,
+) -> Result<Vec<Event>, DomainError> {
+    let attached = order.state == OrderState::Confirmed
+        && order
+            .payment
+            .as_ref()
+            .is_some_and(|p| p.payment_id == fact.payment_id);
     if attached || order.refund_of(&fact.payment_id).is_some() {
         return Ok(vec![]);
     }
@@ -112,7 +120,14 @@ pub(crate) fn decide_paid(order: &Order, fact: PaidFact, units_gone: bool) -> Re
             at: fact.at,
         }])
     };
-    let confirm = |reactivated| Ok(vec![Event::Confirmed { payment_id: fact.payment_id.clone(), amount_minor: fact.amount_minor, reactivated, at: fact.at }]);
+    let confirm = |reactivated| {
+        Ok(vec![Event::Confirmed {
+            payment_id: fact.payment_id.clone(),
+            amount_minor: fact.amount_minor,
+            reactivated,
+            at: fact.at,
+        }])
+    };
     match (order.state, mismatch) {
         (_, Some(reason)) => refund(reason),
         (OrderState::PaymentPending, None) => confirm(false),
@@ -126,10 +141,18 @@ pub(crate) fn decide_paid(order: &Order, fact: PaidFact, units_gone: bool) -> Re
 
 /// Records that the PSP confirmed the refund of `payment_id`; only a
 /// decided refund can be recorded.
-pub(crate) fn decide_refunded(order: &Order, payment_id: &str, at: DateTime<Utc>) -> Result<Vec<Event>, DomainError> {
+pub(crate) fn decide_refunded(
+    order: &Order,
+    payment_id: &str,
+    at: DateTime<Utc>,
+) -> Result<Vec<Event>, DomainError> {
     match order.refund_of(payment_id) {
         Some(r) if r.refunded => Ok(vec![]),
-        Some(r) => Ok(vec![Event::Refunded { payment_id: r.payment_id.clone(), amount_minor: r.amount_minor, at }]),
+        Some(r) => Ok(vec![Event::Refunded {
+            payment_id: r.payment_id.clone(),
+            amount_minor: r.amount_minor,
+            at,
+        }]),
         None => Err(DomainError::NoRefundDecided(payment_id.to_owned())),
     }
 }
@@ -137,15 +160,29 @@ pub(crate) fn decide_refunded(order: &Order, payment_id: &str, at: DateTime<Utc>
 /// Folds a refund event into the order.
 pub(crate) fn evolve_refund(order: &mut Order, event: &Event) {
     match event {
-        Event::RefundDecided { payment_id, amount_minor, currency, reason, .. } => order.refunds.push(RefundRef {
+        Event::RefundDecided {
+            payment_id,
+            amount_minor,
+            currency,
+            reason,
+            ..
+        } => order.refunds.push(RefundRef {
             payment_id: payment_id.clone(),
             amount_minor: *amount_minor,
             currency: currency.clone(),
             reason: *reason,
             refunded: false,
         }),
-        Event::Refunded { payment_id, amount_minor, .. } => {
-            match order.refunds.iter_mut().find(|r| &r.payment_id == payment_id) {
+        Event::Refunded {
+            payment_id,
+            amount_minor,
+            ..
+        } => {
+            match order
+                .refunds
+                .iter_mut()
+                .find(|r| &r.payment_id == payment_id)
+            {
                 Some(r) => r.refunded = true,
                 // Recorded before refunds were decided first: a late payment on an ended order.
                 None => order.refunds.push(RefundRef {
@@ -156,9 +193,15 @@ pub(crate) fn evolve_refund(order: &mut Order, event: &Event) {
                     refunded: true,
                 }),
             }
-            if matches!(order.state, OrderState::Cancelled | OrderState::Expired | OrderState::PaymentFailed) {
+            if matches!(
+                order.state,
+                OrderState::Cancelled | OrderState::Expired | OrderState::PaymentFailed
+            ) {
                 order.state = OrderState::Refunded;
-                order.payment = Some(crate::order::PaymentRef { payment_id: payment_id.clone(), amount_minor: *amount_minor });
+                order.payment = Some(crate::order::PaymentRef {
+                    payment_id: payment_id.clone(),
+                    amount_minor: *amount_minor,
+                });
             }
         }
         _ => {}

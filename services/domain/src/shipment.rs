@@ -28,9 +28,14 @@ impl ShipmentState {
 
     /// Parses a column value.
     pub fn parse(s: &str) -> Option<Self> {
-        [ShipmentState::Pending, ShipmentState::Picked, ShipmentState::Shipped, ShipmentState::Delivered]
-            .into_iter()
-            .find(|state| state.as_str() == s)
+        [
+            ShipmentState::Pending,
+            ShipmentState::Picked,
+            ShipmentState::Shipped,
+            ShipmentState::Delivered,
+        ]
+        .into_iter()
+        .find(|state| state.as_str() == s)
     }
 
     /// The step after this one, if any.
@@ -76,9 +81,23 @@ mod tests {
             state = next;
             seen.push(state);
         }
-        assert_eq!(seen, [ShipmentState::Pending, ShipmentState::Picked, ShipmentState::Shipped, ShipmentState::Delivered]);
-        assert_eq!(ShipmentState::parse("shipped"), Some(ShipmentState::Shipped));
+        assert_eq!(
+            seen,
+            [
+                ShipmentState::Pending,
+                ShipmentState::Picked,
+                ShipmentState::Shipped,
+                ShipmentState::Delivered
+            ]
+        );
+        assert_eq!(
+            ShipmentState::parse("shipped"),
+            Some(ShipmentState::Shipped)
+        );
         assert_eq!(ShipmentState::parse("lost"), None);
-        assert_eq!(ShipmentState::Delivered.event_type(), "shipment.delivered.v1");
+        assert_eq!(
+            ShipmentState::Delivered.event_type(),
+            "shipment.delivered.v1"
+        );
     }
 }

@@ -31,7 +31,8 @@ impl Sku {
     /// Validates and wraps an identifier.
     pub fn parse(s: &str) -> Result<Self, StockError> {
         let ok = (1..=64).contains(&s.len())
-            && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
         if ok {
             Ok(Sku(s.to_owned()))
         } else {
@@ -109,7 +110,9 @@ pub struct Buckets {
 impl Buckets {
     /// All units ever received plus adjustments: the ledger total.
     pub fn total(&self) -> Option<i64> {
-        self.available.checked_add(self.reserved)?.checked_add(self.sold)
+        self.available
+            .checked_add(self.reserved)?
+            .checked_add(self.sold)
     }
 
     /// available → reserved, only if the units are there.
@@ -141,14 +144,23 @@ impl Buckets {
 
     /// Goods in: adds to available.
     pub fn receive(self, q: Quantity) -> Result<Self, StockError> {
-        Ok(Buckets { available: put(self.available, q.get())?, ..self })
+        Ok(Buckets {
+            available: put(self.available, q.get())?,
+            ..self
+        })
     }
 
     /// A signed correction of available (shrinkage, recount); never below zero.
     pub fn adjust(self, delta: i64) -> Result<Self, StockError> {
-        let available = self.available.checked_add(delta).ok_or(StockError::Overflow)?;
+        let available = self
+            .available
+            .checked_add(delta)
+            .ok_or(StockError::Overflow)?;
         if available < 0 {
-            return Err(StockError::Insufficient { wanted: -delta, have: self.available });
+            return Err(StockError::Insufficient {
+                wanted: -delta,
+                have: self.available,
+            });
         }
         Ok(Buckets { available, ..self })
     }
@@ -156,7 +168,10 @@ impl Buckets {
 
 fn take(bucket: i64, q: i64) -> Result<i64, StockError> {
     if bucket < q {
-        return Err(StockError::Insufficient { wanted: q, have: bucket });
+        return Err(StockError::Insufficient {
+            wanted: q,
+            have: bucket,
+        });
     }
     Ok(bucket - q)
 }
@@ -177,28 +192,61 @@ mod tests {
     fn reserve_confirm_release_conserve_units() {
         let b = Buckets::default().receive(q(10)).expect("receive");
         let b = b.reserve(q(4)).expect("reserve");
-        assert_eq!(b, Buckets { available: 6, reserved: 4, sold: 0 });
-        let b = b.confirm(q(3)).expect("confirm").release(q(1)).expect("release");
-        assert_eq!(b, Buckets { available: 7, reserved: 0, sold: 3 });
+        assert_eq!(
+            b,
+            Buckets {
+                available: 6,
+                reserved: 4,
+                sold: 0
+            }
+        );
+        let b = b
+            .confirm(q(3))
+            .expect("confirm")
+            .release(q(1))
+            .expect("release");
+        assert_eq!(
+            b,
+            Buckets {
+                available: 7,
+                reserved: 0,
+                sold: 3
+            }
+        );
         assert_eq!(b.total(), Some(10));
     }
 
     #[test]
     fn reserving_more_than_available_is_refused() {
-        let b = Buckets { available: 1, reserved: 0, sold: 0 };
-        assert_eq!(b.reserve(q(2)), Err(StockError::Insufficient { wanted: 2, have: 1 }));
+        let b = Buckets {
+            available: 1,
+            reserved: 0,
+            sold: 0,
+        };
+        assert_eq!(
+            b.reserve(q(2)),
+            Err(StockError::Insufficient { wanted: 2, have: 1 })
+        );
     }
 
     #[test]
     fn confirming_or_releasing_unreserved_units_is_refused() {
-        let b = Buckets { available: 5, reserved: 1, sold: 0 };
+        let b = Buckets {
+            available: 5,
+            reserved: 1,
+            sold: 0,
+        };
         assert!(b.confirm(q(2)).is_err());
         assert!(b.release(q(2)).is_err());
     }
 
     #[test]
     fn bucket_overflow_is_an_error() {
-        let b = Buckets { available: i64::MAX, reserved: i64::MAX, sold: 0 };
+        let b = Buckets {
+            available: i64::MAX,
+            reserved: i64::MAX,
+            sold: 0,
+        };
         assert_eq!(b.receive(q(1)), Err(StockError::Overflow));
         assert_eq!(b.release(q(1)), Err(StockError::Overflow));
         assert_eq!(b.total(), None);
@@ -206,7 +254,11 @@ mod tests {
 
     #[test]
     fn adjust_never_takes_available_below_zero() {
-        let b = Buckets { available: 3, reserved: 0, sold: 0 };
+        let b = Buckets {
+            available: 3,
+            reserved: 0,
+            sold: 0,
+        };
         assert_eq!(b.adjust(-2).expect("adjust").available, 1);
         assert!(b.adjust(-4).is_err());
         assert!(b.adjust(i64::MAX).is_err());

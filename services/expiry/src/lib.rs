@@ -35,11 +35,17 @@ impl Settings {
     pub fn from_env() -> Result<Self, ConfigError> {
         let interval = config::duration("EXPIRY_INTERVAL", Duration::from_secs(1))?;
         if interval.is_zero() {
-            return Err(ConfigError::new("EXPIRY_INTERVAL", "must be longer than zero"));
+            return Err(ConfigError::new(
+                "EXPIRY_INTERVAL",
+                "must be longer than zero",
+            ));
         }
         let batch_size = config::parsed("EXPIRY_BATCH_SIZE", 1000i64)?;
         if !(1..=100_000).contains(&batch_size) {
-            return Err(ConfigError::new("EXPIRY_BATCH_SIZE", "must be between 1 and 100000"));
+            return Err(ConfigError::new(
+                "EXPIRY_BATCH_SIZE",
+                "must be between 1 and 100000",
+            ));
         }
         let retention = config::duration("RETENTION", Duration::from_secs(24 * 3600))?;
         // Webhook receipts are the replay fence: they must outlive the signature's timestamp tolerance.
@@ -71,21 +77,42 @@ pub struct Application {
 impl Application {
     /// Connects to PostgreSQL and binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        let pool = store::connect(&settings.database_url, 4).await.context("connecting to DATABASE_URL")?;
-        let listener = TcpListener::bind(settings.addr).await.with_context(|| format!("binding {}", settings.addr))?;
-        Ok(Application { listener, pool, settings })
+        let pool = store::connect(&settings.database_url, 4)
+            .await
+            .context("connecting to DATABASE_URL")?;
+        let listener = TcpListener::bind(settings.addr)
+            .await
+            .with_context(|| format!("binding {}", settings.addr))?;
+        Ok(Application {
+            listener,
+            pool,
+            settings,
+        })
     }
 
     /// The operations endpoint's address.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
     }
 
     /// Runs until `shutdown`; a batch in hand is finished first.
-    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let server = platform::ops::spawn(self.listener, store::readiness(self.pool.clone()), stop_rx.clone());
-        let auditor = tokio::spawn(audit_loop(self.pool.clone(), self.settings.audit_interval, stop_rx.clone()));
+        let server = platform::ops::spawn(
+            self.listener,
+            store::readiness(self.pool.clone()),
+            stop_rx.clone(),
+        );
+        let auditor = tokio::spawn(audit_loop(
+            self.pool.clone(),
+            self.settings.audit_interval,
+            stop_rx.clone(),
+        ));
         let worker = tokio::spawn(run_loop(self.pool, self.settings, stop_rx));
         shutdown.await;
         let _ = stop_tx.send(true);
@@ -119,7 +146,9 @@ async fn run_loop(pool: PgPool, s: Settings, mut stop: watch::Receiver<bool>) {
                     tracing::info!(released = n, "released expired reservations");
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "releasing expired reservations failed; retrying next run"),
+            Err(e) => {
+                tracing::warn!(error = %e, "releasing expired reservations failed; retrying next run")
+            }
         }
         if let Ok(age) = store::expiry::oldest_pending_seconds(&pool).await {
             metrics::gauge!("soldonce_oldest_pending_reservation_seconds").set(age);
@@ -152,7 +181,8 @@ async fn audit_loop(pool: PgPool, interval: Duration, mut stop: watch::Receiver<
         match store::audit::run(&pool, &store::audit::AuditOptions::default()).await {
             Ok(report) => {
                 metrics::gauge!("soldonce_audit_violations").set(report.violation_count as f64);
-                metrics::histogram!("soldonce_audit_seconds").record(started.elapsed().as_secs_f64());
+                metrics::histogram!("soldonce_audit_seconds")
+                    .record(started.elapsed().as_secs_f64());
                 for v in &report.violations {
                     tracing::error!(check = v.check, subject = %v.subject, detail = %v.detail, "audit violation");
                 }

@@ -48,20 +48,35 @@ struct ShipOrders;
 
 impl Handler for ShipOrders {
     async fn handle(&self, d: &Delivery) -> Result<(), HandleError> {
-        let order_id: Uuid = d.event.subject.parse().map_err(|_| HandleError::Permanent("subject is not an order id".into()))?;
-        let Some(mut tx) = d.begin().await? else { return Ok(()) };
+        let order_id: Uuid = d
+            .event
+            .subject
+            .parse()
+            .map_err(|_| HandleError::Permanent("subject is not an order id".into()))?;
+        let Some(mut tx) = d.begin().await? else {
+            return Ok(());
+        };
         // Never trust the message: ship only what the database says is confirmed.
-        let state: Option<(String,)> = sqlx::query_as("SELECT state FROM orders WHERE id = $1 FOR SHARE")
-            .bind(order_id)
-            .fetch_optional(&mut *tx)
-            .await?;
+        let state: Option<(String,)> =
+            sqlx::query_as("SELECT state FROM orders WHERE id = $1 FOR SHARE")
+                .bind(order_id)
+                .fetch_optional(&mut *tx)
+                .await?;
         if state.as_ref().map(|s| s.0.as_str()) != Some(OrderState::Confirmed.as_str()) {
             tracing::warn!(%order_id, state = ?state, "not shipping an order that is not confirmed");
             tx.commit().await?;
             return Ok(());
         }
-        let meta = Metadata { correlation_id: order_id, causation_id: d.event.id, source: "fulfillment".into(), traceparent: d.traceparent.clone() };
-        if store::shipments::create(&mut tx, order_id, &meta).await?.is_some() {
+        let meta = Metadata {
+            correlation_id: order_id,
+            causation_id: d.event.id,
+            source: "fulfillment".into(),
+            traceparent: d.traceparent.clone(),
+        };
+        if store::shipments::create(&mut tx, order_id, &meta)
+            .await?
+            .is_some()
+        {
             metrics::counter!("soldonce_shipments_created_total").increment(1);
         }
         tx.commit().await?;
@@ -77,7 +92,11 @@ pub fn consumer_spec() -> bus::consumer::ConsumerSpec {
         types: vec!["soldonce.order.confirmed.v1".into()],
         ack_wait: Duration::from_secs(30),
         max_deliver: 20,
-        backoff: vec![Duration::from_secs(1), Duration::from_secs(5), Duration::from_secs(30)],
+        backoff: vec![
+            Duration::from_secs(1),
+            Duration::from_secs(5),
+            Duration::from_secs(30),
+        ],
         concurrency: 16,
     }
 }
@@ -93,23 +112,51 @@ pub struct Application {
 impl Application {
     /// Connects to PostgreSQL and NATS, ensures the stream, binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        let pool = store::connect(&settings.database_url, 8).await.context("connecting to DATABASE_URL")?;
-        let js = bus::connect(&settings.nats_url).await.context("connecting to NATS_URL")?;
-        bus::ensure_stream(&js, &settings.stream).await.context("creating the SOLDONCE stream")?;
-        let listener = TcpListener::bind(settings.addr).await.with_context(|| format!("binding {}", settings.addr))?;
-        Ok(Application { listener, pool, js, step_delay: settings.step_delay })
+        let pool = store::connect(&settings.database_url, 8)
+            .await
+            .context("connecting to DATABASE_URL")?;
+        let js = bus::connect(&settings.nats_url)
+            .await
+            .context("connecting to NATS_URL")?;
+        bus::ensure_stream(&js, &settings.stream)
+            .await
+            .context("creating the SOLDONCE stream")?;
+        let listener = TcpListener::bind(settings.addr)
+            .await
+            .with_context(|| format!("binding {}", settings.addr))?;
+        Ok(Application {
+            listener,
+            pool,
+            js,
+            step_delay: settings.step_delay,
+        })
     }
 
     /// The operations endpoint's address.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
     }
 
     /// Runs until `shutdown`; work in hand is finished first.
-    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let server = platform::ops::spawn(self.listener, store::readiness(self.pool.clone()), stop_rx.clone());
-        let consumer = tokio::spawn(bus::consumer::run(self.js, self.pool.clone(), consumer_spec(), Arc::new(ShipOrders), stop_rx.clone()));
+        let server = platform::ops::spawn(
+            self.listener,
+            store::readiness(self.pool.clone()),
+            stop_rx.clone(),
+        );
+        let consumer = tokio::spawn(bus::consumer::run(
+            self.js,
+            self.pool.clone(),
+            consumer_spec(),
+            Arc::new(ShipOrders),
+            stop_rx.clone(),
+        ));
         let warehouse = tokio::spawn(advance(self.pool, self.step_delay, stop_rx));
         shutdown.await;
         let _ = stop_tx.send(true);

@@ -16,7 +16,10 @@ pub use postgres::{PgOptions, Postgres};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{binary} was not found on PATH: {hint}")]
-    Missing { binary: &'static str, hint: &'static str },
+    Missing {
+        binary: &'static str,
+        hint: &'static str,
+    },
     #[error("{0}")]
     TooOld(String),
     #[error("{what} failed: {detail}")]

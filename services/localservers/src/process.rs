@@ -16,7 +16,12 @@ pub(crate) struct Watched {
 
 impl Watched {
     /// Starts `argv` (run as `user` when given) with its output appended to `log`.
-    pub(crate) fn spawn(argv: &[String], user: Option<&str>, log: &Path, stop_signal: &str) -> Result<Self, Error> {
+    pub(crate) fn spawn(
+        argv: &[String],
+        user: Option<&str>,
+        log: &Path,
+        stop_signal: &str,
+    ) -> Result<Self, Error> {
         let quoted: Vec<String> = argv.iter().map(|a| shell_quote(a)).collect();
         let script = format!(
             "{cmd} >>{log} 2>&1 </dev/null & pid=$!; read _ignored; kill -{sig} $pid 2>/dev/null; wait $pid",
@@ -36,7 +41,11 @@ impl Watched {
                 c
             }
         };
-        let mut child = command.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null()).spawn()?;
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
         let stdin = child.stdin.take();
         Ok(Watched { child, stdin })
     }
@@ -73,7 +82,13 @@ pub(crate) fn which(binary: &'static str, hint: &'static str) -> Result<PathBuf,
 }
 
 /// Polls until a TCP connection to the port succeeds.
-pub(crate) fn wait_for_port(port: u16, within: Duration, watched: &mut Watched, what: &str, log: &Path) -> Result<(), Error> {
+pub(crate) fn wait_for_port(
+    port: u16,
+    within: Duration,
+    watched: &mut Watched,
+    what: &str,
+    log: &Path,
+) -> Result<(), Error> {
     let deadline = Instant::now() + within;
     loop {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
@@ -81,8 +96,19 @@ pub(crate) fn wait_for_port(port: u16, within: Duration, watched: &mut Watched, 
         }
         if watched.exited() || Instant::now() > deadline {
             let tail = std::fs::read_to_string(log).unwrap_or_default();
-            let tail: String = tail.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
-            return Err(Error::Failed { what: format!("starting {what}"), detail: tail });
+            let tail: String = tail
+                .lines()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join(" | ");
+            return Err(Error::Failed {
+                what: format!("starting {what}"),
+                detail: tail,
+            });
         }
         std::thread::sleep(Duration::from_millis(20));
     }

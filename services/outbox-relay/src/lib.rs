@@ -41,10 +41,16 @@ impl Settings {
     pub fn from_env() -> Result<Self, ConfigError> {
         let batch_size = config::parsed("OUTBOX_BATCH_SIZE", 500i64)?;
         if !(1..=10_000).contains(&batch_size) {
-            return Err(ConfigError::new("OUTBOX_BATCH_SIZE", "must be between 1 and 10000"));
+            return Err(ConfigError::new(
+                "OUTBOX_BATCH_SIZE",
+                "must be between 1 and 10000",
+            ));
         }
         Ok(Settings {
-            addr: config::parsed("OUTBOX_RELAY_ADDR", SocketAddr::from(([127, 0, 0, 1], 8081)))?,
+            addr: config::parsed(
+                "OUTBOX_RELAY_ADDR",
+                SocketAddr::from(([127, 0, 0, 1], 8081)),
+            )?,
             database_url: config::database_url()?,
             nats_url: config::required("NATS_URL")?,
             batch_size,
@@ -63,22 +69,42 @@ pub struct Application {
 impl Application {
     /// Connects to PostgreSQL and NATS, ensures the stream, binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        let pool = store::connect(&settings.database_url, 4).await.context("connecting to DATABASE_URL")?;
-        let js = bus::connect(&settings.nats_url).await.context("connecting to NATS_URL")?;
-        bus::ensure_stream(&js, &settings.stream).await.context("creating the SOLDONCE stream")?;
-        let listener = TcpListener::bind(settings.addr).await.with_context(|| format!("binding {}", settings.addr))?;
-        Ok(Application { listener, relay: Relay::new(pool, js, settings.batch_size, settings.poll_interval) })
+        let pool = store::connect(&settings.database_url, 4)
+            .await
+            .context("connecting to DATABASE_URL")?;
+        let js = bus::connect(&settings.nats_url)
+            .await
+            .context("connecting to NATS_URL")?;
+        bus::ensure_stream(&js, &settings.stream)
+            .await
+            .context("creating the SOLDONCE stream")?;
+        let listener = TcpListener::bind(settings.addr)
+            .await
+            .with_context(|| format!("binding {}", settings.addr))?;
+        Ok(Application {
+            listener,
+            relay: Relay::new(pool, js, settings.batch_size, settings.poll_interval),
+        })
     }
 
     /// The operations endpoint's address.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
     }
 
     /// Relays until `shutdown` resolves; the batch in hand is finished first.
-    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let server = platform::ops::spawn(self.listener, store::readiness(self.relay.pool().clone()), stop_rx.clone());
+        let server = platform::ops::spawn(
+            self.listener,
+            store::readiness(self.relay.pool().clone()),
+            stop_rx.clone(),
+        );
         let relay = tokio::spawn(self.relay.run(stop_rx));
         shutdown.await;
         let _ = stop_tx.send(true);

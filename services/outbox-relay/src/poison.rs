@@ -54,7 +54,10 @@ pub struct Poison {
 
 impl Poison {
     pub fn new(reason: &'static str, detail: impl Into<String>) -> Self {
-        Poison { reason, detail: detail.into() }
+        Poison {
+            reason,
+            detail: detail.into(),
+        }
     }
 }
 
@@ -68,7 +71,9 @@ pub fn classify(e: &PublishError) -> Option<Poison> {
     if source.downcast_ref::<async_nats::SubjectError>().is_some() {
         return Some(Poison::new(BAD_SUBJECT, e.to_string()));
     }
-    let code = source.downcast_ref::<async_nats::jetstream::Error>()?.error_code();
+    let code = source
+        .downcast_ref::<async_nats::jetstream::Error>()?
+        .error_code();
     reason_for_code(code).map(|reason| Poison::new(reason, e.to_string()))
 }
 
@@ -91,7 +96,9 @@ pub fn publishable_subject(subject: &str) -> bool {
     subject.len() > prefix.len()
         && subject.starts_with(prefix)
         && !subject.chars().any(|c| c.is_whitespace() || c.is_control())
-        && subject.split('.').all(|t| !t.is_empty() && t != "*" && t != ">")
+        && subject
+            .split('.')
+            .all(|t| !t.is_empty() && t != "*" && t != ">")
 }
 
 /// A message's size as the server counts it against `max_payload`: the
@@ -101,7 +108,12 @@ pub fn wire_size(headers: &[(&str, &str)], payload_len: usize) -> usize {
     if headers.is_empty() {
         return payload_len;
     }
-    let block: usize = b"NATS/1.0\r\n".len() + b"\r\n".len() + headers.iter().map(|(k, v)| k.len() + 2 + v.len() + 2).sum::<usize>();
+    let block: usize = b"NATS/1.0\r\n".len()
+        + b"\r\n".len()
+        + headers
+            .iter()
+            .map(|(k, v)| k.len() + 2 + v.len() + 2)
+            .sum::<usize>();
     block + payload_len
 }
 
@@ -112,7 +124,18 @@ mod tests {
     #[test]
     fn subjects() {
         assert!(publishable_subject("soldonce.order.placed.0191"));
-        for bad in ["", "soldonce.", "soldonce", "other.order.placed", "soldonce..x", "soldonce.x.", "soldonce.a b", "soldonce.*", "soldonce.>", "soldonce.x\r\n"] {
+        for bad in [
+            "",
+            "soldonce.",
+            "soldonce",
+            "other.order.placed",
+            "soldonce..x",
+            "soldonce.x.",
+            "soldonce.a b",
+            "soldonce.*",
+            "soldonce.>",
+            "soldonce.x\r\n",
+        ] {
             assert!(!publishable_subject(bad), "{bad:?}");
         }
     }
@@ -136,16 +159,23 @@ mod tests {
 
     #[test]
     fn a_jetstream_refusal_is_classified_by_its_code() {
-        let refused: async_nats::jetstream::Error =
-            serde_json::from_str(r#"{"code":400,"err_code":10054,"description":"message size exceeds maximum allowed"}"#).expect("error JSON");
+        let refused: async_nats::jetstream::Error = serde_json::from_str(
+            r#"{"code":400,"err_code":10054,"description":"message size exceeds maximum allowed"}"#,
+        )
+        .expect("error JSON");
         let e = PublishError::with_source(PublishErrorKind::Other, refused);
         assert_eq!(classify(&e).map(|p| p.reason), Some(TOO_LARGE));
-        let full: async_nats::jetstream::Error =
-            serde_json::from_str(r#"{"code":503,"err_code":10077,"description":"maximum bytes exceeded"}"#).expect("error JSON");
+        let full: async_nats::jetstream::Error = serde_json::from_str(
+            r#"{"code":503,"err_code":10077,"description":"maximum bytes exceeded"}"#,
+        )
+        .expect("error JSON");
         assert!(classify(&PublishError::with_source(PublishErrorKind::Other, full)).is_none());
         assert!(classify(&PublishError::new(PublishErrorKind::TimedOut)).is_none());
         assert!(classify(&PublishError::new(PublishErrorKind::BrokenPipe)).is_none());
         assert!(classify(&PublishError::new(PublishErrorKind::StreamNotFound)).is_none());
-        assert_eq!(classify(&PublishError::new(PublishErrorKind::MaxPayloadExceeded)).map(|p| p.reason), Some(TOO_LARGE));
+        assert_eq!(
+            classify(&PublishError::new(PublishErrorKind::MaxPayloadExceeded)).map(|p| p.reason),
+            Some(TOO_LARGE)
+        );
     }
 }

@@ -37,8 +37,18 @@ struct Batch {
 
 impl Relay {
     /// A relay over this database and bus.
-    pub fn new(pool: PgPool, js: jetstream::Context, batch_size: i64, poll_interval: Duration) -> Self {
-        Relay { pool, js, batch_size, poll_interval }
+    pub fn new(
+        pool: PgPool,
+        js: jetstream::Context,
+        batch_size: i64,
+        poll_interval: Duration,
+    ) -> Self {
+        Relay {
+            pool,
+            js,
+            batch_size,
+            poll_interval,
+        }
     }
 
     pub(crate) fn pool(&self) -> &PgPool {
@@ -56,10 +66,19 @@ impl Relay {
             if *stop.borrow() {
                 break;
             }
-            let drained = (|| self.drain()).retry(ExponentialBuilder::default().with_jitter().with_min_delay(Duration::from_millis(50)).with_max_delay(Duration::from_secs(2)).with_max_times(5)).notify(|e: &anyhow::Error, after| {
-                metrics::counter!("soldonce_outbox_publish_errors_total").increment(1);
-                tracing::warn!(error = %format!("{e:#}"), ?after, "relaying failed; retrying");
-            }).await;
+            let drained = (|| self.drain())
+                .retry(
+                    ExponentialBuilder::default()
+                        .with_jitter()
+                        .with_min_delay(Duration::from_millis(50))
+                        .with_max_delay(Duration::from_secs(2))
+                        .with_max_times(5),
+                )
+                .notify(|e: &anyhow::Error, after| {
+                    metrics::counter!("soldonce_outbox_publish_errors_total").increment(1);
+                    tracing::warn!(error = %format!("{e:#}"), ?after, "relaying failed; retrying");
+                })
+                .await;
             if let Err(e) = drained {
                 tracing::error!(error = %format!("{e:#}"), "relaying keeps failing; waiting for the next wake-up");
             }
@@ -117,12 +136,16 @@ impl Relay {
             };
             match self.js.send_publish(row.subject.clone(), message).await {
                 // The acks are awaited together, so a dead connection costs one timeout, not one per row.
-                Ok(ack) => pending.push((i, tokio::spawn(std::future::IntoFuture::into_future(ack)))),
+                Ok(ack) => {
+                    pending.push((i, tokio::spawn(std::future::IntoFuture::into_future(ack))))
+                }
                 Err(e) => match poison::classify(&e) {
                     Some(p) => parked.push((i, p)),
                     None => {
                         // The connection is likely gone: leave the rest of the batch for the retry.
-                        failure = Some(anyhow::Error::new(e).context(format!("publishing event {}", row.id)));
+                        failure = Some(
+                            anyhow::Error::new(e).context(format!("publishing event {}", row.id)),
+                        );
                         break;
                     }
                 },
@@ -136,14 +159,21 @@ impl Relay {
                     if ack.duplicate {
                         metrics::counter!("soldonce_outbox_duplicates_total").increment(1);
                     }
-                    let lag = (chrono::Utc::now() - row.created_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
-                    metrics::histogram!("soldonce_outbox_commit_to_puback_seconds").record(lag.max(0.0));
+                    let lag = (chrono::Utc::now() - row.created_at)
+                        .num_microseconds()
+                        .unwrap_or(0) as f64
+                        / 1e6;
+                    metrics::histogram!("soldonce_outbox_commit_to_puback_seconds")
+                        .record(lag.max(0.0));
                     published.push(row.id);
                 }
                 Err(e) => match poison::classify(&e) {
                     Some(p) => parked.push((i, p)),
                     None => {
-                        failure.get_or_insert_with(|| anyhow::Error::new(e).context(format!("awaiting the ack of event {}", row.id)));
+                        failure.get_or_insert_with(|| {
+                            anyhow::Error::new(e)
+                                .context(format!("awaiting the ack of event {}", row.id))
+                        });
                     }
                 },
             }
@@ -151,7 +181,10 @@ impl Relay {
         if !published.is_empty() {
             store::outbox::delete(&mut tx, &published).await?;
         }
-        let to_park: Vec<(Uuid, &str)> = parked.iter().map(|(i, p)| (rows[*i].id, p.reason)).collect();
+        let to_park: Vec<(Uuid, &str)> = parked
+            .iter()
+            .map(|(i, p)| (rows[*i].id, p.reason))
+            .collect();
         store::outbox::park(&mut tx, &to_park).await?;
         tx.commit().await?;
         metrics::counter!("soldonce_outbox_published_total").increment(published.len() as u64);
@@ -171,7 +204,10 @@ impl Relay {
                 metrics::gauge!("soldonce_outbox_parked").set(n as f64);
             }
         }
-        Ok(Batch { settled: published.len() + parked.len(), failure })
+        Ok(Batch {
+            settled: published.len() + parked.len(),
+            failure,
+        })
     }
 }
 
@@ -180,14 +216,20 @@ impl Relay {
 /// as the server does: headers plus payload).
 fn message(row: &store::outbox::OutboxRow, max_payload: usize) -> Result<PublishMessage, Poison> {
     if !poison::publishable_subject(&row.subject) {
-        return Err(Poison::new(poison::BAD_SUBJECT, format!("{:?} is not a subject under {}", row.subject, bus::SUBJECTS)));
+        return Err(Poison::new(
+            poison::BAD_SUBJECT,
+            format!("{:?} is not a subject under {}", row.subject, bus::SUBJECTS),
+        ));
     }
-    let payload = serde_json::to_vec(&row.payload).map_err(|e| Poison::new(poison::REJECTED, format!("payload does not encode: {e}")))?;
+    let payload = serde_json::to_vec(&row.payload)
+        .map_err(|e| Poison::new(poison::REJECTED, format!("payload does not encode: {e}")))?;
     let id = row.id.to_string();
     let mut headers: Vec<(&str, &str)> = vec![("Nats-Msg-Id", id.as_str())];
     match row.headers.get("traceparent").and_then(|v| v.as_str()) {
         // A header value with CR or LF would break the protocol; a traceparent is printable ASCII.
-        Some(tp) if !tp.is_empty() && tp.bytes().all(|b| b.is_ascii_graphic()) => headers.push(("traceparent", tp)),
+        Some(tp) if !tp.is_empty() && tp.bytes().all(|b| b.is_ascii_graphic()) => {
+            headers.push(("traceparent", tp))
+        }
         Some(_) => tracing::warn!(event_id = %row.id, "dropping a malformed traceparent header"),
         None => {}
     }
@@ -199,7 +241,9 @@ fn message(row: &store::outbox::OutboxRow, max_payload: usize) -> Result<Publish
         ));
     }
     // `message_id` adds a header; `headers()` would replace them all.
-    let mut publish = PublishMessage::build().payload(payload.into()).message_id(&id);
+    let mut publish = PublishMessage::build()
+        .payload(payload.into())
+        .message_id(&id);
     for (name, value) in &headers[1..] {
         publish = publish.header(*name, *value);
     }

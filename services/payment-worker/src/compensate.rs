@@ -27,7 +27,11 @@ pub struct Round {
 /// Claims the compensations that are due and carries each out once.
 pub async fn run_due(pool: &PgPool, psp: &Psp) -> Result<Round, store::StoreError> {
     let due = compensations::claim_due(pool, BATCH, LEASE).await?;
-    let outcomes: Vec<Outcome> = futures::stream::iter(due).map(|c| carry_out(pool, psp, c)).buffer_unordered(IN_FLIGHT).collect().await;
+    let outcomes: Vec<Outcome> = futures::stream::iter(due)
+        .map(|c| carry_out(pool, psp, c))
+        .buffer_unordered(IN_FLIGHT)
+        .collect()
+        .await;
     let mut round = Round::default();
     for outcome in outcomes {
         match outcome {
@@ -51,19 +55,31 @@ enum Outcome {
 #[tracing::instrument(skip_all, fields(payment_id = %c.payment_id, order_id = ?c.order_id, attempt = c.attempts))]
 async fn carry_out(pool: &PgPool, psp: &Psp, c: Compensation) -> Outcome {
     let outcome = match psp.refund_once(&c.payment_id, &c.refund_key()).await {
-        Ok(refund) if refund.status == "succeeded" => match compensations::complete(pool, &c.payment_id, &refund.id, "payment-worker").await {
-            Ok(_) => {
-                tracing::info!(refund_id = %refund.id, reason = c.reason.as_deref().unwrap_or(""), "payment refunded");
-                Outcome::Refunded
+        Ok(refund) if refund.status == "succeeded" => {
+            match compensations::complete(pool, &c.payment_id, &refund.id, "payment-worker").await {
+                Ok(_) => {
+                    tracing::info!(refund_id = %refund.id, reason = c.reason.as_deref().unwrap_or(""), "payment refunded");
+                    Outcome::Refunded
+                }
+                // The PSP refunded it; recording failed. The lease runs out and the same key replays the refund.
+                Err(e) => postpone(pool, &c, &format!("recording the refund: {e}")).await,
             }
-            // The PSP refunded it; recording failed. The lease runs out and the same key replays the refund.
-            Err(e) => postpone(pool, &c, &format!("recording the refund: {e}")).await,
-        },
-        Ok(refund) => postpone(pool, &c, &format!("refund {} is {}", refund.id, refund.status)).await,
+        }
+        Ok(refund) => {
+            postpone(
+                pool,
+                &c,
+                &format!("refund {} is {}", refund.id, refund.status),
+            )
+            .await
+        }
         Err(PspError::Retryable(why)) => postpone(pool, &c, &why).await,
         Err(PspError::Refused(why)) => {
             tracing::error!(%why, "the PSP refused the refund: it needs a person");
-            if let Err(e) = compensations::refuse(pool, &c.payment_id, &format!("refused by the PSP: {why}")).await {
+            if let Err(e) =
+                compensations::refuse(pool, &c.payment_id, &format!("refused by the PSP: {why}"))
+                    .await
+            {
                 tracing::warn!(error = %e, "could not record the refusal; retrying later");
             }
             Outcome::Refused
@@ -74,7 +90,8 @@ async fn carry_out(pool: &PgPool, psp: &Psp, c: Compensation) -> Outcome {
         Outcome::Postponed => "postponed",
         Outcome::Refused => "refused",
     };
-    metrics::counter!("soldonce_compensations_total", "kind" => "refund", "outcome" => label).increment(1);
+    metrics::counter!("soldonce_compensations_total", "kind" => "refund", "outcome" => label)
+        .increment(1);
     outcome
 }
 
@@ -90,7 +107,9 @@ async fn postpone(pool: &PgPool, c: &Compensation, why: &str) -> Outcome {
 /// 250 ms doubling per attempt up to a minute, with up to 25 % jitter.
 fn backoff(attempts: i32) -> Duration {
     let exp = u32::try_from(attempts.clamp(1, 16) - 1).unwrap_or(0);
-    let base = Duration::from_millis(250).saturating_mul(2u32.saturating_pow(exp)).min(Duration::from_secs(60));
+    let base = Duration::from_millis(250)
+        .saturating_mul(2u32.saturating_pow(exp))
+        .min(Duration::from_secs(60));
     base + base.mul_f64(rand::random::<f64>() * 0.25)
 }
 
@@ -101,7 +120,9 @@ mod tests {
 
     #[test]
     fn retries_back_off_from_a_quarter_second_to_a_minute() {
-        assert!(backoff(1) >= Duration::from_millis(250) && backoff(1) < Duration::from_millis(320));
+        assert!(
+            backoff(1) >= Duration::from_millis(250) && backoff(1) < Duration::from_millis(320)
+        );
         assert!(backoff(3) >= Duration::from_secs(1));
         assert!(backoff(100) <= Duration::from_secs(75));
     }

@@ -34,19 +34,31 @@ impl Handler for PayOrders {
             .ok_or_else(|| HandleError::Permanent("order.placed without an order_id".into()))?;
         let order = store::orders::load(delivery.pool(), order_id, None)
             .await?
-            .ok_or_else(|| HandleError::Permanent(format!("order {order_id} is not in the database")))?;
+            .ok_or_else(|| {
+                HandleError::Permanent(format!("order {order_id} is not in the database"))
+            })?;
         if order.total_minor == 0 {
             return self.confirm_free(delivery, &order).await;
         }
         let key = format!("pay:{order_id}");
         let payment = match order.state {
             // A redelivery may follow a charge whose reply was lost: ask by key first.
-            OrderState::PaymentPending if delivery.delivered > 1 => match self.psp.find_by_key(&key).await {
-                Ok(Some(p)) => Ok(p),
-                Ok(None) => self.psp.pay(order_id, order.total_minor, order.currency.as_str()).await,
-                Err(e) => Err(e),
-            },
-            OrderState::PaymentPending => self.psp.pay(order_id, order.total_minor, order.currency.as_str()).await,
+            OrderState::PaymentPending if delivery.delivered > 1 => {
+                match self.psp.find_by_key(&key).await {
+                    Ok(Some(p)) => Ok(p),
+                    Ok(None) => {
+                        self.psp
+                            .pay(order_id, order.total_minor, order.currency.as_str())
+                            .await
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            OrderState::PaymentPending => {
+                self.psp
+                    .pay(order_id, order.total_minor, order.currency.as_str())
+                    .await
+            }
             // Ended or settled meanwhile: never charge now, but learn of a charge made before.
             _ => match self.psp.find_by_key(&key).await {
                 Ok(Some(p)) => Ok(p),
@@ -59,7 +71,9 @@ impl Handler for PayOrders {
                 metrics::counter!("soldonce_psp_outcome_unknown_total").increment(1);
                 HandleError::Transient(anyhow::anyhow!("payment outcome unknown for now: {why}"))
             }
-            PspError::Refused(why) => HandleError::Permanent(format!("the PSP refused the charge request: {why}")),
+            PspError::Refused(why) => {
+                HandleError::Permanent(format!("the PSP refused the charge request: {why}"))
+            }
         })?;
         self.record(delivery, order_id, &payment).await
     }
@@ -68,7 +82,11 @@ impl Handler for PayOrders {
 impl PayOrders {
     /// A free order (every line priced 0) is confirmed without asking the
     /// PSP, which refuses charges of 0: its payment is `free:<order_id>`.
-    async fn confirm_free(&self, delivery: &Delivery, order: &domain::Order) -> Result<(), HandleError> {
+    async fn confirm_free(
+        &self,
+        delivery: &Delivery,
+        order: &domain::Order,
+    ) -> Result<(), HandleError> {
         let fact = store::payments::PaymentFact {
             payment_id: format!("{}{}", store::payments::FREE_PREFIX, order.id),
             order_id: Some(order.id),
@@ -77,8 +95,11 @@ impl PayOrders {
             currency: order.currency.to_string(),
             failure_reason: None,
         };
-        let Some(mut tx) = delivery.begin().await? else { return Ok(()) };
-        let learned = store::payments::learn(&mut tx, &fact, Source::Free, &meta(delivery, order.id)).await?;
+        let Some(mut tx) = delivery.begin().await? else {
+            return Ok(());
+        };
+        let learned =
+            store::payments::learn(&mut tx, &fact, Source::Free, &meta(delivery, order.id)).await?;
         tx.commit().await?;
         if matches!(learned, Learned::Confirmed { .. }) {
             metrics::counter!("soldonce_free_orders_confirmed_total").increment(1);
@@ -87,22 +108,33 @@ impl PayOrders {
         Ok(())
     }
 
-    async fn record(&self, delivery: &Delivery, order_id: Uuid, payment: &PspPayment) -> Result<(), HandleError> {
+    async fn record(
+        &self,
+        delivery: &Delivery,
+        order_id: Uuid,
+        payment: &PspPayment,
+    ) -> Result<(), HandleError> {
         let fact = payment.fact();
         if let domain::PspStatus::Unknown(status) = &fact.status {
             // Not a clear answer: never release, ask again by key on redelivery.
             metrics::counter!("soldonce_psp_outcome_unknown_total").increment(1);
-            return Err(HandleError::Transient(anyhow::anyhow!("payment {} is {status}; asking again by key", payment.id)));
+            return Err(HandleError::Transient(anyhow::anyhow!(
+                "payment {} is {status}; asking again by key",
+                payment.id
+            )));
         }
         let Some(mut tx) = delivery.begin().await? else {
             tracing::info!(%order_id, "already handled by another delivery");
             return Ok(());
         };
-        let learned = store::payments::learn(&mut tx, &fact, Source::Worker, &meta(delivery, order_id)).await?;
+        let learned =
+            store::payments::learn(&mut tx, &fact, Source::Worker, &meta(delivery, order_id))
+                .await?;
         tx.commit().await?;
         match learned {
             Learned::Confirmed { reclaimed, .. } => {
-                metrics::counter!("soldonce_payments_authorized_minor_total").increment(u64::try_from(payment.amount_minor).unwrap_or(0));
+                metrics::counter!("soldonce_payments_authorized_minor_total")
+                    .increment(u64::try_from(payment.amount_minor).unwrap_or(0));
                 if reclaimed {
                     tracing::info!(%order_id, payment_id = %payment.id, "late payment reclaimed the expired order's units");
                 }

@@ -47,14 +47,23 @@ impl Settings {
     pub fn from_env() -> Result<Self, ConfigError> {
         let psp_url = config::required("PSP_URL")?;
         if !psp_url.starts_with("http://") && !psp_url.starts_with("https://") {
-            return Err(ConfigError::new("PSP_URL", "must be an http:// or https:// URL"));
+            return Err(ConfigError::new(
+                "PSP_URL",
+                "must be an http:// or https:// URL",
+            ));
         }
         let concurrency = config::parsed("PAYMENT_WORKER_CONCURRENCY", 32usize)?;
         if !(1..=1024).contains(&concurrency) {
-            return Err(ConfigError::new("PAYMENT_WORKER_CONCURRENCY", "must be between 1 and 1024"));
+            return Err(ConfigError::new(
+                "PAYMENT_WORKER_CONCURRENCY",
+                "must be between 1 and 1024",
+            ));
         }
         Ok(Settings {
-            addr: config::parsed("PAYMENT_WORKER_ADDR", SocketAddr::from(([127, 0, 0, 1], 8082)))?,
+            addr: config::parsed(
+                "PAYMENT_WORKER_ADDR",
+                SocketAddr::from(([127, 0, 0, 1], 8082)),
+            )?,
             database_url: config::database_url()?,
             nats_url: config::required("NATS_URL")?,
             psp_url,
@@ -84,7 +93,13 @@ pub fn consumer_spec(concurrency: usize) -> bus::consumer::ConsumerSpec {
         types: vec!["soldonce.order.placed.v1".into()],
         ack_wait: Duration::from_secs(60),
         max_deliver: 20,
-        backoff: vec![Duration::from_secs(1), Duration::from_secs(2), Duration::from_secs(5), Duration::from_secs(10), Duration::from_secs(30)],
+        backoff: vec![
+            Duration::from_secs(1),
+            Duration::from_secs(2),
+            Duration::from_secs(5),
+            Duration::from_secs(10),
+            Duration::from_secs(30),
+        ],
         concurrency,
     }
 }
@@ -103,12 +118,27 @@ pub struct Application {
 impl Application {
     /// Connects to PostgreSQL and NATS, ensures the stream, binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        let pool_size = u32::try_from(settings.concurrency).unwrap_or(32).clamp(2, 64);
-        let pool = store::connect(&settings.database_url, pool_size).await.context("connecting to DATABASE_URL")?;
-        let js = bus::connect(&settings.nats_url).await.context("connecting to NATS_URL")?;
-        bus::ensure_stream(&js, &settings.stream).await.context("creating the SOLDONCE stream")?;
-        let psp = psp::Psp::new(&settings.psp_url, settings.psp_timeout, settings.psp_deadline).context("PSP client")?;
-        let listener = TcpListener::bind(settings.addr).await.with_context(|| format!("binding {}", settings.addr))?;
+        let pool_size = u32::try_from(settings.concurrency)
+            .unwrap_or(32)
+            .clamp(2, 64);
+        let pool = store::connect(&settings.database_url, pool_size)
+            .await
+            .context("connecting to DATABASE_URL")?;
+        let js = bus::connect(&settings.nats_url)
+            .await
+            .context("connecting to NATS_URL")?;
+        bus::ensure_stream(&js, &settings.stream)
+            .await
+            .context("creating the SOLDONCE stream")?;
+        let psp = psp::Psp::new(
+            &settings.psp_url,
+            settings.psp_timeout,
+            settings.psp_deadline,
+        )
+        .context("PSP client")?;
+        let listener = TcpListener::bind(settings.addr)
+            .await
+            .with_context(|| format!("binding {}", settings.addr))?;
         Ok(Application {
             listener,
             pool,
@@ -122,11 +152,16 @@ impl Application {
 
     /// The operations endpoint's address.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
     }
 
     /// Consumes until `shutdown`; orders in hand are finished first.
-    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let pool = self.pool.clone();
         let js = self.js.clone();
@@ -144,10 +179,26 @@ impl Application {
             })
         });
         let server = platform::ops::spawn(self.listener, ready, stop_rx.clone());
-        let compensations = tokio::spawn(compensation_loop(self.pool.clone(), self.psp.clone(), self.compensation_interval, stop_rx.clone()));
-        let reconciler = tokio::spawn(reconcile_loop(self.pool.clone(), self.psp.clone(), self.reconcile_interval, stop_rx.clone()));
+        let compensations = tokio::spawn(compensation_loop(
+            self.pool.clone(),
+            self.psp.clone(),
+            self.compensation_interval,
+            stop_rx.clone(),
+        ));
+        let reconciler = tokio::spawn(reconcile_loop(
+            self.pool.clone(),
+            self.psp.clone(),
+            self.reconcile_interval,
+            stop_rx.clone(),
+        ));
         let handler = Arc::new(handler::PayOrders { psp: self.psp });
-        let consumer = tokio::spawn(bus::consumer::run(self.js, self.pool, consumer_spec(self.concurrency), handler, stop_rx));
+        let consumer = tokio::spawn(bus::consumer::run(
+            self.js,
+            self.pool,
+            consumer_spec(self.concurrency),
+            handler,
+            stop_rx,
+        ));
         shutdown.await;
         let _ = stop_tx.send(true);
         consumer.await.context("consumer task")??;
@@ -159,7 +210,12 @@ impl Application {
 }
 
 /// Carries out due compensations every `interval` (at once again while a round finds work).
-async fn compensation_loop(pool: sqlx::PgPool, psp: psp::Psp, interval: Duration, mut stop: tokio::sync::watch::Receiver<bool>) {
+async fn compensation_loop(
+    pool: sqlx::PgPool,
+    psp: psp::Psp,
+    interval: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     loop {
         let busy = match compensate::run_due(&pool, &psp).await {
             Ok(round) => round.refunded + round.postponed + round.refused > 0,
@@ -181,7 +237,12 @@ async fn compensation_loop(pool: sqlx::PgPool, psp: psp::Psp, interval: Duration
 }
 
 /// Reconciles with the PSP every `interval` (never, if zero).
-async fn reconcile_loop(pool: sqlx::PgPool, psp: psp::Psp, interval: Duration, mut stop: tokio::sync::watch::Receiver<bool>) {
+async fn reconcile_loop(
+    pool: sqlx::PgPool,
+    psp: psp::Psp,
+    interval: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     if interval.is_zero() {
         return;
     }

@@ -40,7 +40,10 @@ impl PspPayment {
 
     /// How much of it the provider has given back.
     pub fn refunded_minor(&self) -> i64 {
-        self.refunds.iter().filter(|r| r.status == "succeeded").fold(0i64, |sum, r| sum.saturating_add(r.amount_minor))
+        self.refunds
+            .iter()
+            .filter(|r| r.status == "succeeded")
+            .fold(0i64, |sum, r| sum.saturating_add(r.amount_minor))
     }
 }
 
@@ -89,8 +92,15 @@ pub struct Psp {
 impl Psp {
     /// A client with a per-call `timeout` and a total `deadline` per action.
     pub fn new(base: &str, timeout: Duration, deadline: Duration) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder().timeout(timeout).pool_max_idle_per_host(64).build()?;
-        Ok(Psp { http, base: base.trim_end_matches('/').to_owned(), deadline })
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .pool_max_idle_per_host(64)
+            .build()?;
+        Ok(Psp {
+            http,
+            base: base.trim_end_matches('/').to_owned(),
+            deadline,
+        })
     }
 
     fn backoff(&self) -> ExponentialBuilder {
@@ -103,11 +113,19 @@ impl Psp {
     }
 
     /// Charges the order, or learns the outcome of an earlier charge with the same key.
-    pub async fn pay(&self, order_id: Uuid, amount_minor: i64, currency: &str) -> Result<PspPayment, PspError> {
+    pub async fn pay(
+        &self,
+        order_id: Uuid,
+        amount_minor: i64,
+        currency: &str,
+    ) -> Result<PspPayment, PspError> {
         let key = format!("pay:{order_id}");
         let body = serde_json::json!({ "amount_minor": amount_minor, "currency": currency, "reference": order_id.to_string() });
         (|| async {
-            match self.post(&format!("{}/v1/payments", self.base), &key, &body).await {
+            match self
+                .post(&format!("{}/v1/payments", self.base), &key, &body)
+                .await
+            {
                 Err(PspError::Retryable(why)) => {
                     metrics::counter!("soldonce_psp_retries_total", "action" => "pay").increment(1);
                     // The charge may have happened: ask by key before trying again.
@@ -143,7 +161,10 @@ impl Psp {
     ) -> Result<PaymentPage, PspError> {
         let mut query = vec![("limit", limit.to_string())];
         if let Some(since) = since {
-            query.push(("created_gte", since.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)));
+            query.push((
+                "created_gte",
+                since.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            ));
         }
         if let Some(cursor) = cursor {
             query.push(("cursor", cursor.to_owned()));
@@ -156,7 +177,10 @@ impl Psp {
             .await
             .map_err(|e| PspError::Retryable(e.to_string()))?;
         match response.status().as_u16() {
-            200 => response.json().await.map_err(|e| PspError::Retryable(format!("unreadable listing: {e}"))),
+            200 => response
+                .json()
+                .await
+                .map_err(|e| PspError::Retryable(format!("unreadable listing: {e}"))),
             s => Err(classify(s)),
         }
     }
@@ -172,14 +196,29 @@ impl Psp {
             .map_err(|e| PspError::Retryable(e.to_string()))?;
         match response.status().as_u16() {
             404 => Ok(None),
-            200 => response.json().await.map(Some).map_err(|e| PspError::Retryable(e.to_string())),
+            200 => response
+                .json()
+                .await
+                .map(Some)
+                .map_err(|e| PspError::Retryable(e.to_string())),
             s => Err(classify(s)),
         }
     }
 
-    async fn post<T: serde::de::DeserializeOwned>(&self, url: &str, key: &str, body: &serde_json::Value) -> Result<T, PspError> {
+    async fn post<T: serde::de::DeserializeOwned>(
+        &self,
+        url: &str,
+        key: &str,
+        body: &serde_json::Value,
+    ) -> Result<T, PspError> {
         let started = std::time::Instant::now();
-        let sent = self.http.post(url).header("idempotency-key", key).json(body).send().await;
+        let sent = self
+            .http
+            .post(url)
+            .header("idempotency-key", key)
+            .json(body)
+            .send()
+            .await;
         metrics::histogram!("soldonce_psp_latency_seconds").record(started.elapsed().as_secs_f64());
         let response = sent.map_err(|e| {
             if e.is_timeout() {
@@ -191,7 +230,10 @@ impl Psp {
         if !(200..300).contains(&status) {
             return Err(classify(status));
         }
-        response.json().await.map_err(|e| PspError::Retryable(format!("unreadable reply: {e}")))
+        response
+            .json()
+            .await
+            .map_err(|e| PspError::Retryable(format!("unreadable reply: {e}")))
     }
 }
 

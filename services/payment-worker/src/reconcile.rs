@@ -62,15 +62,25 @@ struct Seen {
 /// Walks the listing from `since` (the stored cursor less [`LOOKBACK`] when
 /// `None` and `periodic`; everything when `None` otherwise), repairs, checks,
 /// and records the run; a periodic run also moves the cursor on.
-pub async fn run(pool: &PgPool, psp: &Psp, since: Option<DateTime<Utc>>, periodic: bool) -> Result<ReconcileReport, ReconcileError> {
+pub async fn run(
+    pool: &PgPool,
+    psp: &Psp,
+    since: Option<DateTime<Utc>>,
+    periodic: bool,
+) -> Result<ReconcileReport, ReconcileError> {
     let started = Instant::now();
     let since = match (since, periodic) {
         (Some(t), _) => Some(t),
-        (None, true) => store::reconcile::cursor(pool).await?.map(|c| c - chrono::Duration::from_std(LOOKBACK).unwrap_or_default()),
+        (None, true) => store::reconcile::cursor(pool)
+            .await?
+            .map(|c| c - chrono::Duration::from_std(LOOKBACK).unwrap_or_default()),
         (None, false) => None,
     };
     let listed_at = store::now();
-    let mut report = ReconcileReport { since, ..ReconcileReport::default() };
+    let mut report = ReconcileReport {
+        since,
+        ..ReconcileReport::default()
+    };
     let mut seen: HashMap<String, Seen> = HashMap::new();
     let (mut newest, mut unsettled): (Option<DateTime<Utc>>, Option<DateTime<Utc>>) = (None, None);
     let mut cursor: Option<String> = None;
@@ -83,7 +93,10 @@ pub async fn run(pool: &PgPool, psp: &Psp, since: Option<DateTime<Utc>>, periodi
             newest = newest.max(Some(payment.created_at));
             let fact = payment.fact();
             match fact.status {
-                PspStatus::Unknown(_) => unsettled = Some(unsettled.map_or(payment.created_at, |u| u.min(payment.created_at))),
+                PspStatus::Unknown(_) => {
+                    unsettled =
+                        Some(unsettled.map_or(payment.created_at, |u| u.min(payment.created_at)))
+                }
                 PspStatus::Failed => {
                     if !recorded.contains_key(&payment.id) {
                         learn(pool, &fact).await?;
@@ -93,10 +106,25 @@ pub async fn run(pool: &PgPool, psp: &Psp, since: Option<DateTime<Utc>>, periodi
                     report.succeeded += 1;
                     let standing = payment.refunded_minor() < payment.amount_minor;
                     let finding = match recorded.get(&payment.id) {
-                        None if !standing => Some(finding("refunded_elsewhere", &payment.id, "refunded at the PSP, but soldonce never recorded the payment", false)),
+                        None if !standing => Some(finding(
+                            "refunded_elsewhere",
+                            &payment.id,
+                            "refunded at the PSP, but soldonce never recorded the payment",
+                            false,
+                        )),
                         None => match learn(pool, &fact).await? {
-                            Learned::Confirmed { order, .. } => Some(finding("unrecorded_payment", &payment.id, &format!("confirmed order {} on it", order.id), true)),
-                            Learned::RefundDecided(reason) => Some(finding("unattached_payment", &payment.id, &format!("refund recorded ({})", reason.as_str()), true)),
+                            Learned::Confirmed { order, .. } => Some(finding(
+                                "unrecorded_payment",
+                                &payment.id,
+                                &format!("confirmed order {} on it", order.id),
+                                true,
+                            )),
+                            Learned::RefundDecided(reason) => Some(finding(
+                                "unattached_payment",
+                                &payment.id,
+                                &format!("refund recorded ({})", reason.as_str()),
+                                true,
+                            )),
                             _ => None,
                         },
                         Some(r) if r.disposition == "attached" && !standing => {
@@ -104,7 +132,12 @@ pub async fn run(pool: &PgPool, psp: &Psp, since: Option<DateTime<Utc>>, periodi
                             Some(finding("attached_payment_refunded", &payment.id, &format!("order {order} is confirmed on it, but the PSP shows it refunded"), false))
                         }
                         Some(r) if r.refund_state.as_deref() == Some("succeeded") && standing => {
-                            Some(finding("refund_missing", &payment.id, "recorded as refunded, but the PSP shows it standing", false))
+                            Some(finding(
+                                "refund_missing",
+                                &payment.id,
+                                "recorded as refunded, but the PSP shows it standing",
+                                false,
+                            ))
                         }
                         Some(_) => None,
                     };
@@ -114,7 +147,14 @@ pub async fn run(pool: &PgPool, psp: &Psp, since: Option<DateTime<Utc>>, periodi
                         }
                         report.findings.push(f);
                     }
-                    seen.insert(payment.id.clone(), Seen { standing, amount_minor: payment.amount_minor, currency: payment.currency.clone() });
+                    seen.insert(
+                        payment.id.clone(),
+                        Seen {
+                            standing,
+                            amount_minor: payment.amount_minor,
+                            currency: payment.currency.clone(),
+                        },
+                    );
                 }
             }
         }
@@ -126,11 +166,19 @@ pub async fn run(pool: &PgPool, psp: &Psp, since: Option<DateTime<Utc>>, periodi
     check_confirmed(pool, since, listed_at, &seen, &mut report).await?;
     report.seconds = started.elapsed().as_secs_f64();
     let next_cursor = if periodic { unsettled.or(newest) } else { None };
-    store::reconcile::save_run(pool, next_cursor, report.seconds, i64::try_from(report.payments_seen).unwrap_or(i64::MAX), &report.findings).await?;
+    store::reconcile::save_run(
+        pool,
+        next_cursor,
+        report.seconds,
+        i64::try_from(report.payments_seen).unwrap_or(i64::MAX),
+        &report.findings,
+    )
+    .await?;
     metrics::counter!("soldonce_reconcile_runs_total").increment(1);
     metrics::counter!("soldonce_reconcile_payments_seen_total").increment(report.payments_seen);
     metrics::counter!("soldonce_reconcile_repairs_total").increment(report.repaired);
-    metrics::gauge!("soldonce_reconcile_findings").set(report.findings.iter().filter(|f| !f.repaired).count() as f64);
+    metrics::gauge!("soldonce_reconcile_findings")
+        .set(report.findings.iter().filter(|f| !f.repaired).count() as f64);
     metrics::histogram!("soldonce_reconcile_seconds").record(report.seconds);
     Ok(report)
 }
@@ -154,21 +202,31 @@ async fn check_confirmed(
             None => Some("its payment is not in the PSP's books".to_owned()),
             // Named above, from the payment's side.
             Some(s) if !s.standing => None,
-            Some(s) if s.amount_minor != order.total_minor || s.currency != order.currency => Some(format!(
-                "the PSP charged {} {}, the order is {} {}",
-                s.amount_minor, s.currency, order.total_minor, order.currency
-            )),
+            Some(s) if s.amount_minor != order.total_minor || s.currency != order.currency => {
+                Some(format!(
+                    "the PSP charged {} {}, the order is {} {}",
+                    s.amount_minor, s.currency, order.total_minor, order.currency
+                ))
+            }
             Some(_) => None,
         };
         if let Some(detail) = problem {
-            found.push(finding("confirmed_without_payment", &order.id.to_string(), &format!("payment {payment}: {detail}"), false));
+            found.push(finding(
+                "confirmed_without_payment",
+                &order.id.to_string(),
+                &format!("payment {payment}: {detail}"),
+                false,
+            ));
         }
     }
     report.findings.extend(found);
     Ok(())
 }
 
-async fn learn(pool: &PgPool, fact: &store::payments::PaymentFact) -> Result<Learned, ReconcileError> {
+async fn learn(
+    pool: &PgPool,
+    fact: &store::payments::PaymentFact,
+) -> Result<Learned, ReconcileError> {
     let meta = store::envelope::Metadata {
         correlation_id: fact.order_id.unwrap_or_default(),
         causation_id: uuid::Uuid::now_v7(),
@@ -185,5 +243,10 @@ async fn learn(pool: &PgPool, fact: &store::payments::PaymentFact) -> Result<Lea
 }
 
 fn finding(kind: &str, subject: &str, detail: &str, repaired: bool) -> Finding {
-    Finding { kind: kind.into(), subject: subject.into(), detail: detail.into(), repaired }
+    Finding {
+        kind: kind.into(),
+        subject: subject.into(),
+        detail: detail.into(),
+        repaired,
+    }
 }

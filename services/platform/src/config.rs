@@ -35,7 +35,10 @@ pub struct ConfigError {
 impl ConfigError {
     /// A setting `name` that is wrong because of `reason`.
     pub fn new(name: &str, reason: impl Display) -> Self {
-        ConfigError { name: name.to_owned(), reason: reason.to_string() }
+        ConfigError {
+            name: name.to_owned(),
+            reason: reason.to_string(),
+        }
     }
 }
 
@@ -72,7 +75,10 @@ where
 {
     match raw(name)? {
         None => Ok(default),
-        Some(v) => v.trim().parse().map_err(|e| ConfigError::new(name, format!("cannot parse {v:?}: {e}"))),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|e| ConfigError::new(name, format!("cannot parse {v:?}: {e}"))),
     }
 }
 
@@ -80,8 +86,12 @@ where
 pub fn duration(name: &str, default: Duration) -> Result<Duration, ConfigError> {
     match raw(name)? {
         None => Ok(default),
-        Some(v) => humantime::parse_duration(v.trim())
-            .map_err(|e| ConfigError::new(name, format!("cannot parse {v:?} as a duration like 15m or 200ms: {e}"))),
+        Some(v) => humantime::parse_duration(v.trim()).map_err(|e| {
+            ConfigError::new(
+                name,
+                format!("cannot parse {v:?} as a duration like 15m or 200ms: {e}"),
+            )
+        }),
     }
 }
 
@@ -89,7 +99,10 @@ pub fn duration(name: &str, default: Duration) -> Result<Duration, ConfigError> 
 pub fn database_url() -> Result<String, ConfigError> {
     let url = required("DATABASE_URL")?;
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-        return Err(ConfigError::new("DATABASE_URL", "must start with postgres:// or postgresql://"));
+        return Err(ConfigError::new(
+            "DATABASE_URL",
+            "must start with postgres:// or postgresql://",
+        ));
     }
     Ok(url)
 }
@@ -103,7 +116,10 @@ pub fn load<T>(read: impl FnOnce() -> Result<T, ConfigError>) -> T {
     if std::env::args().skip(1).any(|a| a == "--check-config") {
         let reads = READS.lock().map(|r| r.clone()).unwrap_or_default();
         let error = result.as_ref().err().map(ToString::to_string);
-        println!("{}", serde_json::json!({ "valid": error.is_none(), "error": error, "reads": reads }));
+        println!(
+            "{}",
+            serde_json::json!({ "valid": error.is_none(), "error": error, "reads": reads })
+        );
         std::process::exit(if error.is_none() { 0 } else { 2 });
     }
     exit_on_error(result)

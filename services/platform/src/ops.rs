@@ -16,7 +16,9 @@ pub fn metrics_handle() -> PrometheusHandle {
     HANDLE
         .get_or_init(|| {
             let recorder = PrometheusBuilder::new()
-                .set_buckets(&[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0])
+                .set_buckets(&[
+                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                ])
                 .map(PrometheusBuilder::build_recorder)
                 .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
             let handle = recorder.handle();
@@ -28,7 +30,8 @@ pub fn metrics_handle() -> PrometheusHandle {
 }
 
 /// A readiness probe: `Ok` when every dependency answers, else which one failed.
-pub type ReadinessCheck = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
+pub type ReadinessCheck =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
 
 /// Serves the operations routes on `listener` until `stop` turns true.
 pub fn spawn(
@@ -46,14 +49,20 @@ pub fn spawn(
 pub fn router<S: Clone + Send + Sync + 'static>(ready: ReadinessCheck) -> Router<S> {
     let handle = metrics_handle();
     Router::new()
-        .route("/healthz", get(|| async { Json(serde_json::json!({ "status": "ok" })) }))
+        .route(
+            "/healthz",
+            get(|| async { Json(serde_json::json!({ "status": "ok" })) }),
+        )
         .route(
             "/readyz",
             get(move || {
                 let ready = ready.clone();
                 async move {
                     match ready().await {
-                        Ok(()) => (StatusCode::OK, Json(serde_json::json!({ "status": "ready" }))),
+                        Ok(()) => (
+                            StatusCode::OK,
+                            Json(serde_json::json!({ "status": "ready" })),
+                        ),
                         Err(why) => (
                             StatusCode::SERVICE_UNAVAILABLE,
                             Json(serde_json::json!({ "status": "unavailable", "reason": why })),
@@ -68,7 +77,11 @@ pub fn router<S: Clone + Send + Sync + 'static>(ready: ReadinessCheck) -> Router
                 let handle = handle.clone();
                 async move {
                     handle.run_upkeep();
-                    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render()).into_response()
+                    (
+                        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                        handle.render(),
+                    )
+                        .into_response()
                 }
             }),
         )

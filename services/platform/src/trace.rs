@@ -35,7 +35,11 @@ impl TraceParent {
         if trace_id == [0; 16] || parent_id == [0; 8] {
             return None;
         }
-        Some(TraceParent { trace_id, parent_id, flags })
+        Some(TraceParent {
+            trace_id,
+            parent_id,
+            flags,
+        })
     }
 
     /// A new trace, sampled, with random ids.
@@ -45,12 +49,18 @@ impl TraceParent {
         // All-zero ids are invalid; make that impossible rather than unlikely.
         trace_id[0] |= 1;
         parent_id[0] |= 1;
-        TraceParent { trace_id, parent_id, flags: 1 }
+        TraceParent {
+            trace_id,
+            parent_id,
+            flags: 1,
+        }
     }
 
     /// The header's value if it is valid, else a new trace.
     pub fn from_header(value: Option<&str>) -> TraceParent {
-        value.and_then(TraceParent::parse).unwrap_or_else(TraceParent::start)
+        value
+            .and_then(TraceParent::parse)
+            .unwrap_or_else(TraceParent::start)
     }
 
     /// The trace id as 32 hex digits.
@@ -126,7 +136,10 @@ mod tests {
 
     #[test]
     fn a_future_version_is_read_by_its_known_fields_and_written_as_00() {
-        let t = TraceParent::parse("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-comes-next").expect("future");
+        let t = TraceParent::parse(
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-comes-next",
+        )
+        .expect("future");
         assert_eq!(t.to_string(), VALID);
     }
 

@@ -32,15 +32,20 @@ pub async fn create(pool: &PgPool, name: &str) -> Result<NewAccount, StoreError>
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
-    Ok(NewAccount { account_id, name: name.to_owned(), token })
+    Ok(NewAccount {
+        account_id,
+        name: name.to_owned(),
+        token,
+    })
 }
 
 /// The account a clear token belongs to.
 pub async fn authenticate(pool: &PgPool, token: &str) -> Result<Option<Uuid>, StoreError> {
-    let row: Option<(Uuid,)> = sqlx::query_as("SELECT account_id FROM api_tokens WHERE token_sha256 = $1")
-        .bind(digest(token).as_slice())
-        .fetch_optional(pool)
-        .await?;
+    let row: Option<(Uuid,)> =
+        sqlx::query_as("SELECT account_id FROM api_tokens WHERE token_sha256 = $1")
+            .bind(digest(token).as_slice())
+            .fetch_optional(pool)
+            .await?;
     Ok(row.map(|r| r.0))
 }
 

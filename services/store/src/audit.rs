@@ -72,10 +72,19 @@ impl AuditReport {
         self.violation_count == 0
     }
 
-    pub(crate) fn flag(&mut self, check: &'static str, subject: impl Into<String>, detail: impl Into<String>) {
+    pub(crate) fn flag(
+        &mut self,
+        check: &'static str,
+        subject: impl Into<String>,
+        detail: impl Into<String>,
+    ) {
         self.violation_count += 1;
         if self.violations.len() < MAX_LISTED {
-            self.violations.push(Violation { check, subject: subject.into(), detail: detail.into() });
+            self.violations.push(Violation {
+                check,
+                subject: subject.into(),
+                detail: detail.into(),
+            });
         }
     }
 }
@@ -83,7 +92,9 @@ impl AuditReport {
 /// Runs every check in one read-only snapshot.
 pub async fn run(pool: &PgPool, options: &AuditOptions) -> Result<AuditReport, StoreError> {
     let mut tx = pool.begin().await?;
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY").execute(&mut *tx).await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await?;
     let mut report = AuditReport::default();
     check_stock(&mut tx, &mut report).await?;
     check_projection(&mut tx, &mut report).await?;
@@ -121,16 +132,40 @@ async fn check_stock(conn: &mut PgConnection, report: &mut AuditReport) -> Resul
     .fetch(&mut *conn);
     let mut flags = vec![];
     while let Some(row) = rows.next().await {
-        let SkuBooks { sku, available: a, reserved: r, sold: s, ledger_available: la, ledger_reserved: lr, ledger_sold: ls, pending, confirmed } = row?;
+        let SkuBooks {
+            sku,
+            available: a,
+            reserved: r,
+            sold: s,
+            ledger_available: la,
+            ledger_reserved: lr,
+            ledger_sold: ls,
+            pending,
+            confirmed,
+        } = row?;
         report.skus += 1;
         if (a, r, s) != (la, lr, ls) {
-            flags.push(("ledger_drift", sku.clone(), format!("buckets available {a} reserved {r} sold {s}, ledger says {la} / {lr} / {ls}")));
+            flags.push((
+                "ledger_drift",
+                sku.clone(),
+                format!(
+                    "buckets available {a} reserved {r} sold {s}, ledger says {la} / {lr} / {ls}"
+                ),
+            ));
         }
         if r != pending {
-            flags.push(("reserved_mismatch", sku.clone(), format!("reserved {r}, but payment_pending orders hold {pending}")));
+            flags.push((
+                "reserved_mismatch",
+                sku.clone(),
+                format!("reserved {r}, but payment_pending orders hold {pending}"),
+            ));
         }
         if s != confirmed {
-            flags.push(("sold_mismatch", sku, format!("sold {s}, but confirmed orders hold {confirmed}")));
+            flags.push((
+                "sold_mismatch",
+                sku,
+                format!("sold {s}, but confirmed orders hold {confirmed}"),
+            ));
         }
     }
     drop(rows);
@@ -142,8 +177,14 @@ async fn check_stock(conn: &mut PgConnection, report: &mut AuditReport) -> Resul
 
 /// Streams each projection row beside its events, folds and compares, one
 /// order at a time; then names event streams that have no row.
-async fn check_projection(conn: &mut PgConnection, report: &mut AuditReport) -> Result<(), StoreError> {
-    let describe = |o: &Option<domain::Order>| o.as_ref().map_or("nothing".into(), |o| format!("{} v{}", o.state, o.version));
+async fn check_projection(
+    conn: &mut PgConnection,
+    report: &mut AuditReport,
+) -> Result<(), StoreError> {
+    let describe = |o: &Option<domain::Order>| {
+        o.as_ref()
+            .map_or("nothing".into(), |o| format!("{} v{}", o.state, o.version))
+    };
     {
         let mut rows = crate::orders::stream_with_history(&mut *conn);
         while let Some(row) = rows.next().await {
@@ -154,7 +195,11 @@ async fn check_projection(conn: &mut PgConnection, report: &mut AuditReport) -> 
             let row = Some(row);
             if row != folded {
                 let subject = row.as_ref().map(|o| o.id.to_string()).unwrap_or_default();
-                let detail = format!("projection says {}, events fold to {}", describe(&row), describe(&folded));
+                let detail = format!(
+                    "projection says {}, events fold to {}",
+                    describe(&row),
+                    describe(&folded)
+                );
                 report.flag("projection_drift", subject, detail);
             }
         }
@@ -167,12 +212,20 @@ async fn check_projection(conn: &mut PgConnection, report: &mut AuditReport) -> 
     .await?;
     for (stream, n) in orphans {
         report.events += u64::try_from(n).unwrap_or(0);
-        report.flag("projection_drift", stream.to_string(), format!("{n} events but no projection row"));
+        report.flag(
+            "projection_drift",
+            stream.to_string(),
+            format!("{n} events but no projection row"),
+        );
     }
     Ok(())
 }
 
-async fn check_operations(conn: &mut PgConnection, options: &AuditOptions, report: &mut AuditReport) -> Result<(), StoreError> {
+async fn check_operations(
+    conn: &mut PgConnection,
+    options: &AuditOptions,
+    report: &mut AuditReport,
+) -> Result<(), StoreError> {
     let unshipped: Vec<(Uuid, f64)> = sqlx::query_as(
         "SELECT o.id, extract(epoch FROM now() - o.updated_at)::float8 FROM orders o \
          WHERE o.state = 'confirmed' AND o.updated_at < now() - make_interval(secs => $1) \
@@ -182,19 +235,35 @@ async fn check_operations(conn: &mut PgConnection, options: &AuditOptions, repor
     .fetch_all(&mut *conn)
     .await?;
     for (order, age) in unshipped {
-        report.flag("unshipped", order.to_string(), format!("confirmed {age:.0} s ago and still without a shipment"));
+        report.flag(
+            "unshipped",
+            order.to_string(),
+            format!("confirmed {age:.0} s ago and still without a shipment"),
+        );
     }
-    let dead: Vec<(String, i64)> = sqlx::query_as("SELECT consumer, count(*) FROM dead_letters GROUP BY consumer ORDER BY consumer")
-        .fetch_all(&mut *conn)
-        .await?;
+    let dead: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT consumer, count(*) FROM dead_letters GROUP BY consumer ORDER BY consumer",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
     for (consumer, n) in dead {
-        report.flag("dead_letters", consumer, format!("{n} messages could not be handled (see the dead_letters table)"));
+        report.flag(
+            "dead_letters",
+            consumer,
+            format!("{n} messages could not be handled (see the dead_letters table)"),
+        );
     }
-    let parked: Vec<(String, i64)> = sqlx::query_as("SELECT reason, count(*) FROM outbox_parked GROUP BY reason ORDER BY reason")
-        .fetch_all(&mut *conn)
-        .await?;
+    let parked: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT reason, count(*) FROM outbox_parked GROUP BY reason ORDER BY reason",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
     for (reason, n) in parked {
-        report.flag("outbox_parked", reason, format!("{n} events could not be published (see the outbox_parked table)"));
+        report.flag(
+            "outbox_parked",
+            reason,
+            format!("{n} events could not be published (see the outbox_parked table)"),
+        );
     }
     let (backlog, oldest): (i64, f64) = sqlx::query_as(
         "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 FROM outbox",
@@ -204,7 +273,11 @@ async fn check_operations(conn: &mut PgConnection, options: &AuditOptions, repor
     report.outbox_backlog = backlog;
     report.outbox_oldest_seconds = oldest;
     if oldest > options.max_outbox_age.as_secs_f64() {
-        report.flag("outbox_lag", "outbox", format!("{backlog} rows wait, the oldest for {oldest:.0} s"));
+        report.flag(
+            "outbox_lag",
+            "outbox",
+            format!("{backlog} rows wait, the oldest for {oldest:.0} s"),
+        );
     }
     Ok(())
 }

@@ -9,17 +9,37 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 /// A compensation not carried out: payment, order, refund state, reason, age in seconds, last error.
-type Overdue = (String, Option<Uuid>, String, Option<String>, f64, Option<String>);
+type Overdue = (
+    String,
+    Option<Uuid>,
+    String,
+    Option<String>,
+    f64,
+    Option<String>,
+);
 
-pub(crate) async fn check(conn: &mut PgConnection, options: &AuditOptions, report: &mut AuditReport) -> Result<(), StoreError> {
-    report.payments = u64::try_from(sqlx::query_scalar::<_, i64>("SELECT count(*) FROM payments").fetch_one(&mut *conn).await?).unwrap_or(0);
+pub(crate) async fn check(
+    conn: &mut PgConnection,
+    options: &AuditOptions,
+    report: &mut AuditReport,
+) -> Result<(), StoreError> {
+    report.payments = u64::try_from(
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM payments")
+            .fetch_one(&mut *conn)
+            .await?,
+    )
+    .unwrap_or(0);
     let twice: Vec<(Uuid, i64)> = sqlx::query_as(
         "SELECT stream_id, count(*) FROM events WHERE type = 'order.confirmed.v1' GROUP BY stream_id HAVING count(*) > 1 LIMIT 1000",
     )
     .fetch_all(&mut *conn)
     .await?;
     for (order, n) in twice {
-        report.flag("double_payment", order.to_string(), format!("confirmed {n} times"));
+        report.flag(
+            "double_payment",
+            order.to_string(),
+            format!("confirmed {n} times"),
+        );
     }
     let unattached: Vec<(Uuid, Option<String>)> = sqlx::query_as(
         "SELECT o.id, o.payment_id FROM orders o WHERE o.state = 'confirmed' AND NOT EXISTS \
@@ -28,7 +48,14 @@ pub(crate) async fn check(conn: &mut PgConnection, options: &AuditOptions, repor
     .fetch_all(&mut *conn)
     .await?;
     for (order, payment) in unattached {
-        report.flag("payment_unattached", order.to_string(), format!("confirmed on payment {}, which is not attached to it", payment.unwrap_or_default()));
+        report.flag(
+            "payment_unattached",
+            order.to_string(),
+            format!(
+                "confirmed on payment {}, which is not attached to it",
+                payment.unwrap_or_default()
+            ),
+        );
     }
     let unsettled: Vec<(String, Option<Uuid>, Option<String>)> = sqlx::query_as(
         "SELECT p.payment_id, p.order_id, o.state FROM payments p LEFT JOIN orders o ON o.id = p.order_id \
@@ -37,7 +64,11 @@ pub(crate) async fn check(conn: &mut PgConnection, options: &AuditOptions, repor
     .fetch_all(&mut *conn)
     .await?;
     for (payment, order, state) in unsettled {
-        let detail = format!("attached to order {}, which is {}", order.map(|o| o.to_string()).unwrap_or_default(), state.as_deref().unwrap_or("missing"));
+        let detail = format!(
+            "attached to order {}, which is {}",
+            order.map(|o| o.to_string()).unwrap_or_default(),
+            state.as_deref().unwrap_or("missing")
+        );
         report.flag("unsettled_payment", payment, detail);
     }
     let overdue: Vec<Overdue> = sqlx::query_as(
@@ -51,8 +82,14 @@ pub(crate) async fn check(conn: &mut PgConnection, options: &AuditOptions, repor
     for (payment, order, state, reason, age, error) in overdue {
         let order = order.map_or("no order".into(), |o| format!("order {o}"));
         let why = reason.unwrap_or_default();
-        let error = error.map(|e| format!("; last error: {e}")).unwrap_or_default();
-        report.flag("compensation_overdue", payment, format!("refund ({why}, {order}) {state} for {age:.0} s{error}"));
+        let error = error
+            .map(|e| format!("; last error: {e}"))
+            .unwrap_or_default();
+        report.flag(
+            "compensation_overdue",
+            payment,
+            format!("refund ({why}, {order}) {state} for {age:.0} s{error}"),
+        );
     }
     let unrecorded: Vec<(String, Uuid)> = sqlx::query_as(
         "SELECT p.payment_id, p.order_id FROM payments p JOIN orders o ON o.id = p.order_id WHERE p.refund_state = 'succeeded' \
@@ -61,7 +98,11 @@ pub(crate) async fn check(conn: &mut PgConnection, options: &AuditOptions, repor
     .fetch_all(&mut *conn)
     .await?;
     for (payment, order) in unrecorded {
-        report.flag("refund_unrecorded", payment, format!("refunded at the PSP but not on order {order}"));
+        report.flag(
+            "refund_unrecorded",
+            payment,
+            format!("refunded at the PSP but not on order {order}"),
+        );
     }
     let findings: Vec<(String, String, String)> =
         sqlx::query_as("SELECT kind, subject, detail FROM reconcile_findings WHERE NOT repaired ORDER BY id LIMIT 1000")

@@ -35,7 +35,11 @@ pub enum CatalogError {
     #[error("unknown sku {0}")]
     UnknownSku(String),
     #[error("available stock of {sku} would go below zero ({available} available, delta {delta})")]
-    BelowZero { sku: String, available: i64, delta: i64 },
+    BelowZero {
+        sku: String,
+        available: i64,
+        delta: i64,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -47,22 +51,33 @@ impl From<sqlx::Error> for CatalogError {
 }
 
 /// Adds a product with empty stock buckets.
-pub async fn add_product(pool: &PgPool, sku: &Sku, name: &str, price_minor: i64, currency: Currency) -> Result<(), CatalogError> {
+pub async fn add_product(
+    pool: &PgPool,
+    sku: &Sku,
+    name: &str,
+    price_minor: i64,
+    currency: Currency,
+) -> Result<(), CatalogError> {
     let mut tx = pool.begin().await?;
-    let inserted = sqlx::query("INSERT INTO products (sku, name, price_minor, currency) VALUES ($1, $2, $3, $4)")
-        .bind(sku.as_str())
-        .bind(name)
-        .bind(price_minor)
-        .bind(currency.as_str())
-        .execute(&mut *tx)
-        .await;
+    let inserted = sqlx::query(
+        "INSERT INTO products (sku, name, price_minor, currency) VALUES ($1, $2, $3, $4)",
+    )
+    .bind(sku.as_str())
+    .bind(name)
+    .bind(price_minor)
+    .bind(currency.as_str())
+    .execute(&mut *tx)
+    .await;
     if let Err(e) = &inserted {
         if crate::violated_constraint(e) == Some("products_pkey") {
             return Err(CatalogError::DuplicateSku(sku.to_string()));
         }
     }
     inserted?;
-    sqlx::query("INSERT INTO stock (sku) VALUES ($1)").bind(sku.as_str()).execute(&mut *tx).await?;
+    sqlx::query("INSERT INTO stock (sku) VALUES ($1)")
+        .bind(sku.as_str())
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(())
 }
@@ -77,20 +92,37 @@ pub async fn prices(pool: &PgPool, skus: &[&str]) -> Result<HashMap<String, Pric
             .await?;
     rows.into_iter()
         .map(|(sku, minor, currency, max_per_order, per_account_limit)| {
-            let currency = currency.parse().map_err(|_| StoreError::Corrupt(format!("currency of {sku}")))?;
-            Ok((sku, Price { minor, currency, max_per_order, per_account_limit }))
+            let currency = currency
+                .parse()
+                .map_err(|_| StoreError::Corrupt(format!("currency of {sku}")))?;
+            Ok((
+                sku,
+                Price {
+                    minor,
+                    currency,
+                    max_per_order,
+                    per_account_limit,
+                },
+            ))
         })
         .collect()
 }
 
 /// Sets (or, with `None`, clears) a SKU's flash-sale limits; `false` if there is no such product.
-pub async fn set_limits(pool: &PgPool, sku: &Sku, max_per_order: Option<i64>, per_account_limit: Option<i64>) -> Result<bool, StoreError> {
-    let updated = sqlx::query("UPDATE products SET max_per_order = $2, per_account_limit = $3 WHERE sku = $1")
-        .bind(sku.as_str())
-        .bind(max_per_order)
-        .bind(per_account_limit)
-        .execute(pool)
-        .await?;
+pub async fn set_limits(
+    pool: &PgPool,
+    sku: &Sku,
+    max_per_order: Option<i64>,
+    per_account_limit: Option<i64>,
+) -> Result<bool, StoreError> {
+    let updated = sqlx::query(
+        "UPDATE products SET max_per_order = $2, per_account_limit = $3 WHERE sku = $1",
+    )
+    .bind(sku.as_str())
+    .bind(max_per_order)
+    .bind(per_account_limit)
+    .execute(pool)
+    .await?;
     Ok(updated.rows_affected() == 1)
 }
 
@@ -100,11 +132,22 @@ pub async fn receive(pool: &PgPool, sku: &Sku, quantity: i64) -> Result<StockRow
 }
 
 /// A signed correction of `available` (shrinkage, recount) with its reason.
-pub async fn adjust(pool: &PgPool, sku: &Sku, delta: i64, reason: &str) -> Result<StockRow, CatalogError> {
+pub async fn adjust(
+    pool: &PgPool,
+    sku: &Sku,
+    delta: i64,
+    reason: &str,
+) -> Result<StockRow, CatalogError> {
     move_available(pool, sku, delta, "adjust", Some(reason)).await
 }
 
-async fn move_available(pool: &PgPool, sku: &Sku, delta: i64, movement: &str, reason: Option<&str>) -> Result<StockRow, CatalogError> {
+async fn move_available(
+    pool: &PgPool,
+    sku: &Sku,
+    delta: i64,
+    movement: &str,
+    reason: Option<&str>,
+) -> Result<StockRow, CatalogError> {
     let mut tx: Transaction<'_, Postgres> = pool.begin().await?;
     let row: Option<StockRow> = sqlx::query_as(
         "UPDATE stock SET available = available + $2 WHERE sku = $1 AND available + $2 >= 0 \
@@ -117,7 +160,11 @@ async fn move_available(pool: &PgPool, sku: &Sku, delta: i64, movement: &str, re
     let Some(row) = row else {
         let current = show(pool, Some(sku)).await?;
         return Err(match current.first() {
-            Some(s) => CatalogError::BelowZero { sku: sku.to_string(), available: s.available, delta },
+            Some(s) => CatalogError::BelowZero {
+                sku: sku.to_string(),
+                available: s.available,
+                delta,
+            },
             None => CatalogError::UnknownSku(sku.to_string()),
         });
     };

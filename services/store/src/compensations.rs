@@ -33,7 +33,11 @@ impl Compensation {
 }
 
 /// Claims up to `limit` due compensations for `lease`; other owners skip them meanwhile.
-pub async fn claim_due(pool: &PgPool, limit: i64, lease: Duration) -> Result<Vec<Compensation>, StoreError> {
+pub async fn claim_due(
+    pool: &PgPool,
+    limit: i64,
+    lease: Duration,
+) -> Result<Vec<Compensation>, StoreError> {
     Ok(sqlx::query_as(
         "UPDATE payments p SET next_attempt_at = now() + make_interval(secs => $2), attempts = p.attempts + 1 \
          FROM (SELECT payment_id FROM payments WHERE refund_state = 'pending' AND next_attempt_at <= now() \
@@ -49,13 +53,22 @@ pub async fn claim_due(pool: &PgPool, limit: i64, lease: Duration) -> Result<Vec
 
 /// Records that the PSP confirmed the refund, with the order's
 /// `order.refunded` event, in one transaction. `false` if it was recorded before.
-pub async fn complete(pool: &PgPool, payment_id: &str, refund_id: &str, source: &str) -> Result<bool, StoreError> {
+pub async fn complete(
+    pool: &PgPool,
+    payment_id: &str,
+    refund_id: &str,
+    source: &str,
+) -> Result<bool, StoreError> {
     let mut tx = pool.begin().await?;
-    let order_id: Option<Option<Uuid>> = sqlx::query_scalar("SELECT order_id FROM payments WHERE payment_id = $1 AND disposition = 'refund'")
-        .bind(payment_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-    let Some(order_id) = order_id else { return Ok(false) };
+    let order_id: Option<Option<Uuid>> = sqlx::query_scalar(
+        "SELECT order_id FROM payments WHERE payment_id = $1 AND disposition = 'refund'",
+    )
+    .bind(payment_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(order_id) = order_id else {
+        return Ok(false);
+    };
     if let Some(order_id) = order_id {
         // The order row first, as every path locks it.
         orders::load_locked(&mut tx, order_id, None).await?;
@@ -72,11 +85,25 @@ pub async fn complete(pool: &PgPool, payment_id: &str, refund_id: &str, source: 
         return Ok(false);
     }
     if let Some(order_id) = order_id {
-        let meta = Metadata { correlation_id: order_id, causation_id: Uuid::now_v7(), source: source.into(), traceparent: None };
+        let meta = Metadata {
+            correlation_id: order_id,
+            causation_id: Uuid::now_v7(),
+            source: source.into(),
+            traceparent: None,
+        };
         let (payment_id, at) = (payment_id.to_owned(), crate::now());
-        match orders::transition_in(&mut tx, order_id, None, &meta, |_| Command::RecordRefund { payment_id, at }).await? {
+        match orders::transition_in(&mut tx, order_id, None, &meta, |_| Command::RecordRefund {
+            payment_id,
+            at,
+        })
+        .await?
+        {
             Transition::Applied(_) | Transition::Unchanged(_) | Transition::NotFound => {}
-            other => return Err(StoreError::Corrupt(format!("order {order_id}: recording a refund: {other:?}"))),
+            other => {
+                return Err(StoreError::Corrupt(format!(
+                    "order {order_id}: recording a refund: {other:?}"
+                )))
+            }
         }
     }
     tx.commit().await?;
@@ -84,7 +111,12 @@ pub async fn complete(pool: &PgPool, payment_id: &str, refund_id: &str, source: 
 }
 
 /// Leaves a compensation for another attempt after `delay`.
-pub async fn postpone(pool: &PgPool, payment_id: &str, delay: Duration, error: &str) -> Result<(), StoreError> {
+pub async fn postpone(
+    pool: &PgPool,
+    payment_id: &str,
+    delay: Duration,
+    error: &str,
+) -> Result<(), StoreError> {
     sqlx::query(
         "UPDATE payments SET next_attempt_at = now() + make_interval(secs => $2), last_error = left($3, 500) \
          WHERE payment_id = $1 AND refund_state = 'pending'",

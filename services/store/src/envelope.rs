@@ -43,12 +43,37 @@ impl<'de> Deserialize<'de> for CloudEvent {
         // An object only (serde's derive would also take the ten values as
         // an array), and no member twice.
         let object = d.deserialize_map(UniqueMembers)?;
-        let wire: WireEvent = serde_json::from_value(serde_json::Value::Object(object)).map_err(D::Error::custom)?;
+        let wire: WireEvent =
+            serde_json::from_value(serde_json::Value::Object(object)).map_err(D::Error::custom)?;
         if wire.specversion != "1.0" || wire.datacontenttype != "application/json" {
-            return Err(D::Error::custom("specversion must be 1.0 and datacontenttype application/json"));
+            return Err(D::Error::custom(
+                "specversion must be 1.0 and datacontenttype application/json",
+            ));
         }
-        let WireEvent { specversion, id, source, event_type, subject, time, datacontenttype, correlationid, causationid, data } = wire;
-        Ok(CloudEvent { specversion, id, source, event_type, subject, time, datacontenttype, correlationid, causationid, data })
+        let WireEvent {
+            specversion,
+            id,
+            source,
+            event_type,
+            subject,
+            time,
+            datacontenttype,
+            correlationid,
+            causationid,
+            data,
+        } = wire;
+        Ok(CloudEvent {
+            specversion,
+            id,
+            source,
+            event_type,
+            subject,
+            time,
+            datacontenttype,
+            correlationid,
+            causationid,
+            data,
+        })
     }
 }
 
@@ -62,7 +87,10 @@ impl<'de> serde::de::Visitor<'de> for UniqueMembers {
         f.write_str("a CloudEvents JSON object")
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut access: A) -> Result<Self::Value, A::Error> {
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut access: A,
+    ) -> Result<Self::Value, A::Error> {
         let mut object = serde_json::Map::new();
         while let Some((key, value)) = access.next_entry::<String, serde_json::Value>()? {
             if object.contains_key(&key) {
@@ -98,7 +126,14 @@ pub fn subject(event: &domain::Event, order_id: Uuid) -> String {
 
 /// Wraps a recorded order event for the bus.
 pub fn wrap(event_id: Uuid, order_id: Uuid, event: &domain::Event, meta: &Metadata) -> CloudEvent {
-    wrap_parts(event_id, order_id, event.type_name(), event.at(), event.data(), meta)
+    wrap_parts(
+        event_id,
+        order_id,
+        event.type_name(),
+        event.at(),
+        event.data(),
+        meta,
+    )
 }
 
 /// Wraps any recorded event: `type_name` like `shipment.picked.v1`, `subject_id` its aggregate's id.

@@ -13,7 +13,11 @@ use std::collections::BTreeMap;
 use uuid::Uuid;
 
 /// Expires up to `limit` overdue orders in one transaction; returns how many.
-pub async fn release_batch(pool: &PgPool, limit: i64, now: DateTime<Utc>) -> Result<u64, StoreError> {
+pub async fn release_batch(
+    pool: &PgPool,
+    limit: i64,
+    now: DateTime<Utc>,
+) -> Result<u64, StoreError> {
     let mut tx = pool.begin().await?;
     let ids: Vec<Uuid> = sqlx::query_scalar(
         "SELECT id FROM orders WHERE state = 'payment_pending' AND expires_at <= $1 \
@@ -31,8 +35,15 @@ pub async fn release_batch(pool: &PgPool, limit: i64, now: DateTime<Utc>) -> Res
     let (mut skus, mut quantities, mut order_ids) = (vec![], vec![], vec![]);
     let mut released = vec![];
     for order in orders {
-        let Ok(events) = domain::decide(Some(&order), Command::Expire { at: now }) else { continue };
-        let Some(next) = events.iter().try_fold(order.clone(), |o, e| domain::evolve(Some(o), e)) else { continue };
+        let Ok(events) = domain::decide(Some(&order), Command::Expire { at: now }) else {
+            continue;
+        };
+        let Some(next) = events
+            .iter()
+            .try_fold(order.clone(), |o, e| domain::evolve(Some(o), e))
+        else {
+            continue;
+        };
         for line in &order.lines {
             *per_sku.entry(line.sku.to_string()).or_default() += line.quantity.get();
             skus.push(line.sku.to_string());
@@ -48,7 +59,9 @@ pub async fn release_batch(pool: &PgPool, limit: i64, now: DateTime<Utc>) -> Res
             .execute(&mut *tx)
             .await?;
         if moved.rows_affected() != 1 {
-            return Err(StoreError::Corrupt(format!("{sku}: fewer than {q} units reserved to release")));
+            return Err(StoreError::Corrupt(format!(
+                "{sku}: fewer than {q} units reserved to release"
+            )));
         }
     }
     sqlx::query(
@@ -63,7 +76,12 @@ pub async fn release_batch(pool: &PgPool, limit: i64, now: DateTime<Utc>) -> Res
     // Every order's event and outbox row in one statement, every projection row in another.
     let metas: Vec<Metadata> = released
         .iter()
-        .map(|(o, _, _)| Metadata { correlation_id: o.id, causation_id: Uuid::now_v7(), source: "expiry".into(), traceparent: None })
+        .map(|(o, _, _)| Metadata {
+            correlation_id: o.id,
+            causation_id: Uuid::now_v7(),
+            source: "expiry".into(),
+            traceparent: None,
+        })
         .collect();
     let mut records = Vec::with_capacity(released.len());
     for ((order, _, events), meta) in released.iter().zip(&metas) {
@@ -73,9 +91,15 @@ pub async fn release_batch(pool: &PgPool, limit: i64, now: DateTime<Utc>) -> Res
     }
     crate::orders::append_records(&mut tx, &records).await?;
     let ids: Vec<Uuid> = released.iter().map(|(_, next, _)| next.id).collect();
-    let states: Vec<&str> = released.iter().map(|(_, next, _)| next.state.as_str()).collect();
+    let states: Vec<&str> = released
+        .iter()
+        .map(|(_, next, _)| next.state.as_str())
+        .collect();
     let versions: Vec<i32> = released.iter().map(|(_, next, _)| next.version).collect();
-    let times: Vec<DateTime<Utc>> = released.iter().map(|(_, next, _)| next.updated_at).collect();
+    let times: Vec<DateTime<Utc>> = released
+        .iter()
+        .map(|(_, next, _)| next.updated_at)
+        .collect();
     let updated = sqlx::query(
         "UPDATE orders o SET state = x.state, version = x.version, updated_at = x.at \
          FROM unnest($1::uuid[], $2::text[], $3::int[], $4::timestamptz[]) AS x(id, state, version, at) \
@@ -111,7 +135,11 @@ pub async fn purge(pool: &PgPool, retention: std::time::Duration) -> Result<u64,
         "DELETE FROM inbox WHERE processed_at < now() - make_interval(secs => $1)",
         "DELETE FROM webhook_receipts WHERE received_at < now() - make_interval(secs => $1)",
     ] {
-        purged += sqlx::query(sql).bind(secs).execute(pool).await?.rows_affected();
+        purged += sqlx::query(sql)
+            .bind(secs)
+            .execute(pool)
+            .await?
+            .rows_affected();
     }
     Ok(purged)
 }

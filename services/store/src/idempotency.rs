@@ -41,7 +41,10 @@ pub enum Claim {
 /// The lock that serialises requests with one key: a transaction-scoped
 /// advisory lock taken with `try`, so a concurrent retry fails fast.
 fn lock_id(req: &KeyedRequest<'_>) -> i64 {
-    let h = Sha256::new().chain_update(req.account_id.as_bytes()).chain_update(req.key.as_bytes()).finalize();
+    let h = Sha256::new()
+        .chain_update(req.account_id.as_bytes())
+        .chain_update(req.key.as_bytes())
+        .finalize();
     let mut b = [0u8; 8];
     b.copy_from_slice(&h[..8]);
     i64::from_be_bytes(b)
@@ -85,13 +88,22 @@ pub async fn claim(
     if fingerprint != req.fingerprint {
         return Ok(Claim::Mismatch);
     }
-    let status = u16::try_from(status).map_err(|_| StoreError::Corrupt("idempotency status".into()))?;
-    Ok(Claim::Replay(StoredResponse { status, body, order_id }))
+    let status =
+        u16::try_from(status).map_err(|_| StoreError::Corrupt("idempotency status".into()))?;
+    Ok(Claim::Replay(StoredResponse {
+        status,
+        body,
+        order_id,
+    }))
 }
 
 /// Records a final response that changed nothing (e.g. out of stock) under
 /// the key, in a transaction of its own.
-pub async fn record(pool: &PgPool, req: &KeyedRequest<'_>, response: &StoredResponse) -> Result<Claim, StoreError> {
+pub async fn record(
+    pool: &PgPool,
+    req: &KeyedRequest<'_>,
+    response: &StoredResponse,
+) -> Result<Claim, StoreError> {
     let mut tx = pool.begin().await?;
     let claim = claim(&mut tx, req, response).await?;
     tx.commit().await?;
@@ -101,9 +113,11 @@ pub async fn record(pool: &PgPool, req: &KeyedRequest<'_>, response: &StoredResp
 /// Deletes keys older than `retention`; returns how many went.
 pub async fn purge(pool: &PgPool, retention: std::time::Duration) -> Result<u64, StoreError> {
     let secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
-    let done = sqlx::query("DELETE FROM idempotency_keys WHERE created_at < now() - make_interval(secs => $1)")
-        .bind(secs as f64)
-        .execute(pool)
-        .await?;
+    let done = sqlx::query(
+        "DELETE FROM idempotency_keys WHERE created_at < now() - make_interval(secs => $1)",
+    )
+    .bind(secs as f64)
+    .execute(pool)
+    .await?;
     Ok(done.rows_affected())
 }

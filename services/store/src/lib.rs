@@ -61,10 +61,16 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Er
 pub fn readiness(pool: PgPool) -> platform::ops::ReadinessCheck {
     std::sync::Arc::new(move || {
         let pool = pool.clone();
-        Box::pin(async move { sqlx::query("SELECT 1").execute(&pool).await.map(|_| ()).map_err(|e| {
-            tracing::warn!(error = %e, "readiness: PostgreSQL did not answer");
-            "postgres is unreachable".to_owned()
-        }) })
+        Box::pin(async move {
+            sqlx::query("SELECT 1")
+                .execute(&pool)
+                .await
+                .map(|_| ())
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "readiness: PostgreSQL did not answer");
+                    "postgres is unreachable".to_owned()
+                })
+        })
     })
 }
 

@@ -73,7 +73,9 @@ pub async fn place(
         }
     }
     append(&mut tx, None, order, events, meta).await?;
-    if let Some(sku) = stock_moves::apply(&mut tx, order.id, &order.lines, Movement::Reserve).await? {
+    if let Some(sku) =
+        stock_moves::apply(&mut tx, order.id, &order.lines, Movement::Reserve).await?
+    {
         tx.rollback().await?;
         return Ok(PlaceOutcome::OutOfStock(sku));
     }
@@ -83,11 +85,17 @@ pub async fn place(
 
 /// Counts what the account already holds, one placement of the account at
 /// a time (a transaction-scoped advisory lock on the account).
-async fn check_holds(conn: &mut PgConnection, order: &Order, limits: &HoldLimits) -> Result<Option<LimitReached>, StoreError> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('soldonce-account:' || $1::text, 0))")
-        .bind(order.account_id)
-        .execute(&mut *conn)
-        .await?;
+async fn check_holds(
+    conn: &mut PgConnection,
+    order: &Order,
+    limits: &HoldLimits,
+) -> Result<Option<LimitReached>, StoreError> {
+    sqlx::query(
+        "SELECT pg_advisory_xact_lock(hashtextextended('soldonce-account:' || $1::text, 0))",
+    )
+    .bind(order.account_id)
+    .execute(&mut *conn)
+    .await?;
     if limits.max_reserved_units > 0 {
         let held: i64 = sqlx::query_scalar(
             "SELECT coalesce(sum(l.quantity), 0)::bigint FROM orders o JOIN order_lines l ON l.order_id = o.id \
@@ -98,11 +106,16 @@ async fn check_holds(conn: &mut PgConnection, order: &Order, limits: &HoldLimits
         .await?;
         let asked: i64 = order.lines.iter().map(|l| l.quantity.get()).sum();
         if held.saturating_add(asked) > limits.max_reserved_units {
-            return Ok(Some(LimitReached::ReservedUnits { limit: limits.max_reserved_units, held }));
+            return Ok(Some(LimitReached::ReservedUnits {
+                limit: limits.max_reserved_units,
+                held,
+            }));
         }
     }
     for (sku, limit) in &limits.per_account {
-        let Some(line) = order.lines.iter().find(|l| &l.sku == sku) else { continue };
+        let Some(line) = order.lines.iter().find(|l| &l.sku == sku) else {
+            continue;
+        };
         let held: i64 = sqlx::query_scalar(
             "SELECT coalesce(sum(l.quantity), 0)::bigint FROM orders o JOIN order_lines l ON l.order_id = o.id \
              WHERE o.account_id = $1 AND l.sku = $2 AND o.state IN ('payment_pending', 'confirmed')",
@@ -112,7 +125,11 @@ async fn check_holds(conn: &mut PgConnection, order: &Order, limits: &HoldLimits
         .fetch_one(&mut *conn)
         .await?;
         if held.saturating_add(line.quantity.get()) > *limit {
-            return Ok(Some(LimitReached::PerAccount { sku: sku.clone(), limit: *limit, held }));
+            return Ok(Some(LimitReached::PerAccount {
+                sku: sku.clone(),
+                limit: *limit,
+                held,
+            }));
         }
     }
     Ok(None)
@@ -184,13 +201,19 @@ pub(crate) enum Applied {
 
 /// Moves stock for `events`, folds them into `order` and appends them with
 /// the projection; the caller rolls back after `StockShort`.
-pub(crate) async fn apply(conn: &mut PgConnection, order: &Order, events: &[Event], meta: &Metadata) -> Result<Applied, StoreError> {
+pub(crate) async fn apply(
+    conn: &mut PgConnection,
+    order: &Order,
+    events: &[Event],
+    meta: &Metadata,
+) -> Result<Applied, StoreError> {
     let mut next = order.clone();
     for event in events {
         if let Some(sku) = stock_moves::apply_event(conn, order, event).await? {
             return Ok(Applied::StockShort(sku));
         }
-        next = domain::evolve(Some(next), event).ok_or_else(|| StoreError::Corrupt("fold lost the order".into()))?;
+        next = domain::evolve(Some(next), event)
+            .ok_or_else(|| StoreError::Corrupt("fold lost the order".into()))?;
     }
     append(conn, Some(order), &next, events, meta).await?;
     Ok(Applied::Done(Box::new(next)))
@@ -207,7 +230,11 @@ pub(crate) async fn append(
     meta: &Metadata,
 ) -> Result<(), StoreError> {
     let first = before.map_or(1, |o| o.version + 1);
-    let records: Vec<Record<'_>> = events.iter().zip(first..).map(|(e, version)| Record::order(after.id, version, e, meta)).collect();
+    let records: Vec<Record<'_>> = events
+        .iter()
+        .zip(first..)
+        .map(|(e, version)| Record::order(after.id, version, e, meta))
+        .collect();
     append_records(conn, &records).await?;
     write_projection(conn, before, after).await
 }
@@ -226,20 +253,44 @@ pub(crate) struct Record<'a> {
 impl<'a> Record<'a> {
     /// An order event.
     pub(crate) fn order(order_id: Uuid, version: i32, e: &Event, meta: &'a Metadata) -> Self {
-        Record { stream_id: order_id, version, type_name: e.type_name(), subject: envelope::subject(e, order_id), data: e.data(), at: e.at(), meta }
+        Record {
+            stream_id: order_id,
+            version,
+            type_name: e.type_name(),
+            subject: envelope::subject(e, order_id),
+            data: e.data(),
+            at: e.at(),
+            meta,
+        }
     }
 }
 
 /// Appends records (of one or many streams) with their outbox rows, in one
 /// statement. A version already taken is `StoreError::Conflict`.
-pub(crate) async fn append_records(conn: &mut PgConnection, records: &[Record<'_>]) -> Result<(), StoreError> {
+pub(crate) async fn append_records(
+    conn: &mut PgConnection,
+    records: &[Record<'_>],
+) -> Result<(), StoreError> {
     let n = records.len();
-    let (mut ids, mut streams, mut versions, mut types, mut datas) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-    let (mut times, mut metas, mut subjects, mut payloads, mut headers) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut ids, mut streams, mut versions, mut types, mut datas) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut times, mut metas, mut subjects, mut payloads, mut headers) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
     let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
     for r in records {
         let id = Uuid::now_v7();
-        let envelope = envelope::wrap_parts(id, r.stream_id, r.type_name, r.at, r.data.clone(), r.meta);
+        let envelope =
+            envelope::wrap_parts(id, r.stream_id, r.type_name, r.at, r.data.clone(), r.meta);
         ids.push(id);
         streams.push(r.stream_id);
         versions.push(r.version);
@@ -271,16 +322,27 @@ pub(crate) async fn append_records(conn: &mut PgConnection, records: &[Record<'_
     .await;
     if let Err(e) = &appended {
         if crate::violated_constraint(e) == Some("events_stream_version") {
-            return Err(StoreError::Conflict(streams.first().copied().unwrap_or_default()));
+            return Err(StoreError::Conflict(
+                streams.first().copied().unwrap_or_default(),
+            ));
         }
     }
     appended?;
     Ok(())
 }
 
-pub(crate) async fn write_projection(conn: &mut PgConnection, before: Option<&Order>, o: &Order) -> Result<(), StoreError> {
+pub(crate) async fn write_projection(
+    conn: &mut PgConnection,
+    before: Option<&Order>,
+    o: &Order,
+) -> Result<(), StoreError> {
     let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
-    let shipping = o.shipping.as_ref().map(serde_json::to_value).transpose().map_err(corrupt)?;
+    let shipping = o
+        .shipping
+        .as_ref()
+        .map(serde_json::to_value)
+        .transpose()
+        .map_err(corrupt)?;
     let refunds = serde_json::to_value(&o.refunds).map_err(corrupt)?;
     let written = sqlx::query(
         "INSERT INTO orders (id, account_id, state, currency, total_minor, shipping, payment_id, paid_minor, version, expires_at, created_at, updated_at, refunds) \
@@ -354,16 +416,25 @@ macro_rules! select_orders {
     };
 }
 
-pub(crate) const SELECT_ORDER: &str = concat!(select_orders!(), " WHERE o.id = $1 AND ($2::uuid IS NULL OR o.account_id = $2)");
+pub(crate) const SELECT_ORDER: &str = concat!(
+    select_orders!(),
+    " WHERE o.id = $1 AND ($2::uuid IS NULL OR o.account_id = $2)"
+);
 
 impl TryFrom<OrderRow> for Order {
     type Error = StoreError;
     fn try_from(r: OrderRow) -> Result<Order, StoreError> {
         let corrupt = |what: &str| StoreError::Corrupt(format!("order {}: {what}", r.id));
-        let state: OrderState =
-            serde_json::from_value(serde_json::Value::String(r.state.clone())).map_err(|_| corrupt("state"))?;
-        let lines: Vec<OrderLine> = serde_json::from_value(r.lines.clone()).map_err(|_| corrupt("lines"))?;
-        let shipping = r.shipping.clone().map(serde_json::from_value).transpose().map_err(|_| corrupt("shipping"))?;
+        let state: OrderState = serde_json::from_value(serde_json::Value::String(r.state.clone()))
+            .map_err(|_| corrupt("state"))?;
+        let lines: Vec<OrderLine> =
+            serde_json::from_value(r.lines.clone()).map_err(|_| corrupt("lines"))?;
+        let shipping = r
+            .shipping
+            .clone()
+            .map(serde_json::from_value)
+            .transpose()
+            .map_err(|_| corrupt("shipping"))?;
         let refunds = serde_json::from_value(r.refunds.clone()).map_err(|_| corrupt("refunds"))?;
         Ok(Order {
             id: r.id,
@@ -387,23 +458,33 @@ impl TryFrom<OrderRow> for Order {
 }
 
 /// The orders with these ids, locked for update.
-pub(crate) async fn load_many_locked(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<Order>, StoreError> {
-    let rows: Vec<OrderRow> = sqlx::query_as(concat!(select_orders!(), " WHERE o.id = ANY($1) ORDER BY o.id FOR UPDATE OF o"))
-        .bind(ids)
-        .fetch_all(&mut *conn)
-        .await?;
+pub(crate) async fn load_many_locked(
+    conn: &mut PgConnection,
+    ids: &[Uuid],
+) -> Result<Vec<Order>, StoreError> {
+    let rows: Vec<OrderRow> = sqlx::query_as(concat!(
+        select_orders!(),
+        " WHERE o.id = ANY($1) ORDER BY o.id FOR UPDATE OF o"
+    ))
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
     rows.into_iter().map(Order::try_from).collect()
 }
 
 /// Every order of the projection, streamed.
 pub fn stream_all(pool: &PgPool) -> impl futures::Stream<Item = Result<Order, StoreError>> + '_ {
     use futures::StreamExt;
-    sqlx::query_as::<_, OrderRow>(select_orders!()).fetch(pool).map(|r| r.map_err(StoreError::from).and_then(Order::try_from))
+    sqlx::query_as::<_, OrderRow>(select_orders!())
+        .fetch(pool)
+        .map(|r| r.map_err(StoreError::from).and_then(Order::try_from))
 }
 
 /// Every projection row with its events in recorded order, streamed in one
 /// query (each row's events aggregated beside it), for the audit.
-pub(crate) fn stream_with_history(conn: &mut PgConnection) -> impl futures::Stream<Item = Result<(Order, Vec<Event>), StoreError>> + '_ {
+pub(crate) fn stream_with_history(
+    conn: &mut PgConnection,
+) -> impl futures::Stream<Item = Result<(Order, Vec<Event>), StoreError>> + '_ {
     use futures::StreamExt;
     #[derive(sqlx::FromRow)]
     struct WithHistory {
@@ -420,8 +501,8 @@ pub(crate) fn stream_with_history(conn: &mut PgConnection) -> impl futures::Stre
     sqlx::query_as::<_, WithHistory>(SQL).fetch(conn).map(|r| {
         let r = r?;
         let id = r.row.id;
-        let parts: Vec<(String, serde_json::Value)> =
-            serde_json::from_value(r.history).map_err(|e| StoreError::Corrupt(format!("events of {id}: {e}")))?;
+        let parts: Vec<(String, serde_json::Value)> = serde_json::from_value(r.history)
+            .map_err(|e| StoreError::Corrupt(format!("events of {id}: {e}")))?;
         let events = parts
             .into_iter()
             .map(|(t, data)| Event::from_parts(&t, data))
@@ -432,15 +513,30 @@ pub(crate) fn stream_with_history(conn: &mut PgConnection) -> impl futures::Stre
 }
 
 /// The order as the projection holds it; `account` scopes the lookup.
-pub async fn load(pool: &PgPool, order_id: Uuid, account: Option<Uuid>) -> Result<Option<Order>, StoreError> {
-    let row: Option<OrderRow> =
-        sqlx::query_as(SELECT_ORDER).bind(order_id).bind(account).fetch_optional(pool).await?;
+pub async fn load(
+    pool: &PgPool,
+    order_id: Uuid,
+    account: Option<Uuid>,
+) -> Result<Option<Order>, StoreError> {
+    let row: Option<OrderRow> = sqlx::query_as(SELECT_ORDER)
+        .bind(order_id)
+        .bind(account)
+        .fetch_optional(pool)
+        .await?;
     row.map(Order::try_from).transpose()
 }
 
-pub(crate) async fn load_locked(conn: &mut PgConnection, order_id: Uuid, account: Option<Uuid>) -> Result<Option<Order>, StoreError> {
+pub(crate) async fn load_locked(
+    conn: &mut PgConnection,
+    order_id: Uuid,
+    account: Option<Uuid>,
+) -> Result<Option<Order>, StoreError> {
     let sql = format!("{SELECT_ORDER} FOR UPDATE OF o");
-    let row: Option<OrderRow> = sqlx::query_as(&sql).bind(order_id).bind(account).fetch_optional(&mut *conn).await?;
+    let row: Option<OrderRow> = sqlx::query_as(&sql)
+        .bind(order_id)
+        .bind(account)
+        .fetch_optional(&mut *conn)
+        .await?;
     row.map(Order::try_from).transpose()
 }
 
@@ -459,12 +555,18 @@ pub struct RecordedEvent {
 
 /// An order's events in recorded order, or `None` if the order is not the
 /// account's.
-pub async fn history(pool: &PgPool, order_id: Uuid, account: Option<Uuid>) -> Result<Option<Vec<RecordedEvent>>, StoreError> {
-    let owned: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM orders WHERE id = $1 AND ($2::uuid IS NULL OR account_id = $2)")
-        .bind(order_id)
-        .bind(account)
-        .fetch_optional(pool)
-        .await?;
+pub async fn history(
+    pool: &PgPool,
+    order_id: Uuid,
+    account: Option<Uuid>,
+) -> Result<Option<Vec<RecordedEvent>>, StoreError> {
+    let owned: Option<(Uuid,)> = sqlx::query_as(
+        "SELECT id FROM orders WHERE id = $1 AND ($2::uuid IS NULL OR account_id = $2)",
+    )
+    .bind(order_id)
+    .bind(account)
+    .fetch_optional(pool)
+    .await?;
     if owned.is_none() {
         return Ok(None);
     }

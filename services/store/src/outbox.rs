@@ -36,7 +36,11 @@ pub async fn claim(conn: &mut PgConnection, limit: i64) -> Result<Vec<OutboxRow>
 
 /// Deletes published rows.
 pub async fn delete(conn: &mut PgConnection, ids: &[Uuid]) -> Result<u64, sqlx::Error> {
-    Ok(sqlx::query("DELETE FROM outbox WHERE id = ANY($1)").bind(ids).execute(conn).await?.rows_affected())
+    Ok(sqlx::query("DELETE FROM outbox WHERE id = ANY($1)")
+        .bind(ids)
+        .execute(conn)
+        .await?
+        .rows_affected())
 }
 
 /// Moves rows that can never be published, each with its short reason
@@ -69,7 +73,9 @@ pub async fn park(conn: &mut PgConnection, rows: &[(Uuid, &str)]) -> Result<u64,
 
 /// How many rows are parked (the `soldonce_outbox_parked` gauge).
 pub async fn parked(pool: &PgPool) -> Result<i64, sqlx::Error> {
-    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM outbox_parked").fetch_one(pool).await?;
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM outbox_parked")
+        .fetch_one(pool)
+        .await?;
     Ok(n)
 }
 

@@ -70,15 +70,29 @@ pub enum Learned {
 
 /// Applies `fact` inside the caller's transaction, which the caller commits.
 #[tracing::instrument(skip_all, fields(payment_id = %fact.payment_id, source = source.as_str()))]
-pub async fn learn(conn: &mut PgConnection, fact: &PaymentFact, source: Source, meta: &Metadata) -> Result<Learned, StoreError> {
+pub async fn learn(
+    conn: &mut PgConnection,
+    fact: &PaymentFact,
+    source: Source,
+    meta: &Metadata,
+) -> Result<Learned, StoreError> {
     let at = crate::now();
     match &fact.status {
         PspStatus::Unknown(status) => Ok(Learned::Unknown(status.clone())),
         PspStatus::Failed => {
-            let Some(order_id) = fact.order_id else { return Ok(Learned::AlreadyKnown) };
+            let Some(order_id) = fact.order_id else {
+                return Ok(Learned::AlreadyKnown);
+            };
             let payment_id = Some(fact.payment_id.clone());
-            let reason = fact.failure_reason.clone().unwrap_or_else(|| "declined".into());
-            let command = Command::FailPayment { payment_id, reason, at };
+            let reason = fact
+                .failure_reason
+                .clone()
+                .unwrap_or_else(|| "declined".into());
+            let command = Command::FailPayment {
+                payment_id,
+                reason,
+                at,
+            };
             match orders::transition_in(conn, order_id, None, meta, |_| command).await? {
                 orders::Transition::Applied(order) => Ok(Learned::Declined(order)),
                 _ => Ok(Learned::AlreadyKnown),
@@ -100,19 +114,36 @@ async fn learn_success(
         Some(id) => orders::load_locked(conn, id, None).await?,
         None => None,
     };
-    let known: Option<(String,)> = sqlx::query_as("SELECT disposition FROM payments WHERE payment_id = $1 FOR UPDATE")
-        .bind(&fact.payment_id)
-        .fetch_optional(&mut *conn)
-        .await?;
+    let known: Option<(String,)> =
+        sqlx::query_as("SELECT disposition FROM payments WHERE payment_id = $1 FOR UPDATE")
+            .bind(&fact.payment_id)
+            .fetch_optional(&mut *conn)
+            .await?;
     if known.is_some() {
         return Ok(Learned::AlreadyKnown);
     }
     let Some(order) = order else {
-        let recorded = record(conn, fact, None, Disposition::Refund(RefundReason::NoSuchOrder), source).await?;
-        return Ok(if recorded { Learned::RefundDecided(RefundReason::NoSuchOrder) } else { Learned::AlreadyKnown });
+        let recorded = record(
+            conn,
+            fact,
+            None,
+            Disposition::Refund(RefundReason::NoSuchOrder),
+            source,
+        )
+        .await?;
+        return Ok(if recorded {
+            Learned::RefundDecided(RefundReason::NoSuchOrder)
+        } else {
+            Learned::AlreadyKnown
+        });
     };
     let paid = |units_gone| Command::Paid {
-        fact: PaidFact { payment_id: fact.payment_id.clone(), amount_minor: fact.amount_minor, currency: fact.currency.clone(), at },
+        fact: PaidFact {
+            payment_id: fact.payment_id.clone(),
+            amount_minor: fact.amount_minor,
+            currency: fact.currency.clone(),
+            at,
+        },
         units_gone,
     };
     let events = decide(&order, paid(false))?;
@@ -121,7 +152,13 @@ async fn learn_success(
     }
     // Reclaiming an expired order's units may find them sold: try it under a
     // savepoint, and refund instead if they are gone.
-    let outcome = if matches!(events[..], [Event::Confirmed { reactivated: true, .. }]) {
+    let outcome = if matches!(
+        events[..],
+        [Event::Confirmed {
+            reactivated: true,
+            ..
+        }]
+    ) {
         let mut savepoint = conn.begin().await?;
         match orders::apply(&mut savepoint, &order, &events, meta).await? {
             Applied::Done(next) => {
@@ -139,18 +176,40 @@ async fn learn_success(
     let (events, next) = match outcome {
         Some(next) => (events, *next),
         None => {
-            let events = if matches!(events[..], [Event::Confirmed { reactivated: true, .. }]) { decide(&order, paid(true))? } else { events };
+            let events = if matches!(
+                events[..],
+                [Event::Confirmed {
+                    reactivated: true,
+                    ..
+                }]
+            ) {
+                decide(&order, paid(true))?
+            } else {
+                events
+            };
             match orders::apply(conn, &order, &events, meta).await? {
                 Applied::Done(next) => (events, *next),
-                Applied::StockShort(sku) => return Err(StoreError::Corrupt(format!("order {}: confirming found {sku} short", order.id))),
+                Applied::StockShort(sku) => {
+                    return Err(StoreError::Corrupt(format!(
+                        "order {}: confirming found {sku} short",
+                        order.id
+                    )))
+                }
             }
         }
     };
     let (disposition, learned) = match &events[..] {
-        [Event::Confirmed { reactivated, .. }] => {
-            (Disposition::Attached, Learned::Confirmed { order: next, reclaimed: *reactivated })
-        }
-        [Event::RefundDecided { reason, .. }] => (Disposition::Refund(*reason), Learned::RefundDecided(*reason)),
+        [Event::Confirmed { reactivated, .. }] => (
+            Disposition::Attached,
+            Learned::Confirmed {
+                order: next,
+                reclaimed: *reactivated,
+            },
+        ),
+        [Event::RefundDecided { reason, .. }] => (
+            Disposition::Refund(*reason),
+            Learned::RefundDecided(*reason),
+        ),
         other => return Err(StoreError::Corrupt(format!("a payment decided {other:?}"))),
     };
     if !record(conn, fact, Some(order.id), disposition, source).await? {
@@ -160,7 +219,8 @@ async fn learn_success(
 }
 
 fn decide(order: &Order, command: Command) -> Result<Vec<Event>, StoreError> {
-    domain::decide(Some(order), command).map_err(|e| StoreError::Corrupt(format!("order {}: {e}", order.id)))
+    domain::decide(Some(order), command)
+        .map_err(|e| StoreError::Corrupt(format!("order {}: {e}", order.id)))
 }
 
 enum Disposition {
@@ -169,7 +229,13 @@ enum Disposition {
 }
 
 /// Inserts the payment's one row; `false` if another decider got there first.
-async fn record(conn: &mut PgConnection, fact: &PaymentFact, order_id: Option<Uuid>, disposition: Disposition, source: Source) -> Result<bool, StoreError> {
+async fn record(
+    conn: &mut PgConnection,
+    fact: &PaymentFact,
+    order_id: Option<Uuid>,
+    disposition: Disposition,
+    source: Source,
+) -> Result<bool, StoreError> {
     let (disposition, reason, refund_state) = match disposition {
         Disposition::Attached => ("attached", None, None),
         Disposition::Refund(reason) => ("refund", Some(reason.as_str()), Some("pending")),
@@ -192,7 +258,12 @@ async fn record(conn: &mut PgConnection, fact: &PaymentFact, order_id: Option<Uu
 }
 
 /// Records a webhook id; `false` if it was seen before (then do nothing).
-pub async fn record_webhook(conn: &mut PgConnection, webhook_id: &str, event_type: &str, order_id: Option<Uuid>) -> Result<bool, StoreError> {
+pub async fn record_webhook(
+    conn: &mut PgConnection,
+    webhook_id: &str,
+    event_type: &str,
+    order_id: Option<Uuid>,
+) -> Result<bool, StoreError> {
     let inserted = sqlx::query(
         "INSERT INTO webhook_receipts (webhook_id, event_type, order_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
     )

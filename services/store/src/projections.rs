@@ -31,7 +31,9 @@ pub struct RebuildReport {
 }
 
 /// Every projection row with its lines, as JSON, by order id.
-pub async fn snapshot(conn: &mut PgConnection) -> Result<BTreeMap<Uuid, serde_json::Value>, StoreError> {
+pub async fn snapshot(
+    conn: &mut PgConnection,
+) -> Result<BTreeMap<Uuid, serde_json::Value>, StoreError> {
     rows(
         conn,
         "SELECT o.id, to_jsonb(o.*) || jsonb_build_object('lines', \
@@ -42,24 +44,36 @@ pub async fn snapshot(conn: &mut PgConnection) -> Result<BTreeMap<Uuid, serde_js
 }
 
 /// Every shipment row, as JSON, by shipment id.
-pub async fn snapshot_shipments(conn: &mut PgConnection) -> Result<BTreeMap<Uuid, serde_json::Value>, StoreError> {
+pub async fn snapshot_shipments(
+    conn: &mut PgConnection,
+) -> Result<BTreeMap<Uuid, serde_json::Value>, StoreError> {
     rows(conn, "SELECT s.id, to_jsonb(s.*) FROM shipments s").await
 }
 
-async fn rows(conn: &mut PgConnection, sql: &str) -> Result<BTreeMap<Uuid, serde_json::Value>, StoreError> {
-    Ok(sqlx::query_as::<_, (Uuid, serde_json::Value)>(sql).fetch(&mut *conn).try_collect().await?)
+async fn rows(
+    conn: &mut PgConnection,
+    sql: &str,
+) -> Result<BTreeMap<Uuid, serde_json::Value>, StoreError> {
+    Ok(sqlx::query_as::<_, (Uuid, serde_json::Value)>(sql)
+        .fetch(&mut *conn)
+        .try_collect()
+        .await?)
 }
 
 /// Replaces every projection with the fold of the event store, in one
 /// transaction that blocks writers of the projections meanwhile.
 pub async fn rebuild(pool: &PgPool) -> Result<RebuildReport, StoreError> {
     let mut tx = pool.begin().await?;
-    sqlx::query("LOCK TABLE orders, order_lines, shipments IN EXCLUSIVE MODE").execute(&mut *tx).await?;
+    sqlx::query("LOCK TABLE orders, order_lines, shipments IN EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await?;
     let orders_before = snapshot(&mut tx).await?;
     let shipments_before = snapshot_shipments(&mut tx).await?;
     // Shipments reference orders: out first, back in last.
     for table in ["shipments", "order_lines", "orders"] {
-        sqlx::query(&format!("DELETE FROM {table}")).execute(&mut *tx).await?;
+        sqlx::query(&format!("DELETE FROM {table}"))
+            .execute(&mut *tx)
+            .await?;
     }
     let mut report = RebuildReport::default();
     for (stream, events) in streams(&mut tx, "order.%").await? {
@@ -68,7 +82,8 @@ pub async fn rebuild(pool: &PgPool) -> Result<RebuildReport, StoreError> {
             .map(|(t, data)| Event::from_parts(&t, data))
             .collect::<Result<_, _>>()
             .map_err(|e| StoreError::Corrupt(format!("event of order {stream}: {e}")))?;
-        let order = domain::fold(&events).ok_or_else(|| StoreError::Corrupt(format!("order {stream} has no order.placed")))?;
+        let order = domain::fold(&events)
+            .ok_or_else(|| StoreError::Corrupt(format!("order {stream} has no order.placed")))?;
         write_projection(&mut tx, None, &order).await?;
         report.orders.rows += 1;
     }
@@ -84,10 +99,17 @@ pub async fn rebuild(pool: &PgPool) -> Result<RebuildReport, StoreError> {
     Ok(report)
 }
 
-fn compare(before: &BTreeMap<Uuid, serde_json::Value>, after: &BTreeMap<Uuid, serde_json::Value>, rows: u64) -> TableReport {
+fn compare(
+    before: &BTreeMap<Uuid, serde_json::Value>,
+    after: &BTreeMap<Uuid, serde_json::Value>,
+    rows: u64,
+) -> TableReport {
     TableReport {
         rows,
-        corrected: after.iter().filter(|(id, row)| before.get(id) != Some(row)).count() as u64,
+        corrected: after
+            .iter()
+            .filter(|(id, row)| before.get(id) != Some(row))
+            .count() as u64,
         orphans_removed: before.keys().filter(|id| !after.contains_key(id)).count() as u64,
     }
 }
@@ -96,11 +118,12 @@ type Stream = (Uuid, Vec<(String, serde_json::Value)>);
 
 /// The events of every stream whose types match `pattern`, grouped by stream in version order.
 async fn streams(conn: &mut PgConnection, pattern: &str) -> Result<Vec<Stream>, StoreError> {
-    let rows: Vec<(Uuid, String, serde_json::Value)> =
-        sqlx::query_as("SELECT stream_id, type, data FROM events WHERE type LIKE $1 ORDER BY stream_id, version")
-            .bind(pattern)
-            .fetch_all(&mut *conn)
-            .await?;
+    let rows: Vec<(Uuid, String, serde_json::Value)> = sqlx::query_as(
+        "SELECT stream_id, type, data FROM events WHERE type LIKE $1 ORDER BY stream_id, version",
+    )
+    .bind(pattern)
+    .fetch_all(&mut *conn)
+    .await?;
     let mut grouped: Vec<Stream> = vec![];
     for (stream, t, data) in rows {
         match grouped.last_mut() {
@@ -113,13 +136,19 @@ async fn streams(conn: &mut PgConnection, pattern: &str) -> Result<Vec<Stream>, 
 
 /// Folds one shipment's events into its row: the last step's state, the
 /// first step's time as created, the last one's as updated.
-async fn write_shipment(conn: &mut PgConnection, id: Uuid, events: &[(String, serde_json::Value)]) -> Result<(), StoreError> {
+async fn write_shipment(
+    conn: &mut PgConnection,
+    id: Uuid,
+    events: &[(String, serde_json::Value)],
+) -> Result<(), StoreError> {
     let parsed: Vec<ShipmentEvent> = events
         .iter()
         .map(|(_, data)| serde_json::from_value(data.clone()))
         .collect::<Result<_, _>>()
         .map_err(|e| StoreError::Corrupt(format!("event of shipment {id}: {e}")))?;
-    let (Some(first), Some(last)) = (parsed.first(), parsed.last()) else { return Ok(()) };
+    let (Some(first), Some(last)) = (parsed.first(), parsed.last()) else {
+        return Ok(());
+    };
     let created: DateTime<Utc> = first.at;
     sqlx::query("INSERT INTO shipments (id, order_id, state, version, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6)")
         .bind(id)

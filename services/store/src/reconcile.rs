@@ -31,17 +31,28 @@ pub struct Recorded {
 
 /// Where the periodic walk resumes.
 pub async fn cursor(pool: &PgPool) -> Result<Option<DateTime<Utc>>, StoreError> {
-    Ok(sqlx::query_scalar("SELECT cursor_time FROM reconcile_state").fetch_optional(pool).await?.flatten())
+    Ok(
+        sqlx::query_scalar("SELECT cursor_time FROM reconcile_state")
+            .fetch_optional(pool)
+            .await?
+            .flatten(),
+    )
 }
 
 /// The recorded dispositions of these payments.
-pub async fn recorded(pool: &PgPool, payment_ids: &[String]) -> Result<HashMap<String, Recorded>, StoreError> {
+pub async fn recorded(
+    pool: &PgPool,
+    payment_ids: &[String],
+) -> Result<HashMap<String, Recorded>, StoreError> {
     let rows: Vec<Recorded> =
         sqlx::query_as("SELECT payment_id, order_id, disposition, refund_state FROM payments WHERE payment_id = ANY($1)")
             .bind(payment_ids)
             .fetch_all(pool)
             .await?;
-    Ok(rows.into_iter().map(|r| (r.payment_id.clone(), r)).collect())
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.payment_id.clone(), r))
+        .collect())
 }
 
 /// One confirmed order and the payment it is confirmed on.
@@ -54,7 +65,11 @@ pub struct ConfirmedOrder {
 }
 
 /// Orders placed at or after `since` (all without it) and confirmed no later than `until`, streamed.
-pub fn confirmed_since(pool: &PgPool, since: Option<DateTime<Utc>>, until: DateTime<Utc>) -> impl futures::Stream<Item = Result<ConfirmedOrder, StoreError>> + '_ {
+pub fn confirmed_since(
+    pool: &PgPool,
+    since: Option<DateTime<Utc>>,
+    until: DateTime<Utc>,
+) -> impl futures::Stream<Item = Result<ConfirmedOrder, StoreError>> + '_ {
     use futures::StreamExt;
     sqlx::query_as(
         "SELECT id, payment_id, total_minor, currency FROM orders WHERE state = 'confirmed' AND total_minor > 0 AND ($1::timestamptz IS NULL OR created_at >= $1) AND updated_at <= $2",
@@ -84,7 +99,9 @@ pub async fn save_run(
     .bind(seen)
     .execute(&mut *tx)
     .await?;
-    sqlx::query("DELETE FROM reconcile_findings").execute(&mut *tx).await?;
+    sqlx::query("DELETE FROM reconcile_findings")
+        .execute(&mut *tx)
+        .await?;
     let kinds: Vec<&str> = findings.iter().map(|f| f.kind.as_str()).collect();
     let subjects: Vec<&str> = findings.iter().map(|f| f.subject.as_str()).collect();
     let details: Vec<&str> = findings.iter().map(|f| f.detail.as_str()).collect();

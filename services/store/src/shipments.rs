@@ -19,20 +19,32 @@ pub struct ShipmentView {
     pub state: String,
 }
 
-fn record<'a>(event: &ShipmentEvent, version: i32, meta: &'a Metadata) -> Result<Record<'a>, StoreError> {
+fn record<'a>(
+    event: &ShipmentEvent,
+    version: i32,
+    meta: &'a Metadata,
+) -> Result<Record<'a>, StoreError> {
     Ok(Record {
         stream_id: event.shipment_id,
         version,
         meta,
         type_name: event.state.event_type(),
-        subject: format!("soldonce.{}.{}", event.state.event_type().trim_end_matches(".v1"), event.shipment_id),
+        subject: format!(
+            "soldonce.{}.{}",
+            event.state.event_type().trim_end_matches(".v1"),
+            event.shipment_id
+        ),
         data: serde_json::to_value(event).map_err(|e| StoreError::Corrupt(e.to_string()))?,
         at: event.at,
     })
 }
 
 /// Creates the order's shipment unless it has one; returns the new id.
-pub async fn create(conn: &mut PgConnection, order_id: Uuid, meta: &Metadata) -> Result<Option<Uuid>, StoreError> {
+pub async fn create(
+    conn: &mut PgConnection,
+    order_id: Uuid,
+    meta: &Metadata,
+) -> Result<Option<Uuid>, StoreError> {
     let id = Uuid::now_v7();
     let at = crate::now();
     let created: Option<(Uuid,)> = sqlx::query_as(
@@ -47,14 +59,23 @@ pub async fn create(conn: &mut PgConnection, order_id: Uuid, meta: &Metadata) ->
     if created.is_none() {
         return Ok(None);
     }
-    let event = ShipmentEvent { shipment_id: id, order_id, state: ShipmentState::Pending, at };
+    let event = ShipmentEvent {
+        shipment_id: id,
+        order_id,
+        state: ShipmentState::Pending,
+        at,
+    };
     append_records(conn, &[record(&event, 1, meta)?]).await?;
     Ok(Some(id))
 }
 
 /// Moves every shipment whose last step is older than `step_delay` one
 /// step on; safe with N fulfillment processes. Returns how many moved.
-pub async fn advance_due(pool: &PgPool, step_delay: Duration, limit: i64) -> Result<u64, StoreError> {
+pub async fn advance_due(
+    pool: &PgPool,
+    step_delay: Duration,
+    limit: i64,
+) -> Result<u64, StoreError> {
     let mut tx = pool.begin().await?;
     let due: Vec<(Uuid, Uuid, String, i32, DateTime<Utc>)> = sqlx::query_as(
         "SELECT id, order_id, state, version, updated_at FROM shipments \
@@ -67,7 +88,9 @@ pub async fn advance_due(pool: &PgPool, step_delay: Duration, limit: i64) -> Res
     .await?;
     let mut moved = 0;
     for (id, order_id, state, version, _) in due {
-        let Some(next) = ShipmentState::parse(&state).and_then(ShipmentState::next) else { continue };
+        let Some(next) = ShipmentState::parse(&state).and_then(ShipmentState::next) else {
+            continue;
+        };
         let at = crate::now();
         sqlx::query("UPDATE shipments SET state = $2, version = $3, updated_at = $4 WHERE id = $1")
             .bind(id)
@@ -76,8 +99,18 @@ pub async fn advance_due(pool: &PgPool, step_delay: Duration, limit: i64) -> Res
             .bind(at)
             .execute(&mut *tx)
             .await?;
-        let meta = Metadata { correlation_id: order_id, causation_id: Uuid::now_v7(), source: "fulfillment".into(), traceparent: None };
-        let event = ShipmentEvent { shipment_id: id, order_id, state: next, at };
+        let meta = Metadata {
+            correlation_id: order_id,
+            causation_id: Uuid::now_v7(),
+            source: "fulfillment".into(),
+            traceparent: None,
+        };
+        let event = ShipmentEvent {
+            shipment_id: id,
+            order_id,
+            state: next,
+            at,
+        };
         append_records(&mut tx, &[record(&event, version + 1, &meta)?]).await?;
         moved += 1;
     }
@@ -87,9 +120,10 @@ pub async fn advance_due(pool: &PgPool, step_delay: Duration, limit: i64) -> Res
 
 /// The order's shipment, if it has one.
 pub async fn for_order(pool: &PgPool, order_id: Uuid) -> Result<Option<ShipmentView>, StoreError> {
-    let row: Option<(Uuid, String)> = sqlx::query_as("SELECT id, state FROM shipments WHERE order_id = $1")
-        .bind(order_id)
-        .fetch_optional(pool)
-        .await?;
+    let row: Option<(Uuid, String)> =
+        sqlx::query_as("SELECT id, state FROM shipments WHERE order_id = $1")
+            .bind(order_id)
+            .fetch_optional(pool)
+            .await?;
     Ok(row.map(|(id, state)| ShipmentView { id, state }))
 }

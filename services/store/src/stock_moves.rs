@@ -34,9 +34,15 @@ impl Movement {
     pub(crate) fn for_event(event: &Event) -> Option<Movement> {
         match event {
             Event::Placed { .. } => Some(Movement::Reserve),
-            Event::Confirmed { reactivated: false, .. } => Some(Movement::Confirm),
-            Event::Confirmed { reactivated: true, .. } => Some(Movement::Reclaim),
-            Event::PaymentFailed { .. } | Event::Cancelled { .. } | Event::Expired { .. } => Some(Movement::Release),
+            Event::Confirmed {
+                reactivated: false, ..
+            } => Some(Movement::Confirm),
+            Event::Confirmed {
+                reactivated: true, ..
+            } => Some(Movement::Reclaim),
+            Event::PaymentFailed { .. } | Event::Cancelled { .. } | Event::Expired { .. } => {
+                Some(Movement::Release)
+            }
             Event::RefundDecided { .. } | Event::Refunded { .. } => None,
         }
     }
@@ -79,7 +85,11 @@ pub(crate) async fn apply(
 }
 
 /// Applies the movement `event` causes on `order`'s lines.
-pub(crate) async fn apply_event(conn: &mut PgConnection, order: &Order, event: &Event) -> Result<Option<Sku>, sqlx::Error> {
+pub(crate) async fn apply_event(
+    conn: &mut PgConnection,
+    order: &Order,
+    event: &Event,
+) -> Result<Option<Sku>, sqlx::Error> {
     match Movement::for_event(event) {
         Some(m) => apply(conn, order.id, &order.lines, m).await,
         None => Ok(None),

@@ -11,8 +11,18 @@ use store::envelope::{self, CloudEvent, Metadata};
 use uuid::Uuid;
 
 /// The envelope's JSON keys, exactly.
-const FIELDS: [&str; 10] =
-    ["specversion", "id", "source", "type", "subject", "time", "datacontenttype", "correlationid", "causationid", "data"];
+const FIELDS: [&str; 10] = [
+    "specversion",
+    "id",
+    "source",
+    "type",
+    "subject",
+    "time",
+    "datacontenttype",
+    "correlationid",
+    "causationid",
+    "data",
+];
 
 fn uuid() -> impl Strategy<Value = Uuid> {
     any::<u128>().prop_map(Uuid::from_u128)
@@ -33,16 +43,30 @@ fn currency() -> impl Strategy<Value = Currency> {
 }
 
 fn line() -> impl Strategy<Value = OrderLine> {
-    (sku(), 1i64..=domain::stock::MAX_LINE_QUANTITY, any::<i64>()).prop_map(|(sku, q, unit_price_minor)| OrderLine {
-        sku,
-        quantity: Quantity::new(q).expect("in range"),
-        unit_price_minor,
-    })
+    (sku(), 1i64..=domain::stock::MAX_LINE_QUANTITY, any::<i64>()).prop_map(
+        |(sku, q, unit_price_minor)| OrderLine {
+            sku,
+            quantity: Quantity::new(q).expect("in range"),
+            unit_price_minor,
+        },
+    )
 }
 
 fn shipping() -> impl Strategy<Value = Shipping> {
-    (any::<String>(), any::<String>(), any::<String>(), any::<String>(), any::<String>())
-        .prop_map(|(name, line1, city, postal_code, country)| Shipping { name, line1, city, postal_code, country })
+    (
+        any::<String>(),
+        any::<String>(),
+        any::<String>(),
+        any::<String>(),
+        any::<String>(),
+    )
+        .prop_map(|(name, line1, city, postal_code, country)| Shipping {
+            name,
+            line1,
+            city,
+            postal_code,
+            country,
+        })
 }
 
 fn reason() -> impl Strategy<Value = RefundReason> {
@@ -61,34 +85,100 @@ fn reason() -> impl Strategy<Value = RefundReason> {
 fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
         (
-            (uuid(), uuid(), prop::collection::vec(line(), 0..8), currency(), any::<i64>()),
+            (
+                uuid(),
+                uuid(),
+                prop::collection::vec(line(), 0..8),
+                currency(),
+                any::<i64>()
+            ),
             (prop::option::of(shipping()), instant(), instant()),
         )
-            .prop_map(|((order_id, account_id, lines, currency, total_minor), (shipping, expires_at, at))| {
-                Event::Placed { order_id, account_id, lines, currency, total_minor, shipping, expires_at, at }
+            .prop_map(
+                |(
+                    (order_id, account_id, lines, currency, total_minor),
+                    (shipping, expires_at, at),
+                )| {
+                    Event::Placed {
+                        order_id,
+                        account_id,
+                        lines,
+                        currency,
+                        total_minor,
+                        shipping,
+                        expires_at,
+                        at,
+                    }
+                }
+            ),
+        (any::<String>(), any::<i64>(), any::<bool>(), instant()).prop_map(
+            |(payment_id, amount_minor, reactivated, at)| {
+                Event::Confirmed {
+                    payment_id,
+                    amount_minor,
+                    reactivated,
+                    at,
+                }
+            }
+        ),
+        (
+            prop::option::of(any::<String>()),
+            any::<String>(),
+            instant()
+        )
+            .prop_map(|(payment_id, reason, at)| Event::PaymentFailed {
+                payment_id,
+                reason,
+                at
             }),
-        (any::<String>(), any::<i64>(), any::<bool>(), instant()).prop_map(|(payment_id, amount_minor, reactivated, at)| {
-            Event::Confirmed { payment_id, amount_minor, reactivated, at }
-        }),
-        (prop::option::of(any::<String>()), any::<String>(), instant())
-            .prop_map(|(payment_id, reason, at)| Event::PaymentFailed { payment_id, reason, at }),
         instant().prop_map(|at| Event::Cancelled { at }),
         instant().prop_map(|at| Event::Expired { at }),
-        (any::<String>(), any::<i64>(), any::<String>(), reason(), instant()).prop_map(
-            |(payment_id, amount_minor, currency, reason, at)| Event::RefundDecided { payment_id, amount_minor, currency, reason, at }
-        ),
-        (any::<String>(), any::<i64>(), instant())
-            .prop_map(|(payment_id, amount_minor, at)| Event::Refunded { payment_id, amount_minor, at }),
+        (
+            any::<String>(),
+            any::<i64>(),
+            any::<String>(),
+            reason(),
+            instant()
+        )
+            .prop_map(|(payment_id, amount_minor, currency, reason, at)| {
+                Event::RefundDecided {
+                    payment_id,
+                    amount_minor,
+                    currency,
+                    reason,
+                    at,
+                }
+            }),
+        (any::<String>(), any::<i64>(), instant()).prop_map(|(payment_id, amount_minor, at)| {
+            Event::Refunded {
+                payment_id,
+                amount_minor,
+                at,
+            }
+        }),
     ]
 }
 
 fn metadata() -> impl Strategy<Value = Metadata> {
-    (uuid(), uuid(), any::<String>(), prop::option::of(any::<String>()))
-        .prop_map(|(correlation_id, causation_id, source, traceparent)| Metadata { correlation_id, causation_id, source, traceparent })
+    (
+        uuid(),
+        uuid(),
+        any::<String>(),
+        prop::option::of(any::<String>()),
+    )
+        .prop_map(
+            |(correlation_id, causation_id, source, traceparent)| Metadata {
+                correlation_id,
+                causation_id,
+                source,
+                traceparent,
+            },
+        )
 }
 
 fn wrapped() -> impl Strategy<Value = CloudEvent> {
-    (uuid(), uuid(), event(), metadata()).prop_map(|(id, order_id, e, meta)| envelope::wrap(id, order_id, &e, &meta))
+    (uuid(), uuid(), event(), metadata())
+        .prop_map(|(id, order_id, e, meta)| envelope::wrap(id, order_id, &e, &meta))
 }
 
 /// Any JSON value without floats (serde_json's default float parsing is
@@ -107,7 +197,8 @@ fn json() -> impl Strategy<Value = Value> {
     leaf.prop_recursive(4, 48, 6, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-            prop::collection::btree_map(any::<String>(), inner, 0..6).prop_map(|m| Value::Object(m.into_iter().collect())),
+            prop::collection::btree_map(any::<String>(), inner, 0..6)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
         ]
     })
 }

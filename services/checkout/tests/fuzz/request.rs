@@ -13,7 +13,9 @@ use serde_json::{json, Value};
 const SKU: &str = "[A-Za-z0-9._-]{1,64}";
 
 fn is_sku(s: &str) -> bool {
-    (1..=64).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 fn is_address_field(s: &str) -> bool {
@@ -26,11 +28,23 @@ fn is_country(s: &str) -> bool {
 
 /// The documented bounds, checked on every request the parser accepts.
 fn assert_within_bounds(req: &OrderRequest) -> Result<(), TestCaseError> {
-    prop_assert!((1..=MAX_LINES).contains(&req.lines.len()), "{} lines", req.lines.len());
+    prop_assert!(
+        (1..=MAX_LINES).contains(&req.lines.len()),
+        "{} lines",
+        req.lines.len()
+    );
     for (i, (sku, quantity)) in req.lines.iter().enumerate() {
         prop_assert!(is_sku(sku.as_str()), "sku {:?}", sku);
-        prop_assert!((1..=MAX_LINE_QUANTITY).contains(&quantity.get()), "quantity {}", quantity.get());
-        prop_assert!(req.lines[..i].iter().all(|(other, _)| other != sku), "{} repeated", sku);
+        prop_assert!(
+            (1..=MAX_LINE_QUANTITY).contains(&quantity.get()),
+            "quantity {}",
+            quantity.get()
+        );
+        prop_assert!(
+            req.lines[..i].iter().all(|(other, _)| other != sku),
+            "{} repeated",
+            sku
+        );
     }
     if let Some(s) = &req.shipping {
         for field in [&s.name, &s.line1, &s.city, &s.postal_code] {
@@ -75,9 +89,19 @@ fn country() -> impl Strategy<Value = String> {
     prop_oneof![4 => "[A-Z]{2}", 1 => "[A-Za-z]{0,3}", 1 => Just("ÉÉ".to_owned()), 1 => any::<String>()]
 }
 
-fn shipping(field: impl Strategy<Value = String> + Clone, country: impl Strategy<Value = String>) -> impl Strategy<Value = Shipping> {
-    (field.clone(), field.clone(), field.clone(), field, country)
-        .prop_map(|(name, line1, city, postal_code, country)| Shipping { name, line1, city, postal_code, country })
+fn shipping(
+    field: impl Strategy<Value = String> + Clone,
+    country: impl Strategy<Value = String>,
+) -> impl Strategy<Value = Shipping> {
+    (field.clone(), field.clone(), field.clone(), field, country).prop_map(
+        |(name, line1, city, postal_code, country)| Shipping {
+            name,
+            line1,
+            city,
+            postal_code,
+            country,
+        },
+    )
 }
 
 fn valid_shipping() -> impl Strategy<Value = Option<Shipping>> {
@@ -85,7 +109,9 @@ fn valid_shipping() -> impl Strategy<Value = Option<Shipping>> {
 }
 
 /// `n` distinct valid SKUs in random order, each with a valid quantity.
-fn valid_lines(n: impl Into<prop::collection::SizeRange>) -> impl Strategy<Value = Vec<(String, i64)>> {
+fn valid_lines(
+    n: impl Into<prop::collection::SizeRange>,
+) -> impl Strategy<Value = Vec<(String, i64)>> {
     prop::collection::btree_set(SKU, n)
         .prop_map(Vec::from_iter)
         .prop_shuffle()
@@ -97,7 +123,10 @@ fn valid_lines(n: impl Into<prop::collection::SizeRange>) -> impl Strategy<Value
 }
 
 fn body(lines: &[(String, i64)], shipping: Option<&Shipping>) -> Value {
-    let lines: Vec<Value> = lines.iter().map(|(sku, quantity)| json!({ "sku": sku, "quantity": quantity })).collect();
+    let lines: Vec<Value> = lines
+        .iter()
+        .map(|(sku, quantity)| json!({ "sku": sku, "quantity": quantity }))
+        .collect();
     match shipping {
         Some(s) => json!({ "lines": lines, "shipping": s }),
         None => json!({ "lines": lines }),
@@ -113,33 +142,47 @@ fn parse_value(body: &Value) -> Result<OrderRequest, String> {
 fn body_like() -> impl Strategy<Value = Value> {
     let field = prop_oneof![number(), sku_text().prop_map(Value::String), json()];
     let line = prop::collection::btree_map(
-        prop_oneof![Just("sku".to_owned()), Just("quantity".to_owned()), any::<String>()],
+        prop_oneof![
+            Just("sku".to_owned()),
+            Just("quantity".to_owned()),
+            any::<String>()
+        ],
         field,
         0..4,
     )
     .prop_map(|m| Value::Object(m.into_iter().collect()));
-    let lines = prop_oneof![4 => prop::collection::vec(line, 0..6).prop_map(Value::Array), 1 => json()];
+    let lines =
+        prop_oneof![4 => prop::collection::vec(line, 0..6).prop_map(Value::Array), 1 => json()];
     let shipping = prop_oneof![
-        shipping(address_field(), country()).prop_map(|s| serde_json::to_value(s).unwrap_or_default()),
+        shipping(address_field(), country())
+            .prop_map(|s| serde_json::to_value(s).unwrap_or_default()),
         json(),
     ];
-    (lines, prop::option::of(shipping), prop::option::of((any::<String>(), json()))).prop_map(|(lines, shipping, extra)| {
-        let mut body = serde_json::Map::new();
-        body.insert("lines".into(), lines);
-        if let Some(s) = shipping {
-            body.insert("shipping".into(), s);
-        }
-        if let Some((k, v)) = extra {
-            body.insert(k, v);
-        }
-        Value::Object(body)
-    })
+    (
+        lines,
+        prop::option::of(shipping),
+        prop::option::of((any::<String>(), json())),
+    )
+        .prop_map(|(lines, shipping, extra)| {
+            let mut body = serde_json::Map::new();
+            body.insert("lines".into(), lines);
+            if let Some(s) = shipping {
+                body.insert("shipping".into(), s);
+            }
+            if let Some((k, v)) = extra {
+                body.insert(k, v);
+            }
+            Value::Object(body)
+        })
 }
 
 /// A body whose lines are arrays with one element too many.
 fn over_long_line() -> impl Strategy<Value = Value> {
     (valid_lines(1..3), json()).prop_map(|(lines, extra)| {
-        let lines: Vec<Value> = lines.iter().map(|(sku, q)| json!([sku, q, extra])).collect();
+        let lines: Vec<Value> = lines
+            .iter()
+            .map(|(sku, q)| json!([sku, q, extra]))
+            .collect();
         json!({ "lines": lines })
     })
 }

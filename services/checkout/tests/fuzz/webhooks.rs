@@ -30,14 +30,21 @@ fn sign(key: &[u8], id: &str, ts: &str, body: &[u8]) -> String {
 }
 
 fn secrets(keys: &[Vec<u8>]) -> Secrets {
-    let text: Vec<String> = keys.iter().map(|k| format!("whsec_{}", STANDARD.encode(k))).collect();
+    let text: Vec<String> = keys
+        .iter()
+        .map(|k| format!("whsec_{}", STANDARD.encode(k)))
+        .collect();
     Secrets::parse(&text.join(" ")).expect("keys of 32 bytes and more are accepted")
 }
 
 /// The three headers; a value a client could not send at all is left out.
 fn headers(id: &[u8], ts: &[u8], signature: &[u8]) -> HeaderMap {
     let mut map = HeaderMap::new();
-    for (name, value) in [("webhook-id", id), ("webhook-timestamp", ts), ("webhook-signature", signature)] {
+    for (name, value) in [
+        ("webhook-id", id),
+        ("webhook-timestamp", ts),
+        ("webhook-signature", signature),
+    ] {
         if let Ok(v) = HeaderValue::from_bytes(value) {
             map.insert(name, v);
         }
@@ -89,7 +96,8 @@ fn any_timestamp() -> impl Strategy<Value = String> {
 fn stale_timestamp() -> impl Strategy<Value = i64> {
     prop_oneof![
         prop::sample::select(vec![i64::MIN, i64::MIN + 1, i64::MAX, 0, -1]),
-        any::<i64>().prop_filter("outside the tolerance", |t| now().abs_diff(*t) > SURELY_STALE.unsigned_abs()),
+        any::<i64>().prop_filter("outside the tolerance", |t| now().abs_diff(*t)
+            > SURELY_STALE.unsigned_abs()),
         (SURELY_STALE..3_600).prop_map(|d| now() - d),
         (SURELY_STALE..3_600).prop_map(|d| now() + d),
         (SURELY_STALE..1_000_000_000).prop_map(|d| now() - d),
@@ -100,7 +108,9 @@ fn stale_timestamp() -> impl Strategy<Value = i64> {
 /// The raw MAC of `id.ts.body` under `key`.
 fn mac(key: &[u8], id: &str, ts: &str, body: &[u8]) -> Vec<u8> {
     let entry = sign(key, id, ts, body);
-    STANDARD.decode(entry.trim_start_matches("v1,")).unwrap_or_default()
+    STANDARD
+        .decode(entry.trim_start_matches("v1,"))
+        .unwrap_or_default()
 }
 
 /// A forged request: keys to try (none at all included), then the id,
@@ -110,7 +120,13 @@ type Forged = (Vec<Vec<u8>>, Vec<u8>, String, Vec<u8>, Vec<u8>);
 /// Signature entries that are not a full signature by `key` over exactly
 /// `id.ts.body`: junk, another key's, ours over another message, ours cut
 /// short or padded out.
-fn forged_entry(key: Vec<u8>, wrong_key: Vec<u8>, id: String, ts: String, body: Vec<u8>) -> impl Strategy<Value = String> {
+fn forged_entry(
+    key: Vec<u8>,
+    wrong_key: Vec<u8>,
+    id: String,
+    ts: String,
+    body: Vec<u8>,
+) -> impl Strategy<Value = String> {
     let wrong = sign(&wrong_key, &id, &ts, &body);
     let ours = mac(&key, &id, &ts, &body);
     let mut longer_body = body.clone();
