@@ -168,26 +168,19 @@ async fn run_loop(pool: PgPool, s: Settings, mut stop: watch::Receiver<bool>) {
 }
 
 /// Audits every `interval` (never, if zero), apart from releasing.
-async fn audit_loop(pool: PgPool, interval: Duration, mut stop: watch::Receiver<bool>) {
-    if interval.is_zero() {
-        return;
-    }
-    loop {
-        tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
-            () = tokio::time::sleep(interval) => {}
-        }
+async fn audit_loop(pool: PgPool, interval: Duration, stop: watch::Receiver<bool>) {
+    platform::shutdown::every(interval, stop, || async {
         let started = Instant::now();
         match store::audit::run(&pool, &store::audit::AuditOptions::default()).await {
             Ok(report) => {
                 metrics::gauge!("soldonce_audit_violations").set(report.violation_count as f64);
-                metrics::histogram!("soldonce_audit_seconds")
-                    .record(started.elapsed().as_secs_f64());
+                metrics::histogram!("soldonce_audit_seconds").record(started.elapsed().as_secs_f64());
                 for v in &report.violations {
                     tracing::error!(check = v.check, subject = %v.subject, detail = %v.detail, "audit violation");
                 }
             }
             Err(e) => tracing::warn!(error = %e, "audit failed"),
         }
-    }
+    })
+    .await;
 }

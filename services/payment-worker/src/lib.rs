@@ -241,16 +241,9 @@ async fn reconcile_loop(
     pool: sqlx::PgPool,
     psp: psp::Psp,
     interval: Duration,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    if interval.is_zero() {
-        return;
-    }
-    loop {
-        tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
-            () = tokio::time::sleep(interval) => {}
-        }
+    platform::shutdown::every(interval, stop, || async {
         match reconcile::run(&pool, &psp, None, true).await {
             Ok(report) => {
                 for f in report.findings.iter().filter(|f| !f.repaired) {
@@ -259,5 +252,6 @@ async fn reconcile_loop(
             }
             Err(e) => tracing::warn!(error = %e, "reconciliation failed; retrying next interval"),
         }
-    }
+    })
+    .await;
 }

@@ -23,3 +23,25 @@ pub async fn signal() {
         () = term => tracing::info!("SIGTERM received, draining"),
     }
 }
+
+/// Runs `task` every `interval` (never, if zero) until `stop` turns true;
+/// a run in hand is finished first.
+pub async fn every<F, Fut>(
+    interval: std::time::Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    mut task: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    if interval.is_zero() {
+        return;
+    }
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+        task().await;
+    }
+}

@@ -9,7 +9,7 @@ use psp_sim::model::{FailureReason, Payment, PaymentStatus, Refund};
 use psp_sim::{Application, Faults};
 use serde_json::json;
 
-use crate::support::{eventually, payment_body, settings_in, Listing, Running, TestApp};
+use crate::support::{eventually, payment_body, settings_in, settled, Listing, Running, TestApp};
 
 /// Long enough that nothing settles while a test looks.
 const NEVER_MS: u64 = 600_000;
@@ -36,15 +36,6 @@ async fn books(app: &TestApp) -> (Vec<Payment>, Vec<Refund>) {
 
 fn every<T>(pages: Vec<Listing<T>>) -> Vec<T> {
     pages.into_iter().flat_map(|page| page.data).collect()
-}
-
-/// Polls the payment made with `key` until it is no longer processing.
-async fn settled(app: &TestApp, key: &str) -> Payment {
-    eventually("the payment to settle", async || {
-        let payment = app.payment_by_key(key).await?;
-        (payment.status != PaymentStatus::Processing).then_some(payment)
-    })
-    .await
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ use psp_sim::webhook::EventType;
 use psp_sim::Faults;
 use serde_json::{json, Value};
 
-use crate::support::{eventually, payment_body, problem, Receiver, TestApp};
+use crate::support::{eventually, payment_body, problem, settled, Receiver, TestApp};
 
 fn processing(processing_ms: u64) -> Faults {
     Faults {
@@ -14,15 +14,6 @@ fn processing(processing_ms: u64) -> Faults {
         processing_ms,
         ..Faults::default()
     }
-}
-
-/// Polls the payment made with `key` until it is no longer processing.
-async fn settled(app: &TestApp, key: &str) -> Payment {
-    eventually("the payment to settle", async || {
-        let payment = app.payment_by_key(key).await?;
-        (payment.status != PaymentStatus::Processing).then_some(payment)
-    })
-    .await
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use base64::Engine as _;
-use psp_sim::model::Payment;
+use psp_sim::model::{Payment, PaymentStatus};
 use psp_sim::problem::Problem;
 use psp_sim::signature::WebhookSecret;
 use psp_sim::webhook::WebhookPayload;
@@ -367,4 +367,13 @@ async fn record(
         answered,
     });
     answered
+}
+
+/// Polls the payment made with `key` until it is no longer processing.
+pub async fn settled(app: &TestApp, key: &str) -> Payment {
+    eventually("the payment to settle", async || {
+        let payment = app.payment_by_key(key).await?;
+        (payment.status != PaymentStatus::Processing).then_some(payment)
+    })
+    .await
 }
