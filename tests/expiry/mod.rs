@@ -24,7 +24,7 @@ async fn place_many(app: &Arc<TestApp>, sku: &str, n: usize) -> Vec<String> {
             let app = app.clone();
             let sku = sku.to_owned();
             async move {
-                let r = app.buy(&sku, 1).await;
+                let r = app.buy_retrying(&sku, 1).await;
                 assert_eq!(r.status, 202, "{}", r.body);
                 r.body["id"].as_str().expect("id").to_owned()
             }

@@ -185,6 +185,23 @@ impl TestApp {
             .await
     }
 
+    /// `POST /v1/orders` for one line as the default account, the way a
+    /// client should: a 503 is retried with the same key until checkout
+    /// answers something else (a busy shared machine can time out the pool).
+    pub async fn buy_retrying(&self, sku: &str, quantity: i64) -> Reply {
+        let key = Uuid::new_v4().to_string();
+        let body = serde_json::json!({ "lines": [{ "sku": sku, "quantity": quantity }] });
+        crate::eventually(
+            "checkout to answer without 503",
+            std::time::Duration::from_secs(60),
+            || async {
+                let r = self.place(&self.token, &key, &body).await;
+                (r.status != 503).then_some(r)
+            },
+        )
+        .await
+    }
+
     /// `GET` a path as `token`.
     pub async fn get(&self, token: &str, path: &str) -> Reply {
         self.send(self.client.get(self.url(path)).bearer_auth(token))

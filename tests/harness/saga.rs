@@ -291,17 +291,7 @@ impl Saga {
     /// Places an order for one unit of `sku`, retrying a 503 with the same
     /// key as a client should; returns its id.
     pub async fn order(&self, sku: &str) -> String {
-        let key = Uuid::new_v4().to_string();
-        let body = serde_json::json!({ "lines": [{ "sku": sku, "quantity": 1 }] });
-        let r = eventually(
-            "checkout to accept the order",
-            Duration::from_secs(60),
-            || async {
-                let r = self.app.place(&self.app.token, &key, &body).await;
-                (r.status != 503).then_some(r)
-            },
-        )
-        .await;
+        let r = self.app.buy_retrying(sku, 1).await;
         assert_eq!(r.status, 202, "{}", r.body);
         r.body["id"].as_str().expect("id").to_owned()
     }
