@@ -73,7 +73,7 @@ async fn the_projections_rebuild_with_shipments_present_and_reports_drift_per_ta
             .expect("id")
             .to_owned();
         assert_eq!(pay_by_webhook(&app, &id, 2500).await, 200);
-        let meta = store::envelope::Metadata {
+        let meta = events::Metadata {
             correlation_id: id.parse().expect("uuid"),
             causation_id: uuid::Uuid::now_v7(),
             source: "test".into(),

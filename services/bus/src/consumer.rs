@@ -6,12 +6,12 @@
 //! Handlers never trust message order: they check the current state.
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
+use events::CloudEvent;
 use futures::StreamExt;
 use sqlx::{PgPool, Postgres, Transaction};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use store::envelope::CloudEvent;
 use tokio::sync::{watch, Semaphore};
 
 /// How a consumer is set up on the stream.

@@ -8,7 +8,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::Json;
 use domain::Command;
-use store::envelope::Metadata;
+use events::Metadata;
 use store::orders::{RecordedEvent, Transition};
 use uuid::Uuid;
 

@@ -6,9 +6,9 @@ use crate::CliError;
 use anyhow::Context;
 use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
 use clap::{Args, Subcommand};
+use events::CloudEvent;
 use futures::StreamExt;
 use std::process::ExitCode;
-use store::envelope::CloudEvent;
 use uuid::Uuid;
 
 #[derive(Debug, Subcommand)]
@@ -56,7 +56,7 @@ pub async fn tail(cmd: EventsCommand, out: &Output) -> Result<ExitCode, CliError
     let mut messages = consumer.messages().await.context("subscribing")?;
     let wanted = args
         .event_type
-        .map(|t| t.trim_start_matches("soldonce.").to_owned());
+        .map(|t| events::names::type_name(&t).unwrap_or(&t).to_owned());
     loop {
         let next = tokio::select! {
             next = messages.next() => next,
@@ -69,16 +69,13 @@ pub async fn tail(cmd: EventsCommand, out: &Output) -> Result<ExitCode, CliError
             eprintln!("#{seq} {}: not a soldonce event", message.subject);
             continue;
         };
-        let ty = event.event_type.trim_start_matches("soldonce.");
+        let ty = events::names::type_name(&event.event_type).unwrap_or(&event.event_type);
         if wanted.as_deref().is_some_and(|w| !ty.starts_with(w)) {
             continue;
         }
-        let order = event
-            .data
-            .get("order_id")
-            .and_then(|v| v.as_str())
-            .unwrap_or(&event.subject)
-            .to_owned();
+        let order = events::decode(&event)
+            .map(|d| d.order_id().to_string())
+            .unwrap_or_else(|_| event.subject.clone());
         if args.order.is_some_and(|o| o.to_string() != order) {
             continue;
         }

@@ -10,12 +10,12 @@ use crate::CliError;
 use anyhow::Context;
 use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
 use clap::Args;
+use events::CloudEvent;
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::process::ExitCode;
-use store::envelope::CloudEvent;
 use uuid::Uuid;
 
 #[derive(Debug, Args)]
@@ -153,29 +153,19 @@ fn fold_one(
         Ok(e) => e,
         Err(why) => return invalid.push(format!("stream sequence {seq}: {why}")),
     };
-    let ty = event.event_type.trim_start_matches("soldonce.");
-    if ty.starts_with("shipment.") {
-        match serde_json::from_value::<domain::shipment::ShipmentEvent>(event.data) {
-            Ok(s) if only.is_none_or(|o| o == s.order_id) => {
+    match events::decode(&event) {
+        Ok(events::Decoded::Shipment(s)) => {
+            if only.is_none_or(|o| o == s.order_id) {
                 shipments.insert(s.shipment_id, s);
             }
-            Ok(_) => {}
-            Err(e) => invalid.push(format!("stream sequence {seq}: {ty}: {e}")),
         }
-        return;
-    }
-    let Ok(order_id) = event.subject.parse::<Uuid>() else {
-        return invalid.push(format!("stream sequence {seq}: subject is not an order id"));
-    };
-    if only.is_some_and(|o| o != order_id) {
-        return;
-    }
-    match domain::Event::from_parts(ty, event.data) {
-        Ok(e) => {
-            let state = orders.entry(order_id).or_default();
-            *state = domain::evolve(state.take(), &e);
+        Ok(events::Decoded::Order { order_id, event }) => {
+            if only.is_none_or(|o| o == order_id) {
+                let state = orders.entry(order_id).or_default();
+                *state = domain::evolve(state.take(), &event);
+            }
         }
-        Err(e) => invalid.push(format!("stream sequence {seq}: {ty}: {e}")),
+        Err(e) => invalid.push(format!("stream sequence {seq}: {e}")),
     }
 }
 

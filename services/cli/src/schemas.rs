@@ -1,68 +1,21 @@
-//! The event schemas of `proto/events/`, embedded, for validating what the
-//! stream holds.
+//! The event schemas of `proto/events/` (embedded by `events`), compiled
+//! for validating what the stream holds.
 
 use std::collections::HashMap;
 
-/// Each event type's JSON Schema text, by CloudEvents type.
-const SCHEMAS: &[(&str, &str)] = &[
-    (
-        "soldonce.order.placed.v1",
-        include_str!("../../../proto/events/order.placed.v1.schema.json"),
-    ),
-    (
-        "soldonce.order.confirmed.v1",
-        include_str!("../../../proto/events/order.confirmed.v1.schema.json"),
-    ),
-    (
-        "soldonce.order.payment_failed.v1",
-        include_str!("../../../proto/events/order.payment_failed.v1.schema.json"),
-    ),
-    (
-        "soldonce.order.cancelled.v1",
-        include_str!("../../../proto/events/order.cancelled.v1.schema.json"),
-    ),
-    (
-        "soldonce.order.expired.v1",
-        include_str!("../../../proto/events/order.expired.v1.schema.json"),
-    ),
-    (
-        "soldonce.order.refund_decided.v1",
-        include_str!("../../../proto/events/order.refund_decided.v1.schema.json"),
-    ),
-    (
-        "soldonce.order.refunded.v1",
-        include_str!("../../../proto/events/order.refunded.v1.schema.json"),
-    ),
-    (
-        "soldonce.shipment.created.v1",
-        include_str!("../../../proto/events/shipment.created.v1.schema.json"),
-    ),
-    (
-        "soldonce.shipment.picked.v1",
-        include_str!("../../../proto/events/shipment.picked.v1.schema.json"),
-    ),
-    (
-        "soldonce.shipment.shipped.v1",
-        include_str!("../../../proto/events/shipment.shipped.v1.schema.json"),
-    ),
-    (
-        "soldonce.shipment.delivered.v1",
-        include_str!("../../../proto/events/shipment.delivered.v1.schema.json"),
-    ),
-];
-
 /// Compiled validators for every known event type.
-pub struct Schemas(HashMap<&'static str, jsonschema::Validator>);
+pub struct Schemas(HashMap<String, jsonschema::Validator>);
 
 impl Schemas {
     /// Compiles the embedded schemas.
     pub fn load() -> anyhow::Result<Self> {
         let mut map = HashMap::new();
-        for (ty, text) in SCHEMAS {
+        for (type_name, text) in events::schemas::SCHEMAS {
+            let ty = events::names::event_type(type_name);
             let schema: serde_json::Value = serde_json::from_str(text)?;
             let validator = jsonschema::validator_for(&schema)
                 .map_err(|e| anyhow::anyhow!("schema of {ty}: {e}"))?;
-            map.insert(*ty, validator);
+            map.insert(ty, validator);
         }
         Ok(Schemas(map))
     }

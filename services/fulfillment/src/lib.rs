@@ -7,13 +7,13 @@
 use anyhow::Context;
 use bus::consumer::{Delivery, HandleError, Handler};
 use domain::OrderState;
+use events::Metadata;
 use platform::config::{self, ConfigError};
 use sqlx::PgPool;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use store::envelope::Metadata;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use uuid::Uuid;

@@ -8,7 +8,7 @@
 use crate::psp::{Psp, PspError, PspPayment};
 use bus::consumer::{Delivery, HandleError, Handler};
 use domain::OrderState;
-use store::envelope::Metadata;
+use events::Metadata;
 use store::payments::{Learned, Source};
 use uuid::Uuid;
 

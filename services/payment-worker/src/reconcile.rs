@@ -227,7 +227,7 @@ async fn learn(
     pool: &PgPool,
     fact: &store::payments::PaymentFact,
 ) -> Result<Learned, ReconcileError> {
-    let meta = store::envelope::Metadata {
+    let meta = events::Metadata {
         correlation_id: fact.order_id.unwrap_or_default(),
         causation_id: uuid::Uuid::now_v7(),
         source: "reconcile".into(),

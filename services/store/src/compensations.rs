@@ -4,11 +4,11 @@
 //! claims come back when their lease runs out; the refund's key is stable
 //! (`refund:<payment_id>`), so calling twice refunds once.
 
-use crate::envelope::Metadata;
 use crate::orders::{self, Transition};
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use domain::Command;
+use events::Metadata;
 use sqlx::PgPool;
 use std::time::Duration;
 use uuid::Uuid;

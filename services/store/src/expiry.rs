@@ -4,10 +4,10 @@
 //! bucket updates of a batch are summed per SKU and applied in SKU order, so
 //! a batch never deadlocks with checkouts.
 
-use crate::envelope::Metadata;
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use domain::Command;
+use events::Metadata;
 use sqlx::PgPool;
 use std::collections::BTreeMap;
 use uuid::Uuid;

@@ -9,7 +9,6 @@ pub mod audit;
 mod audit_money;
 pub mod catalog;
 pub mod compensations;
-pub mod envelope;
 pub mod expiry;
 pub mod idempotency;
 pub mod orders;

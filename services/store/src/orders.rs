@@ -2,12 +2,12 @@
 //! that change them. Each commits the events, the projection, the stock
 //! movements with their ledger rows and the outbox rows together.
 
-use crate::envelope::{self, Metadata};
 use crate::idempotency::{self, Claim, KeyedRequest, StoredResponse};
 use crate::stock_moves::{self, Movement};
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use domain::{Command, DomainError, Event, Order, OrderLine, OrderState, Sku};
+use events::{envelope, names, Metadata};
 use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
@@ -257,7 +257,7 @@ impl<'a> Record<'a> {
             stream_id: order_id,
             version,
             type_name: e.type_name(),
-            subject: envelope::subject(e, order_id),
+            subject: names::subject(e.type_name(), order_id),
             data: e.data(),
             at: e.at(),
             meta,
@@ -289,8 +289,7 @@ pub(crate) async fn append_records(
     let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
     for r in records {
         let id = Uuid::now_v7();
-        let envelope =
-            envelope::wrap_parts(id, r.stream_id, r.type_name, r.at, r.data.clone(), r.meta);
+        let envelope = envelope::wrap(id, r.stream_id, r.type_name, r.at, r.data.clone(), r.meta);
         ids.push(id);
         streams.push(r.stream_id);
         versions.push(r.version);

@@ -6,10 +6,10 @@
 //! the `payments` primary key serialises two deciders and a trigger keeps it
 //! final, so no later fact can confirm on a refunded payment or the reverse.
 
-use crate::envelope::Metadata;
 use crate::orders::{self, Applied};
 use crate::StoreError;
 use domain::{Command, Event, Order, PaidFact, PspStatus, RefundReason};
+use events::Metadata;
 use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 

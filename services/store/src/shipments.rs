@@ -2,11 +2,11 @@
 //! an event in the shipment's own stream, with its outbox row, committed with
 //! the `shipments` row that caches the current state.
 
-use crate::envelope::Metadata;
 use crate::orders::{append_records, Record};
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use domain::shipment::{ShipmentEvent, ShipmentState};
+use events::Metadata;
 use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
 use std::time::Duration;
@@ -29,11 +29,7 @@ fn record<'a>(
         version,
         meta,
         type_name: event.state.event_type(),
-        subject: format!(
-            "soldonce.{}.{}",
-            event.state.event_type().trim_end_matches(".v1"),
-            event.shipment_id
-        ),
+        subject: events::names::subject(event.state.event_type(), event.shipment_id),
         data: serde_json::to_value(event).map_err(|e| StoreError::Corrupt(e.to_string()))?,
         at: event.at,
     })

@@ -1,5 +1,5 @@
 //! The CloudEvents 1.0 envelope every event travels in on the bus, and the
-//! metadata stored beside each event.
+//! metadata stored beside each event (why it happened, who recorded it).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -17,6 +17,41 @@ pub struct Metadata {
     /// W3C trace context, when the cause carried one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+}
+
+impl Metadata {
+    /// For what a request to `source` causes: the request starts (or
+    /// continues, with its `correlation_id`) a saga; a fresh causation id
+    /// stands for the request.
+    pub fn from_request(
+        source: &str,
+        correlation_id: Uuid,
+        traceparent: Option<String>,
+    ) -> Metadata {
+        Metadata {
+            correlation_id,
+            causation_id: Uuid::now_v7(),
+            source: source.to_owned(),
+            traceparent,
+        }
+    }
+
+    /// For what `source` records because it handled `cause`: the same saga,
+    /// caused by that event, on the trace the event travelled with.
+    pub fn caused_by(source: &str, cause: &CloudEvent, traceparent: Option<String>) -> Metadata {
+        Metadata {
+            correlation_id: cause.correlationid,
+            causation_id: cause.id,
+            source: source.to_owned(),
+            traceparent,
+        }
+    }
+
+    /// For what `source` records on its own (a timer, a scan): no request
+    /// or event caused it, so a fresh causation id stands for the decision.
+    pub fn spontaneous(source: &str, correlation_id: Uuid) -> Metadata {
+        Metadata::from_request(source, correlation_id, None)
+    }
 }
 
 /// A CloudEvents 1.0 structured-mode JSON event. It decodes only from a
@@ -119,25 +154,9 @@ struct WireEvent {
     data: serde_json::Value,
 }
 
-/// The bus subject of an order event: `soldonce.order.placed.<order_id>`.
-pub fn subject(event: &domain::Event, order_id: Uuid) -> String {
-    format!("soldonce.{}.{order_id}", event.subject_stem())
-}
-
-/// Wraps a recorded order event for the bus.
-pub fn wrap(event_id: Uuid, order_id: Uuid, event: &domain::Event, meta: &Metadata) -> CloudEvent {
-    wrap_parts(
-        event_id,
-        order_id,
-        event.type_name(),
-        event.at(),
-        event.data(),
-        meta,
-    )
-}
-
-/// Wraps any recorded event: `type_name` like `shipment.picked.v1`, `subject_id` its aggregate's id.
-pub fn wrap_parts(
+/// Wraps a recorded event for the bus: `type_name` like
+/// `shipment.picked.v1`, `subject_id` its aggregate's id.
+pub fn wrap(
     event_id: Uuid,
     subject_id: Uuid,
     type_name: &str,
@@ -148,8 +167,8 @@ pub fn wrap_parts(
     CloudEvent {
         specversion: "1.0".into(),
         id: event_id,
-        source: format!("soldonce/{}", meta.source),
-        event_type: format!("soldonce.{type_name}"),
+        source: crate::names::source(&meta.source),
+        event_type: crate::names::event_type(type_name),
         subject: subject_id.to_string(),
         time: at,
         datacontenttype: "application/json".into(),
@@ -157,4 +176,21 @@ pub fn wrap_parts(
         causationid: meta.causation_id,
         data,
     }
+}
+
+/// Wraps a recorded order event for the bus.
+pub fn wrap_order(
+    event_id: Uuid,
+    order_id: Uuid,
+    event: &domain::Event,
+    meta: &Metadata,
+) -> CloudEvent {
+    wrap(
+        event_id,
+        order_id,
+        event.type_name(),
+        event.at(),
+        event.data(),
+        meta,
+    )
 }

@@ -1,0 +1,19 @@
+//! soldonce's wire contract: what travels on the bus and how it is named.
+//! The CloudEvents 1.0 envelope and the metadata stored beside each event,
+//! the versioned type names and subjects, typed decoding of a delivered
+//! event, and the JSON Schemas of `proto/events`. Pure: no IO, no tokio,
+//! no database, no NATS — `bus`, `store`, the services and the CLI share it.
+//!
+//! Layout:
+//! - `envelope.rs` — `CloudEvent` (strict decoding), `Metadata` and its constructors, `wrap`
+//! - `names.rs` — the `soldonce.` prefix, type names, subjects, sources
+//! - `decode.rs` — a delivered event as an order or shipment event
+//! - `schemas.rs` — the embedded schemas of `proto/events`
+
+pub mod decode;
+pub mod envelope;
+pub mod names;
+pub mod schemas;
+
+pub use decode::{decode, DecodeError, Decoded};
+pub use envelope::{CloudEvent, Metadata};
