@@ -28,7 +28,9 @@ pub(crate) async fn get_order(
         .await?
         .ok_or(ApiError::NotFound)?;
     let mut view = OrderView::from(&order);
-    view.shipment = store::shipments::for_order(&state.pool, id).await?;
+    view.shipment = store::shipments::for_order(&state.pool, id)
+        .await?
+        .map(Into::into);
     Ok(Json(view))
 }
 

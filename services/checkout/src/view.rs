@@ -33,6 +33,22 @@ pub struct RefundView {
     pub state: String,
 }
 
+/// A shipment as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ShipmentView {
+    pub id: Uuid,
+    pub state: String,
+}
+
+impl From<store::shipments::Shipment> for ShipmentView {
+    fn from(s: store::shipments::Shipment) -> Self {
+        ShipmentView {
+            id: s.id,
+            state: s.state.as_str().to_owned(),
+        }
+    }
+}
+
 /// The order resource.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OrderView {
@@ -46,7 +62,7 @@ pub struct OrderView {
     /// Payments that could not settle the order, and their refunds.
     pub refunds: Vec<RefundView>,
     /// The shipment, once fulfillment created one.
-    pub shipment: Option<store::shipments::ShipmentView>,
+    pub shipment: Option<ShipmentView>,
     pub expires_at: DateTime<Utc>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,

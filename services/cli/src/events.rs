@@ -110,7 +110,8 @@ pub async fn show(id: &str, out: &Output) -> Result<ExitCode, CliError> {
         .unwrap_or_default();
     let shipment = store::shipments::for_order(&pool, id)
         .await
-        .context("reading its shipment")?;
+        .context("reading its shipment")?
+        .map(|s| serde_json::json!({ "id": s.id, "state": s.state.as_str() }));
     let value = serde_json::json!({ "order": order, "events": events, "shipment": shipment });
     out.print(&value, || {
         let mut t = format!(
@@ -146,7 +147,11 @@ pub async fn show(id: &str, out: &Output) -> Result<ExitCode, CliError> {
             None => t.push_str("payment: none settled\n"),
         }
         match &shipment {
-            Some(s) => t.push_str(&format!("shipment: {} {}", s.id, s.state)),
+            Some(s) => t.push_str(&format!(
+                "shipment: {} {}",
+                s["id"].as_str().unwrap_or_default(),
+                s["state"].as_str().unwrap_or_default()
+            )),
             None => t.push_str("shipment: none"),
         }
         t

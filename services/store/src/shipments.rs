@@ -7,16 +7,16 @@ use crate::StoreError;
 use chrono::{DateTime, Utc};
 use domain::shipment::{ShipmentEvent, ShipmentState};
 use events::Metadata;
-use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
 use std::time::Duration;
 use uuid::Uuid;
 
-/// A shipment as the API shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ShipmentView {
+/// A shipment as the `shipments` row holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shipment {
     pub id: Uuid,
-    pub state: String,
+    pub order_id: Uuid,
+    pub state: ShipmentState,
 }
 
 fn record<'a>(
@@ -115,11 +115,20 @@ pub async fn advance_due(
 }
 
 /// The order's shipment, if it has one.
-pub async fn for_order(pool: &PgPool, order_id: Uuid) -> Result<Option<ShipmentView>, StoreError> {
+pub async fn for_order(pool: &PgPool, order_id: Uuid) -> Result<Option<Shipment>, StoreError> {
     let row: Option<(Uuid, String)> =
         sqlx::query_as("SELECT id, state FROM shipments WHERE order_id = $1")
             .bind(order_id)
             .fetch_optional(pool)
             .await?;
-    Ok(row.map(|(id, state)| ShipmentView { id, state }))
+    row.map(|(id, state)| {
+        let state = ShipmentState::parse(&state)
+            .ok_or_else(|| StoreError::Corrupt(format!("shipment {id}: state {state:?}")))?;
+        Ok(Shipment {
+            id,
+            order_id,
+            state,
+        })
+    })
+    .transpose()
 }
