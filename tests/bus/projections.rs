@@ -88,7 +88,7 @@ async fn the_projections_rebuild_with_shipments_present_and_reports_drift_per_ta
         );
         tx.commit().await.expect("commit");
     }
-    store::shipments::advance_due(&app.pool, std::time::Duration::ZERO, 10)
+    store::shipments::advance_due(&app.pool, std::time::Duration::ZERO, 10, "test")
         .await
         .expect("advance");
     let mut conn = app.pool.acquire().await.expect("conn");

@@ -2,6 +2,13 @@
 //! `decide`/`evolve`, stock buckets, money and quantities with checked
 //! arithmetic. This crate must never do IO: no tokio, no sqlx, no NATS, no
 //! clock reads — time comes in through commands.
+//!
+//! Layout:
+//! - `order.rs` — orders: commands, events, `decide`/`evolve`/`fold`, the stock movement per event
+//! - `payment.rs` — what a PSP fact does to an order: attach, refund, record the refund
+//! - `shipment.rs` — shipments: `decide`/`evolve`, one step at a time
+//! - `stock.rs` — SKUs, quantities, the three buckets and the movements between them
+//! - `money.rs` — currencies and checked amounts
 
 pub mod money;
 pub mod order;
@@ -15,4 +22,4 @@ pub use order::{
     PlaceOrder, Shipping,
 };
 pub use payment::{PaidFact, PspStatus, RefundReason, RefundRef};
-pub use stock::{Buckets, Quantity, Sku, StockError};
+pub use stock::{Buckets, Movement, Quantity, Sku, StockError};

@@ -4,7 +4,7 @@
 
 use crate::money::{Currency, Money, MoneyError};
 use crate::payment::{self, PaidFact, RefundReason, RefundRef};
-use crate::stock::{Quantity, Sku};
+use crate::stock::{Movement, Quantity, Sku};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -202,10 +202,22 @@ impl Event {
         }
     }
 
-    /// The bus subject stem: `order.placed` for `order.placed.v1`.
-    pub fn subject_stem(&self) -> &'static str {
-        let t = self.type_name();
-        t.rsplit_once('.').map_or(t, |(stem, _)| stem)
+    /// The stock movement this event causes on its order's lines, if any:
+    /// the one rule the store applies.
+    pub fn movement(&self) -> Option<Movement> {
+        match self {
+            Event::Placed { .. } => Some(Movement::Reserve),
+            Event::Confirmed {
+                reactivated: false, ..
+            } => Some(Movement::Confirm),
+            Event::Confirmed {
+                reactivated: true, ..
+            } => Some(Movement::Reclaim),
+            Event::PaymentFailed { .. } | Event::Cancelled { .. } | Event::Expired { .. } => {
+                Some(Movement::Release)
+            }
+            Event::RefundDecided { .. } | Event::Refunded { .. } => None,
+        }
     }
 
     /// The event's payload without its tag, as stored in `events.data`.
@@ -398,6 +410,13 @@ pub fn evolve(state: Option<Order>, event: &Event) -> Option<Order> {
 }
 
 impl Order {
+    /// Whether a matching payment arriving now would take the order's units
+    /// back from available (an expired order): the store must then say
+    /// whether they are still there (`Command::Paid { units_gone }`).
+    pub fn payment_would_reclaim(&self) -> bool {
+        self.state == OrderState::Expired
+    }
+
     /// The refund decided for this payment, if any.
     pub fn refund_of(&self, payment_id: &str) -> Option<&RefundRef> {
         self.refunds.iter().find(|r| r.payment_id == payment_id)

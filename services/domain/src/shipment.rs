@@ -69,9 +69,110 @@ pub struct ShipmentEvent {
     pub at: DateTime<Utc>,
 }
 
+/// A shipment as its events leave it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shipment {
+    pub id: Uuid,
+    pub order_id: Uuid,
+    pub state: ShipmentState,
+    /// Events in the shipment's stream.
+    pub version: i32,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// What can be asked of a shipment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShipmentCommand {
+    /// Create the shipment of a confirmed order.
+    Create {
+        shipment_id: Uuid,
+        order_id: Uuid,
+        at: DateTime<Utc>,
+    },
+    /// Move one step on.
+    Advance { at: DateTime<Utc> },
+}
+
+/// Decides what a command records; nothing when it is already in effect
+/// (a second create, an advance past delivered or of no shipment).
+pub fn decide(current: Option<&Shipment>, command: ShipmentCommand) -> Vec<ShipmentEvent> {
+    match (current, command) {
+        (
+            None,
+            ShipmentCommand::Create {
+                shipment_id,
+                order_id,
+                at,
+            },
+        ) => vec![ShipmentEvent {
+            shipment_id,
+            order_id,
+            state: ShipmentState::Pending,
+            at,
+        }],
+        (Some(s), ShipmentCommand::Advance { at }) => s
+            .state
+            .next()
+            .map(|state| ShipmentEvent {
+                shipment_id: s.id,
+                order_id: s.order_id,
+                state,
+                at,
+            })
+            .into_iter()
+            .collect(),
+        (Some(_), ShipmentCommand::Create { .. }) | (None, ShipmentCommand::Advance { .. }) => {
+            vec![]
+        }
+    }
+}
+
+/// Folds one event into the shipment.
+pub fn evolve(current: Option<Shipment>, event: &ShipmentEvent) -> Shipment {
+    Shipment {
+        id: event.shipment_id,
+        order_id: event.order_id,
+        state: event.state,
+        version: current.map_or(1, |s| s.version + 1),
+        updated_at: event.at,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shipment_is_created_once_and_advanced_to_delivered() {
+        let at = DateTime::<Utc>::UNIX_EPOCH;
+        let (id, order_id) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let create = ShipmentCommand::Create {
+            shipment_id: id,
+            order_id,
+            at,
+        };
+        assert!(decide(None, ShipmentCommand::Advance { at }).is_empty());
+        let mut shipment: Option<Shipment> = None;
+        for e in decide(None, create.clone()) {
+            shipment = Some(evolve(shipment, &e));
+        }
+        let created = shipment.clone().expect("created");
+        assert_eq!(
+            (created.state, created.version),
+            (ShipmentState::Pending, 1)
+        );
+        assert!(decide(Some(&created), create).is_empty());
+        loop {
+            let current = shipment.clone().expect("shipment");
+            let events = decide(Some(&current), ShipmentCommand::Advance { at });
+            if events.is_empty() {
+                break;
+            }
+            shipment = Some(evolve(Some(current), &events[0]));
+        }
+        let done = shipment.expect("shipment");
+        assert_eq!((done.state, done.version), (ShipmentState::Delivered, 4));
+    }
 
     #[test]
     fn a_shipment_moves_forward_one_step_at_a_time_and_stops_when_delivered() {

@@ -107,6 +107,56 @@ pub struct Buckets {
     pub sold: i64,
 }
 
+/// A move between buckets: the only ways stock changes. The store applies
+/// exactly these deltas (per unit, or per signed unit for `Adjust`), with a
+/// ledger row named [`Movement::ledger_name`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Movement {
+    /// Goods in: → available.
+    Receive,
+    /// A signed correction of available (shrinkage, recount).
+    Adjust,
+    /// available → reserved (checkout).
+    Reserve,
+    /// reserved → sold (payment succeeded).
+    Confirm,
+    /// reserved → available (payment failed, cancelled, expired).
+    Release,
+    /// available → sold: a late payment takes an expired order's units back
+    /// and sells them at once.
+    Reclaim,
+}
+
+impl Movement {
+    /// The change of (available, reserved, sold) for `units` units.
+    pub fn delta(self, units: i64) -> Buckets {
+        let (a, r, s) = match self {
+            Movement::Receive | Movement::Adjust => (1, 0, 0),
+            Movement::Reserve => (-1, 1, 0),
+            Movement::Confirm => (0, -1, 1),
+            Movement::Release => (1, -1, 0),
+            Movement::Reclaim => (-1, 0, 1),
+        };
+        Buckets {
+            available: a * units,
+            reserved: r * units,
+            sold: s * units,
+        }
+    }
+
+    /// The `stock_ledger.movement` value (a reclaim is ledgered as the
+    /// reservation it is, followed by nothing to confirm).
+    pub fn ledger_name(self) -> &'static str {
+        match self {
+            Movement::Receive => "receive",
+            Movement::Adjust => "adjust",
+            Movement::Reserve | Movement::Reclaim => "reserve",
+            Movement::Confirm => "confirm",
+            Movement::Release => "release",
+        }
+    }
+}
+
 impl Buckets {
     /// All units ever received plus adjustments: the ledger total.
     pub fn total(&self) -> Option<i64> {
@@ -115,69 +165,53 @@ impl Buckets {
             .checked_add(self.sold)
     }
 
+    /// Applies `movement` for `units` units, only if no bucket would go
+    /// below zero (the rule the store's conditional update enforces).
+    pub fn apply(self, movement: Movement, units: i64) -> Result<Self, StockError> {
+        let d = movement.delta(units);
+        Ok(Buckets {
+            available: shift(self.available, d.available)?,
+            reserved: shift(self.reserved, d.reserved)?,
+            sold: shift(self.sold, d.sold)?,
+        })
+    }
+
     /// available → reserved, only if the units are there.
     pub fn reserve(self, q: Quantity) -> Result<Self, StockError> {
-        Ok(Buckets {
-            available: take(self.available, q.get())?,
-            reserved: put(self.reserved, q.get())?,
-            sold: self.sold,
-        })
+        self.apply(Movement::Reserve, q.get())
     }
 
     /// reserved → sold (payment succeeded).
     pub fn confirm(self, q: Quantity) -> Result<Self, StockError> {
-        Ok(Buckets {
-            available: self.available,
-            reserved: take(self.reserved, q.get())?,
-            sold: put(self.sold, q.get())?,
-        })
+        self.apply(Movement::Confirm, q.get())
     }
 
     /// reserved → available (payment failed, cancelled, expired).
     pub fn release(self, q: Quantity) -> Result<Self, StockError> {
-        Ok(Buckets {
-            available: put(self.available, q.get())?,
-            reserved: take(self.reserved, q.get())?,
-            sold: self.sold,
-        })
+        self.apply(Movement::Release, q.get())
     }
 
     /// Goods in: adds to available.
     pub fn receive(self, q: Quantity) -> Result<Self, StockError> {
-        Ok(Buckets {
-            available: put(self.available, q.get())?,
-            ..self
-        })
+        self.apply(Movement::Receive, q.get())
     }
 
     /// A signed correction of available (shrinkage, recount); never below zero.
     pub fn adjust(self, delta: i64) -> Result<Self, StockError> {
-        let available = self
-            .available
-            .checked_add(delta)
-            .ok_or(StockError::Overflow)?;
-        if available < 0 {
-            return Err(StockError::Insufficient {
-                wanted: -delta,
-                have: self.available,
-            });
-        }
-        Ok(Buckets { available, ..self })
+        self.apply(Movement::Adjust, delta)
     }
 }
 
-fn take(bucket: i64, q: i64) -> Result<i64, StockError> {
-    if bucket < q {
+/// Adds a signed delta to a bucket that must stay non-negative.
+fn shift(bucket: i64, delta: i64) -> Result<i64, StockError> {
+    let after = bucket.checked_add(delta).ok_or(StockError::Overflow)?;
+    if after < 0 {
         return Err(StockError::Insufficient {
-            wanted: q,
+            wanted: -delta,
             have: bucket,
         });
     }
-    Ok(bucket - q)
-}
-
-fn put(bucket: i64, q: i64) -> Result<i64, StockError> {
-    bucket.checked_add(q).ok_or(StockError::Overflow)
+    Ok(after)
 }
 
 #[cfg(test)]
@@ -262,6 +296,33 @@ mod tests {
         assert_eq!(b.adjust(-2).expect("adjust").available, 1);
         assert!(b.adjust(-4).is_err());
         assert!(b.adjust(i64::MAX).is_err());
+    }
+
+    #[test]
+    fn a_reclaim_sells_available_units_and_every_move_conserves_or_adds() {
+        let b = Buckets {
+            available: 2,
+            reserved: 1,
+            sold: 0,
+        };
+        assert_eq!(
+            b.apply(Movement::Reclaim, 2).expect("reclaim"),
+            Buckets {
+                available: 0,
+                reserved: 1,
+                sold: 2
+            }
+        );
+        assert!(b.apply(Movement::Reclaim, 3).is_err());
+        for m in [
+            Movement::Reserve,
+            Movement::Confirm,
+            Movement::Release,
+            Movement::Reclaim,
+        ] {
+            assert_eq!(m.delta(5).total(), Some(0), "{m:?} conserves units");
+        }
+        assert_eq!(Movement::Receive.delta(5).total(), Some(5));
     }
 
     #[test]

@@ -227,12 +227,7 @@ async fn learn(
     pool: &PgPool,
     fact: &store::payments::PaymentFact,
 ) -> Result<Learned, ReconcileError> {
-    let meta = events::Metadata {
-        correlation_id: fact.order_id.unwrap_or_default(),
-        causation_id: uuid::Uuid::now_v7(),
-        source: "reconcile".into(),
-        traceparent: None,
-    };
+    let meta = events::Metadata::spontaneous("reconcile", fact.order_id.unwrap_or_default());
     let mut tx = pool.begin().await.map_err(store::StoreError::from)?;
     let learned = store::payments::learn(&mut tx, fact, Source::Reconcile, &meta).await?;
     tx.commit().await.map_err(store::StoreError::from)?;

@@ -1,8 +1,9 @@
 //! Products and the stock operations operators perform: receive, adjust,
 //! show. Buckets change only with a ledger row beside them.
 
+use crate::write::{self, Changes, Written};
 use crate::StoreError;
-use domain::{Currency, Sku};
+use domain::{Currency, Movement, Sku};
 use serde::Serialize;
 use sqlx::{PgPool, Postgres, Transaction};
 use std::collections::HashMap;
@@ -128,7 +129,7 @@ pub async fn set_limits(
 
 /// Goods in: `quantity` more units available, with a `receive` ledger row.
 pub async fn receive(pool: &PgPool, sku: &Sku, quantity: i64) -> Result<StockRow, CatalogError> {
-    move_available(pool, sku, quantity, "receive", None).await
+    move_available(pool, sku, quantity, Movement::Receive, None).await
 }
 
 /// A signed correction of `available` (shrinkage, recount) with its reason.
@@ -138,26 +139,21 @@ pub async fn adjust(
     delta: i64,
     reason: &str,
 ) -> Result<StockRow, CatalogError> {
-    move_available(pool, sku, delta, "adjust", Some(reason)).await
+    move_available(pool, sku, delta, Movement::Adjust, Some(reason)).await
 }
 
 async fn move_available(
     pool: &PgPool,
     sku: &Sku,
     delta: i64,
-    movement: &str,
+    movement: Movement,
     reason: Option<&str>,
 ) -> Result<StockRow, CatalogError> {
     let mut tx: Transaction<'_, Postgres> = pool.begin().await?;
-    let row: Option<StockRow> = sqlx::query_as(
-        "UPDATE stock SET available = available + $2 WHERE sku = $1 AND available + $2 >= 0 \
-         RETURNING sku, available, reserved, sold",
-    )
-    .bind(sku.as_str())
-    .bind(delta)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some(row) = row else {
+    let mut changes = Changes::new();
+    changes.stock(sku, movement, delta, reason);
+    if let Written::StockShort(_) = write::commit(&mut tx, &changes).await? {
+        tx.rollback().await?;
         let current = show(pool, Some(sku)).await?;
         return Err(match current.first() {
             Some(s) => CatalogError::BelowZero {
@@ -167,16 +163,12 @@ async fn move_available(
             },
             None => CatalogError::UnknownSku(sku.to_string()),
         });
-    };
-    sqlx::query(
-        "INSERT INTO stock_ledger (sku, movement, d_available, d_reserved, d_sold, reason) VALUES ($1, $2, $3, 0, 0, $4)",
-    )
-    .bind(sku.as_str())
-    .bind(movement)
-    .bind(delta)
-    .bind(reason)
-    .execute(&mut *tx)
-    .await?;
+    }
+    let row: StockRow =
+        sqlx::query_as("SELECT sku, available, reserved, sold FROM stock WHERE sku = $1")
+            .bind(sku.as_str())
+            .fetch_one(&mut *tx)
+            .await?;
     tx.commit().await?;
     Ok(row)
 }

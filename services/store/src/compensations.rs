@@ -85,12 +85,7 @@ pub async fn complete(
         return Ok(false);
     }
     if let Some(order_id) = order_id {
-        let meta = Metadata {
-            correlation_id: order_id,
-            causation_id: Uuid::now_v7(),
-            source: source.into(),
-            traceparent: None,
-        };
+        let meta = Metadata::spontaneous(source, order_id);
         let (payment_id, at) = (payment_id.to_owned(), crate::now());
         match orders::transition_in(&mut tx, order_id, None, &meta, |_| Command::RecordRefund {
             payment_id,

@@ -1,23 +1,44 @@
-//! soldonce's PostgreSQL store: the event store with the orders projection,
-//! stock buckets with their ledger, idempotency keys, accounts and the
-//! outbox. PostgreSQL is the authority; every state change here commits in
-//! one transaction with its events, ledger rows and outbox rows. This crate
-//! must never publish to the bus or call out over the network.
+//! soldonce's PostgreSQL store, the only crate with SQL: the event store
+//! with its projections, stock buckets with their ledger, idempotency keys,
+//! accounts, the outbox, and the consumers' inbox and dead letters.
+//! PostgreSQL is the authority; every state change goes through the one
+//! write path (`write`), which commits events, outbox rows, projections and
+//! ledger rows together, set-based. This crate must never publish to the
+//! bus or call out over the network.
+//!
+//! Layout:
+//! - `write.rs` — the one write path: `Changes` gathered, then `commit`
+//! - `journal.rs` — events with their outbox rows, appended in one statement
+//! - `orders.rs` — the orders projection; place, transition, expire
+//! - `shipments.rs` — the shipments projection; create, advance
+//! - `stock.rs` — bucket movements per SKU per batch, with the ledger
+//! - `catalog.rs` — products, prices, limits, receipts and adjustments
+//! - `idempotency.rs`, `inbox.rs`, `dead_letters.rs`, `retention.rs` — dedupe records and their purge
+//! - `outbox.rs` — what the relay claims, publishes and parks
+//! - `payments.rs`, `compensations.rs`, `reconcile.rs` — PSP facts, refunds owed, reconciliation state
+//! - `accounts.rs` — accounts and bearer tokens
+//! - `audit.rs`, `audit_money.rs`, `projections.rs`, `replay.rs`, `order_counts.rs` — checks, rebuilds and reads for operators
 
 pub mod accounts;
 pub mod audit;
 mod audit_money;
 pub mod catalog;
 pub mod compensations;
-pub mod expiry;
+pub mod dead_letters;
 pub mod idempotency;
+pub mod inbox;
+mod journal;
+pub mod order_counts;
 pub mod orders;
 pub mod outbox;
 pub mod payments;
 pub mod projections;
 pub mod reconcile;
+pub mod replay;
+pub mod retention;
 pub mod shipments;
-mod stock_moves;
+mod stock;
+mod write;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
@@ -88,4 +109,17 @@ pub(crate) fn violated_constraint(err: &sqlx::Error) -> Option<&str> {
 pub fn now() -> chrono::DateTime<chrono::Utc> {
     use chrono::SubsecRound;
     chrono::Utc::now().trunc_subsecs(6)
+}
+
+impl StoreError {
+    /// Whether the database was busy or unreachable: the caller may retry
+    /// later; nothing is wrong with the request or the data.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Database(
+                sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed
+            )
+        )
+    }
 }

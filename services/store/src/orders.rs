@@ -3,11 +3,11 @@
 //! movements with their ledger rows and the outbox rows together.
 
 use crate::idempotency::{self, Claim, KeyedRequest, StoredResponse};
-use crate::stock_moves::{self, Movement};
+use crate::write::{self, Changes, Written};
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use domain::{Command, DomainError, Event, Order, OrderLine, OrderState, Sku};
-use events::{envelope, names, Metadata};
+use events::Metadata;
 use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
@@ -48,9 +48,9 @@ pub enum LimitReached {
 }
 
 /// Places an order in one transaction: claim the idempotency key (storing
-/// `response`), append the events with projection and outbox rows, and only
-/// then reserve the lines, in SKU order — the hot stock rows are locked for
-/// as short a time as possible.
+/// `response`), then write the events with projection, outbox rows and the
+/// reservation on the write path (stock last: the hot rows stay locked for
+/// as short a time as possible). `order` is the fold of `events`.
 #[tracing::instrument(skip_all, fields(order_id = %order.id))]
 pub async fn place(
     pool: &PgPool,
@@ -72,10 +72,9 @@ pub async fn place(
             return Ok(PlaceOutcome::LimitReached(reached));
         }
     }
-    append(&mut tx, None, order, events, meta).await?;
-    if let Some(sku) =
-        stock_moves::apply(&mut tx, order.id, &order.lines, Movement::Reserve).await?
-    {
+    let mut changes = Changes::new();
+    changes.order(None, events, meta)?;
+    if let Written::StockShort(sku) = write::commit(&mut tx, &changes).await? {
         tx.rollback().await?;
         return Ok(PlaceOutcome::OutOfStock(sku));
     }
@@ -199,191 +198,222 @@ pub(crate) enum Applied {
     StockShort(Sku),
 }
 
-/// Moves stock for `events`, folds them into `order` and appends them with
-/// the projection; the caller rolls back after `StockShort`.
+/// Writes `events` on `order` (stock, events, outbox, projection) in the
+/// caller's transaction; the caller rolls back after `StockShort`.
 pub(crate) async fn apply(
     conn: &mut PgConnection,
     order: &Order,
     events: &[Event],
     meta: &Metadata,
 ) -> Result<Applied, StoreError> {
-    let mut next = order.clone();
-    for event in events {
-        if let Some(sku) = stock_moves::apply_event(conn, order, event).await? {
-            return Ok(Applied::StockShort(sku));
-        }
-        next = domain::evolve(Some(next), event)
-            .ok_or_else(|| StoreError::Corrupt("fold lost the order".into()))?;
-    }
-    append(conn, Some(order), &next, events, meta).await?;
-    Ok(Applied::Done(Box::new(next)))
+    let mut changes = Changes::new();
+    let next = changes.order(Some(order), events, meta)?;
+    Ok(match write::commit(conn, &changes).await? {
+        Written::Done => Applied::Done(Box::new(next)),
+        Written::StockShort(sku) => Applied::StockShort(sku),
+    })
 }
 
-/// Appends `events` (which turn `before` into `after`) with their outbox rows
-/// and writes the projection. The version fence turns a concurrent writer
-/// into `StoreError::Conflict`.
-pub(crate) async fn append(
+/// Inserts new orders' projection rows with their lines, in one statement.
+pub(crate) async fn insert_projections(
     conn: &mut PgConnection,
-    before: Option<&Order>,
-    after: &Order,
-    events: &[Event],
-    meta: &Metadata,
+    orders: &[Order],
 ) -> Result<(), StoreError> {
-    let first = before.map_or(1, |o| o.version + 1);
-    let records: Vec<Record<'_>> = events
-        .iter()
-        .zip(first..)
-        .map(|(e, version)| Record::order(after.id, version, e, meta))
-        .collect();
-    append_records(conn, &records).await?;
-    write_projection(conn, before, after).await
-}
-
-/// One event to record, of any aggregate, at its version of its stream.
-pub(crate) struct Record<'a> {
-    pub stream_id: Uuid,
-    pub version: i32,
-    pub type_name: &'static str,
-    pub subject: String,
-    pub data: serde_json::Value,
-    pub at: DateTime<Utc>,
-    pub meta: &'a Metadata,
-}
-
-impl<'a> Record<'a> {
-    /// An order event.
-    pub(crate) fn order(order_id: Uuid, version: i32, e: &Event, meta: &'a Metadata) -> Self {
-        Record {
-            stream_id: order_id,
-            version,
-            type_name: e.type_name(),
-            subject: names::subject(e.type_name(), order_id),
-            data: e.data(),
-            at: e.at(),
-            meta,
-        }
+    if orders.is_empty() {
+        return Ok(());
     }
-}
-
-/// Appends records (of one or many streams) with their outbox rows, in one
-/// statement. A version already taken is `StoreError::Conflict`.
-pub(crate) async fn append_records(
-    conn: &mut PgConnection,
-    records: &[Record<'_>],
-) -> Result<(), StoreError> {
-    let n = records.len();
-    let (mut ids, mut streams, mut versions, mut types, mut datas) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let (mut times, mut metas, mut subjects, mut payloads, mut headers) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
     let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
-    for r in records {
-        let id = Uuid::now_v7();
-        let envelope = envelope::wrap(id, r.stream_id, r.type_name, r.at, r.data.clone(), r.meta);
-        ids.push(id);
-        streams.push(r.stream_id);
-        versions.push(r.version);
-        types.push(r.type_name);
-        datas.push(r.data.clone());
-        times.push(r.at);
-        metas.push(serde_json::to_value(r.meta).map_err(corrupt)?);
-        subjects.push(r.subject.clone());
-        payloads.push(serde_json::to_value(&envelope).map_err(corrupt)?);
-        headers.push(serde_json::json!({ "traceparent": r.meta.traceparent }));
+    let n = orders.len();
+    let (mut ids, mut accounts, mut states, mut currencies, mut totals) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut shippings, mut payment_ids, mut paid, mut versions, mut expires) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut created, mut updated, mut refunds) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut line_orders, mut skus, mut quantities, mut prices) = (vec![], vec![], vec![], vec![]);
+    for o in orders {
+        ids.push(o.id);
+        accounts.push(o.account_id);
+        states.push(o.state.as_str());
+        currencies.push(o.currency.as_str());
+        totals.push(o.total_minor);
+        shippings.push(
+            o.shipping
+                .as_ref()
+                .map(serde_json::to_value)
+                .transpose()
+                .map_err(corrupt)?,
+        );
+        payment_ids.push(o.payment.as_ref().map(|p| p.payment_id.as_str()));
+        paid.push(o.payment.as_ref().map(|p| p.amount_minor));
+        versions.push(o.version);
+        expires.push(o.expires_at);
+        created.push(o.created_at);
+        updated.push(o.updated_at);
+        refunds.push(serde_json::to_value(&o.refunds).map_err(corrupt)?);
+        for l in &o.lines {
+            line_orders.push(o.id);
+            skus.push(l.sku.as_str());
+            quantities.push(l.quantity.get());
+            prices.push(l.unit_price_minor);
+        }
     }
-    let appended = sqlx::query(
-        "WITH e AS (INSERT INTO events (event_id, stream_id, version, type, data, metadata, recorded_at) \
-                    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[], $5::jsonb[], $6::jsonb[], $7::timestamptz[])) \
-         INSERT INTO outbox (id, stream_id, subject, payload, headers) \
-         SELECT * FROM unnest($1::uuid[], $2::uuid[], $8::text[], $9::jsonb[], $10::jsonb[])",
+    let inserted: i64 = sqlx::query_scalar(
+        "WITH o AS (INSERT INTO orders (id, account_id, state, currency, total_minor, shipping, payment_id, paid_minor, version, expires_at, created_at, updated_at, refunds) \
+                    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::jsonb[], $7::text[], $8::bigint[], $9::int[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[], $13::jsonb[]) \
+                    ON CONFLICT (id) DO NOTHING RETURNING 1), \
+              l AS (INSERT INTO order_lines (order_id, sku, quantity, unit_price_minor) \
+                    SELECT * FROM unnest($14::uuid[], $15::text[], $16::bigint[], $17::bigint[])) \
+         SELECT count(*) FROM o",
     )
     .bind(&ids)
-    .bind(&streams)
+    .bind(&accounts)
+    .bind(&states)
+    .bind(&currencies)
+    .bind(&totals)
+    .bind(&shippings)
+    .bind(&payment_ids)
+    .bind(&paid)
     .bind(&versions)
-    .bind(&types)
-    .bind(&datas)
-    .bind(&metas)
-    .bind(&times)
-    .bind(&subjects)
-    .bind(&payloads)
-    .bind(&headers)
-    .execute(&mut *conn)
-    .await;
-    if let Err(e) = &appended {
-        if crate::violated_constraint(e) == Some("events_stream_version") {
-            return Err(StoreError::Conflict(
-                streams.first().copied().unwrap_or_default(),
-            ));
-        }
+    .bind(&expires)
+    .bind(&created)
+    .bind(&updated)
+    .bind(&refunds)
+    .bind(&line_orders)
+    .bind(&skus)
+    .bind(&quantities)
+    .bind(&prices)
+    .fetch_one(&mut *conn)
+    .await?;
+    if inserted != n as i64 {
+        return Err(StoreError::Conflict(ids[0]));
     }
-    appended?;
     Ok(())
 }
 
-pub(crate) async fn write_projection(
+/// Updates existing orders' projection rows in one statement, each fenced
+/// on the version it had: a concurrent writer is `StoreError::Conflict`.
+pub(crate) async fn update_projections(
     conn: &mut PgConnection,
-    before: Option<&Order>,
-    o: &Order,
+    orders: &[(i32, Order)],
 ) -> Result<(), StoreError> {
+    if orders.is_empty() {
+        return Ok(());
+    }
     let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
-    let shipping = o
-        .shipping
-        .as_ref()
-        .map(serde_json::to_value)
-        .transpose()
-        .map_err(corrupt)?;
-    let refunds = serde_json::to_value(&o.refunds).map_err(corrupt)?;
-    let written = sqlx::query(
-        "INSERT INTO orders (id, account_id, state, currency, total_minor, shipping, payment_id, paid_minor, version, expires_at, created_at, updated_at, refunds) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14) \
-         ON CONFLICT (id) DO UPDATE SET state = $3, payment_id = $7, paid_minor = $8, version = $9, updated_at = $12, refunds = $14 \
-         WHERE orders.version = $13",
+    let n = orders.len();
+    let (mut ids, mut states, mut payment_ids, mut paid) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut versions, mut times, mut refunds, mut before) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for (version_before, o) in orders {
+        ids.push(o.id);
+        states.push(o.state.as_str());
+        payment_ids.push(o.payment.as_ref().map(|p| p.payment_id.as_str()));
+        paid.push(o.payment.as_ref().map(|p| p.amount_minor));
+        versions.push(o.version);
+        times.push(o.updated_at);
+        refunds.push(serde_json::to_value(&o.refunds).map_err(corrupt)?);
+        before.push(*version_before);
+    }
+    let updated = sqlx::query(
+        "UPDATE orders o SET state = x.state, payment_id = x.payment_id, paid_minor = x.paid, \
+                version = x.version, updated_at = x.at, refunds = x.refunds \
+         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::int[], $6::timestamptz[], $7::jsonb[], $8::int[]) \
+              AS x(id, state, payment_id, paid, version, at, refunds, before) \
+         WHERE o.id = x.id AND o.version = x.before",
     )
-    .bind(o.id)
-    .bind(o.account_id)
-    .bind(o.state.as_str())
-    .bind(o.currency.as_str())
-    .bind(o.total_minor)
-    .bind(shipping)
-    .bind(o.payment.as_ref().map(|p| p.payment_id.as_str()))
-    .bind(o.payment.as_ref().map(|p| p.amount_minor))
-    .bind(o.version)
-    .bind(o.expires_at)
-    .bind(o.created_at)
-    .bind(o.updated_at)
-    .bind(before.map_or(0, |b| b.version))
-    .bind(refunds)
+    .bind(&ids)
+    .bind(&states)
+    .bind(&payment_ids)
+    .bind(&paid)
+    .bind(&versions)
+    .bind(&times)
+    .bind(&refunds)
+    .bind(&before)
     .execute(&mut *conn)
     .await?;
-    if written.rows_affected() != 1 {
-        return Err(StoreError::Conflict(o.id));
-    }
-    if before.is_none() {
-        let skus: Vec<&str> = o.lines.iter().map(|l| l.sku.as_str()).collect();
-        let qs: Vec<i64> = o.lines.iter().map(|l| l.quantity.get()).collect();
-        let prices: Vec<i64> = o.lines.iter().map(|l| l.unit_price_minor).collect();
-        sqlx::query(
-            "INSERT INTO order_lines (order_id, sku, quantity, unit_price_minor) \
-             SELECT $1, s, q, p FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS l(s, q, p)",
-        )
-        .bind(o.id)
-        .bind(&skus)
-        .bind(&qs)
-        .bind(&prices)
-        .execute(&mut *conn)
-        .await?;
+    if updated.rows_affected() != n as u64 {
+        return Err(StoreError::Conflict(ids[0]));
     }
     Ok(())
+}
+
+/// Expires up to `limit` overdue orders in one transaction, on the write
+/// path (each SKU's buckets moved once for the batch); safe with N
+/// processes (`FOR UPDATE SKIP LOCKED`). `source` names the caller in the
+/// events' metadata. Returns how many expired.
+pub async fn expire_due(
+    pool: &PgPool,
+    limit: i64,
+    now: DateTime<Utc>,
+    source: &str,
+) -> Result<u64, StoreError> {
+    let mut tx = pool.begin().await?;
+    let ids: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM orders WHERE state = 'payment_pending' AND expires_at <= $1 \
+         ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(now)
+    .bind(limit)
+    .fetch_all(&mut *tx)
+    .await?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut changes = Changes::new();
+    let mut expired = 0;
+    for order in load_many_locked(&mut tx, &ids).await? {
+        let Ok(events) = domain::decide(Some(&order), Command::Expire { at: now }) else {
+            continue;
+        };
+        if events.is_empty() {
+            continue;
+        }
+        changes.order(
+            Some(&order),
+            &events,
+            &Metadata::spontaneous(source, order.id),
+        )?;
+        expired += 1;
+    }
+    if let Written::StockShort(sku) = write::commit(&mut tx, &changes).await? {
+        return Err(StoreError::Corrupt(format!(
+            "{sku}: fewer units reserved than expiring orders hold"
+        )));
+    }
+    tx.commit().await?;
+    Ok(expired)
+}
+
+/// Age in seconds of the oldest reservation still waiting for payment.
+pub async fn oldest_pending_seconds(pool: &PgPool) -> Result<f64, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 FROM orders WHERE state = 'payment_pending'",
+    )
+    .fetch_one(pool)
+    .await?)
 }
 
 #[derive(sqlx::FromRow)]
@@ -586,4 +616,23 @@ pub fn fold_history(events: &[RecordedEvent]) -> Result<Option<Order>, StoreErro
         .collect::<Result<_, _>>()
         .map_err(|e| StoreError::Corrupt(format!("event: {e}")))?;
     Ok(domain::fold(&parsed))
+}
+
+/// The order's state, its row share-locked until the transaction ends so
+/// the state cannot change meanwhile; `None` if there is no such order.
+pub async fn state_for_share(
+    conn: &mut PgConnection,
+    order_id: Uuid,
+) -> Result<Option<OrderState>, StoreError> {
+    let state: Option<String> =
+        sqlx::query_scalar("SELECT state FROM orders WHERE id = $1 FOR SHARE")
+            .bind(order_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    state
+        .map(|s| {
+            serde_json::from_value(serde_json::Value::String(s))
+                .map_err(|_| StoreError::Corrupt(format!("order {order_id}: state")))
+        })
+        .transpose()
 }

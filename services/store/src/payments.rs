@@ -10,7 +10,7 @@ use crate::orders::{self, Applied};
 use crate::StoreError;
 use domain::{Command, Event, Order, PaidFact, PspStatus, RefundReason};
 use events::Metadata;
-use sqlx::{Connection, PgConnection};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 /// The payment id of a free order's settlement: no PSP holds it.
@@ -146,56 +146,21 @@ async fn learn_success(
         },
         units_gone,
     };
-    let events = decide(&order, paid(false))?;
+    // An expired order takes its units back only if they are still there:
+    // a fact the store supplies (under the stock rows' locks), the domain decides.
+    let units_gone =
+        order.payment_would_reclaim() && !crate::stock::covers(conn, &order.lines).await?;
+    let events = decide(&order, paid(units_gone))?;
     if events.is_empty() {
         return Ok(Learned::AlreadyKnown);
     }
-    // Reclaiming an expired order's units may find them sold: try it under a
-    // savepoint, and refund instead if they are gone.
-    let outcome = if matches!(
-        events[..],
-        [Event::Confirmed {
-            reactivated: true,
-            ..
-        }]
-    ) {
-        let mut savepoint = conn.begin().await?;
-        match orders::apply(&mut savepoint, &order, &events, meta).await? {
-            Applied::Done(next) => {
-                savepoint.commit().await?;
-                Some(next)
-            }
-            Applied::StockShort(_) => {
-                savepoint.rollback().await?;
-                None
-            }
-        }
-    } else {
-        None
-    };
-    let (events, next) = match outcome {
-        Some(next) => (events, *next),
-        None => {
-            let events = if matches!(
-                events[..],
-                [Event::Confirmed {
-                    reactivated: true,
-                    ..
-                }]
-            ) {
-                decide(&order, paid(true))?
-            } else {
-                events
-            };
-            match orders::apply(conn, &order, &events, meta).await? {
-                Applied::Done(next) => (events, *next),
-                Applied::StockShort(sku) => {
-                    return Err(StoreError::Corrupt(format!(
-                        "order {}: confirming found {sku} short",
-                        order.id
-                    )))
-                }
-            }
+    let next = match orders::apply(conn, &order, &events, meta).await? {
+        Applied::Done(next) => *next,
+        Applied::StockShort(sku) => {
+            return Err(StoreError::Corrupt(format!(
+                "order {}: confirming found {sku} short",
+                order.id
+            )))
         }
     };
     let (disposition, learned) = match &events[..] {

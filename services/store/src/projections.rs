@@ -2,7 +2,6 @@
 //! `order_lines`) and `shipments` — from the event store. A projection is a
 //! cache of each stream's fold; rebuilding must reproduce it exactly.
 
-use crate::orders::write_projection;
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use domain::shipment::ShipmentEvent;
@@ -76,6 +75,7 @@ pub async fn rebuild(pool: &PgPool) -> Result<RebuildReport, StoreError> {
             .await?;
     }
     let mut report = RebuildReport::default();
+    let mut rebuilt = Vec::with_capacity(1000);
     for (stream, events) in streams(&mut tx, "order.%").await? {
         let events: Vec<Event> = events
             .into_iter()
@@ -84,9 +84,14 @@ pub async fn rebuild(pool: &PgPool) -> Result<RebuildReport, StoreError> {
             .map_err(|e| StoreError::Corrupt(format!("event of order {stream}: {e}")))?;
         let order = domain::fold(&events)
             .ok_or_else(|| StoreError::Corrupt(format!("order {stream} has no order.placed")))?;
-        write_projection(&mut tx, None, &order).await?;
+        rebuilt.push(order);
+        if rebuilt.len() == 1000 {
+            crate::orders::insert_projections(&mut tx, &rebuilt).await?;
+            rebuilt.clear();
+        }
         report.orders.rows += 1;
     }
+    crate::orders::insert_projections(&mut tx, &rebuilt).await?;
     for (stream, events) in streams(&mut tx, "shipment.%").await? {
         write_shipment(&mut tx, stream, &events).await?;
         report.shipments.rows += 1;
@@ -165,5 +170,5 @@ async fn write_shipment(
 /// Writes one order's projection row and lines (into whatever `orders` the
 /// connection's search path names: the live one, or a replay's scratch schema).
 pub async fn write(conn: &mut PgConnection, order: &domain::Order) -> Result<(), StoreError> {
-    write_projection(conn, None, order).await
+    crate::orders::insert_projections(conn, std::slice::from_ref(order)).await
 }

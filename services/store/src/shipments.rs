@@ -1,134 +1,181 @@
-//! Shipments: one per confirmed order, advanced step by step. Each step is
-//! an event in the shipment's own stream, with its outbox row, committed with
-//! the `shipments` row that caches the current state.
+//! Shipments: one per confirmed order, advanced step by step as
+//! `domain::shipment` decides. Each step is an event in the shipment's own
+//! stream, committed on the write path with the `shipments` row that caches
+//! the current state.
 
-use crate::orders::{append_records, Record};
+use crate::write::{self, Changes};
 use crate::StoreError;
 use chrono::{DateTime, Utc};
-use domain::shipment::{ShipmentEvent, ShipmentState};
+use domain::shipment::{self, ShipmentCommand, ShipmentState};
 use events::Metadata;
 use sqlx::{PgConnection, PgPool};
 use std::time::Duration;
 use uuid::Uuid;
 
-/// A shipment as the `shipments` row holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Shipment {
-    pub id: Uuid,
-    pub order_id: Uuid,
-    pub state: ShipmentState,
-}
+pub use domain::shipment::Shipment;
 
-fn record<'a>(
-    event: &ShipmentEvent,
+#[derive(sqlx::FromRow)]
+struct ShipmentRow {
+    id: Uuid,
+    order_id: Uuid,
+    state: String,
     version: i32,
-    meta: &'a Metadata,
-) -> Result<Record<'a>, StoreError> {
-    Ok(Record {
-        stream_id: event.shipment_id,
-        version,
-        meta,
-        type_name: event.state.event_type(),
-        subject: events::names::subject(event.state.event_type(), event.shipment_id),
-        data: serde_json::to_value(event).map_err(|e| StoreError::Corrupt(e.to_string()))?,
-        at: event.at,
-    })
+    updated_at: DateTime<Utc>,
 }
 
-/// Creates the order's shipment unless it has one; returns the new id.
+impl TryFrom<ShipmentRow> for Shipment {
+    type Error = StoreError;
+    fn try_from(r: ShipmentRow) -> Result<Shipment, StoreError> {
+        let state = ShipmentState::parse(&r.state).ok_or_else(|| {
+            StoreError::Corrupt(format!("shipment {}: state {:?}", r.id, r.state))
+        })?;
+        Ok(Shipment {
+            id: r.id,
+            order_id: r.order_id,
+            state,
+            version: r.version,
+            updated_at: r.updated_at,
+        })
+    }
+}
+
+const SELECT: &str = "SELECT id, order_id, state, version, updated_at FROM shipments";
+
+/// Creates the order's shipment unless it has one, in the caller's
+/// transaction; returns the new shipment's id.
 pub async fn create(
     conn: &mut PgConnection,
     order_id: Uuid,
     meta: &Metadata,
 ) -> Result<Option<Uuid>, StoreError> {
-    let id = Uuid::now_v7();
-    let at = crate::now();
-    let created: Option<(Uuid,)> = sqlx::query_as(
-        "INSERT INTO shipments (id, order_id, state, version, created_at, updated_at) VALUES ($1, $2, 'pending', 1, $3, $3) \
-         ON CONFLICT (order_id) DO NOTHING RETURNING id",
-    )
-    .bind(id)
-    .bind(order_id)
-    .bind(at)
-    .fetch_optional(&mut *conn)
-    .await?;
-    if created.is_none() {
+    let current: Option<ShipmentRow> =
+        sqlx::query_as(&format!("{SELECT} WHERE order_id = $1 FOR UPDATE"))
+            .bind(order_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let current = current.map(Shipment::try_from).transpose()?;
+    let events = shipment::decide(
+        current.as_ref(),
+        ShipmentCommand::Create {
+            shipment_id: Uuid::now_v7(),
+            order_id,
+            at: crate::now(),
+        },
+    );
+    if events.is_empty() {
         return Ok(None);
     }
-    let event = ShipmentEvent {
-        shipment_id: id,
-        order_id,
-        state: ShipmentState::Pending,
-        at,
-    };
-    append_records(conn, &[record(&event, 1, meta)?]).await?;
-    Ok(Some(id))
+    let mut changes = Changes::new();
+    let created = changes.shipment(None, &events, meta)?;
+    write::commit(conn, &changes).await?;
+    Ok(created.map(|s| s.id))
 }
 
 /// Moves every shipment whose last step is older than `step_delay` one
-/// step on; safe with N fulfillment processes. Returns how many moved.
+/// step on, at most `limit` in one transaction; safe with N processes.
+/// `source` names the caller in the events' metadata. Returns how many moved.
 pub async fn advance_due(
     pool: &PgPool,
     step_delay: Duration,
     limit: i64,
+    source: &str,
 ) -> Result<u64, StoreError> {
     let mut tx = pool.begin().await?;
-    let due: Vec<(Uuid, Uuid, String, i32, DateTime<Utc>)> = sqlx::query_as(
-        "SELECT id, order_id, state, version, updated_at FROM shipments \
-         WHERE state <> 'delivered' AND updated_at <= now() - make_interval(secs => $1) \
-         ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED",
-    )
+    let due: Vec<ShipmentRow> = sqlx::query_as(&format!(
+        "{SELECT} WHERE state <> 'delivered' AND updated_at <= now() - make_interval(secs => $1) \
+         ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED"
+    ))
     .bind(step_delay.as_secs_f64())
     .bind(limit)
     .fetch_all(&mut *tx)
     .await?;
+    let mut changes = Changes::new();
     let mut moved = 0;
-    for (id, order_id, state, version, _) in due {
-        let Some(next) = ShipmentState::parse(&state).and_then(ShipmentState::next) else {
+    for row in due {
+        let current = Shipment::try_from(row)?;
+        let events = shipment::decide(
+            Some(&current),
+            ShipmentCommand::Advance { at: crate::now() },
+        );
+        if events.is_empty() {
             continue;
-        };
-        let at = crate::now();
-        sqlx::query("UPDATE shipments SET state = $2, version = $3, updated_at = $4 WHERE id = $1")
-            .bind(id)
-            .bind(next.as_str())
-            .bind(version + 1)
-            .bind(at)
-            .execute(&mut *tx)
-            .await?;
-        let meta = Metadata {
-            correlation_id: order_id,
-            causation_id: Uuid::now_v7(),
-            source: "fulfillment".into(),
-            traceparent: None,
-        };
-        let event = ShipmentEvent {
-            shipment_id: id,
-            order_id,
-            state: next,
-            at,
-        };
-        append_records(&mut tx, &[record(&event, version + 1, &meta)?]).await?;
+        }
+        let meta = Metadata::spontaneous(source, current.order_id);
+        changes.shipment(Some(&current), &events, &meta)?;
         moved += 1;
     }
+    write::commit(&mut tx, &changes).await?;
     tx.commit().await?;
     Ok(moved)
 }
 
 /// The order's shipment, if it has one.
 pub async fn for_order(pool: &PgPool, order_id: Uuid) -> Result<Option<Shipment>, StoreError> {
-    let row: Option<(Uuid, String)> =
-        sqlx::query_as("SELECT id, state FROM shipments WHERE order_id = $1")
-            .bind(order_id)
-            .fetch_optional(pool)
-            .await?;
-    row.map(|(id, state)| {
-        let state = ShipmentState::parse(&state)
-            .ok_or_else(|| StoreError::Corrupt(format!("shipment {id}: state {state:?}")))?;
-        Ok(Shipment {
-            id,
-            order_id,
-            state,
-        })
-    })
-    .transpose()
+    let row: Option<ShipmentRow> = sqlx::query_as(&format!("{SELECT} WHERE order_id = $1"))
+        .bind(order_id)
+        .fetch_optional(pool)
+        .await?;
+    row.map(Shipment::try_from).transpose()
+}
+
+/// Inserts new shipments' rows in one statement (the write path's part).
+pub(crate) async fn insert(
+    conn: &mut PgConnection,
+    shipments: &[Shipment],
+) -> Result<(), StoreError> {
+    if shipments.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = shipments.iter().map(|s| s.id).collect();
+    let orders: Vec<Uuid> = shipments.iter().map(|s| s.order_id).collect();
+    let states: Vec<&str> = shipments.iter().map(|s| s.state.as_str()).collect();
+    let versions: Vec<i32> = shipments.iter().map(|s| s.version).collect();
+    let times: Vec<DateTime<Utc>> = shipments.iter().map(|s| s.updated_at).collect();
+    let inserted = sqlx::query(
+        "INSERT INTO shipments (id, order_id, state, version, created_at, updated_at) \
+         SELECT id, o, st, v, at, at FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[], $5::timestamptz[]) AS x(id, o, st, v, at) \
+         ON CONFLICT (order_id) DO NOTHING",
+    )
+    .bind(&ids)
+    .bind(&orders)
+    .bind(&states)
+    .bind(&versions)
+    .bind(&times)
+    .execute(&mut *conn)
+    .await?;
+    if inserted.rows_affected() != shipments.len() as u64 {
+        return Err(StoreError::Conflict(orders[0]));
+    }
+    Ok(())
+}
+
+/// Updates shipments' rows in one statement, each fenced on its version.
+pub(crate) async fn update(
+    conn: &mut PgConnection,
+    shipments: &[(i32, Shipment)],
+) -> Result<(), StoreError> {
+    if shipments.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = shipments.iter().map(|(_, s)| s.id).collect();
+    let states: Vec<&str> = shipments.iter().map(|(_, s)| s.state.as_str()).collect();
+    let versions: Vec<i32> = shipments.iter().map(|(_, s)| s.version).collect();
+    let times: Vec<DateTime<Utc>> = shipments.iter().map(|(_, s)| s.updated_at).collect();
+    let before: Vec<i32> = shipments.iter().map(|(b, _)| *b).collect();
+    let updated = sqlx::query(
+        "UPDATE shipments s SET state = x.st, version = x.v, updated_at = x.at \
+         FROM unnest($1::uuid[], $2::text[], $3::int[], $4::timestamptz[], $5::int[]) AS x(id, st, v, at, b) \
+         WHERE s.id = x.id AND s.version = x.b",
+    )
+    .bind(&ids)
+    .bind(&states)
+    .bind(&versions)
+    .bind(&times)
+    .bind(&before)
+    .execute(&mut *conn)
+    .await?;
+    if updated.rows_affected() != shipments.len() as u64 {
+        return Err(StoreError::Conflict(ids[0]));
+    }
+    Ok(())
 }
