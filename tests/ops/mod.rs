@@ -1,7 +1,9 @@
 //! One command for operators: deployment files that match the binaries,
-//! clear configuration errors, parseable metrics, graceful shutdown, and the
-//! local run with its demo.
+//! clear configuration errors, parseable metrics, graceful shutdown,
+//! readiness that names the dependency that is down, and the local run with
+//! its demo.
 
 mod compose;
 mod lifecycle;
 mod psp_books;
+mod readiness;

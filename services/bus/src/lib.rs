@@ -94,3 +94,20 @@ pub async fn ensure_stream(
     };
     Ok(js.create_or_update_stream(config).await?)
 }
+
+/// A readiness probe that passes while `client` is connected to NATS; it
+/// asks nothing of the server, so a probe never waits on a broker that is gone.
+pub fn readiness(client: async_nats::Client) -> platform::ops::ReadinessCheck {
+    std::sync::Arc::new(move || {
+        let state = client.connection_state();
+        Box::pin(async move {
+            match state {
+                async_nats::connection::State::Connected => Ok(()),
+                state => {
+                    tracing::warn!(?state, "readiness: NATS is not connected");
+                    Err("nats is unreachable".to_owned())
+                }
+            }
+        })
+    })
+}

@@ -25,7 +25,9 @@ use anyhow::Context;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
+use platform::app::{self, App};
 use platform::config::{self, ConfigError};
+use platform::ops::ReadinessCheck;
 use sqlx::PgPool;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -137,8 +139,8 @@ pub(crate) struct AppState {
 pub struct Application {
     listener: TcpListener,
     router: Router,
-    /// The operations endpoints' own listener and routes, when apart.
-    ops: Option<(TcpListener, Router)>,
+    /// The operations endpoints' own listener and readiness check, when apart.
+    ops: Option<(TcpListener, ReadinessCheck)>,
 }
 
 impl Application {
@@ -147,9 +149,7 @@ impl Application {
         let pool = store::connect(&settings.database_url, settings.pool_size)
             .await
             .context("connecting to DATABASE_URL")?;
-        let listener = TcpListener::bind(settings.addr)
-            .await
-            .with_context(|| format!("binding {}", settings.addr))?;
+        let listener = app::bind(settings.addr).await?;
         let ttl = chrono::Duration::from_std(settings.reservation_ttl)
             .context("RESERVATION_TTL is too long")?;
         let ready = store::readiness(pool.clone());
@@ -162,10 +162,8 @@ impl Application {
         };
         let ops = match settings.ops_addr {
             Some(addr) => {
-                let ops_listener = TcpListener::bind(addr)
-                    .await
-                    .with_context(|| format!("binding CHECKOUT_OPS_ADDR {addr}"))?;
-                Some((ops_listener, platform::ops::router(ready.clone())))
+                let ops_listener = app::bind(addr).await.context("CHECKOUT_OPS_ADDR")?;
+                Some((ops_listener, ready.clone()))
             }
             None => None,
         };
@@ -183,9 +181,7 @@ impl Application {
 
     /// The address the server listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+        app::local_addr(&self.listener)
     }
 
     /// The operations endpoints' address, when they listen apart.
@@ -197,33 +193,13 @@ impl Application {
     pub async fn run_until_stopped(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
-        let Some((ops_listener, ops_router)) = self.ops else {
-            return axum::serve(self.listener, self.router)
-                .with_graceful_shutdown(shutdown)
-                .await;
-        };
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
-        let ops_stop = stopped(stop_rx.clone());
-        let ops = tokio::spawn(async move {
-            axum::serve(ops_listener, ops_router)
-                .with_graceful_shutdown(ops_stop)
-                .await
-        });
-        let api_stop = stopped(stop_rx);
-        let (listener, router) = (self.listener, self.router);
-        let api = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(api_stop)
-                .await
-        });
-        shutdown.await;
-        let _ = stop_tx.send(true);
-        api.await.map_err(std::io::Error::other)??;
-        ops.await.map_err(std::io::Error::other)?
+    ) -> anyhow::Result<()> {
+        let mut app = App::new().serve("api server", self.listener, self.router);
+        if let Some((listener, ready)) = self.ops {
+            app = app.ops(listener, ready);
+        }
+        app.run_until(shutdown).await?;
+        Ok(())
     }
 }
 

@@ -6,6 +6,7 @@
 //! order whose payment window is still open.
 
 use anyhow::Context;
+use platform::app::{self, App};
 use platform::config::{self, ConfigError};
 use sqlx::PgPool;
 use std::future::Future;
@@ -80,9 +81,7 @@ impl Application {
         let pool = store::connect(&settings.database_url, 4)
             .await
             .context("connecting to DATABASE_URL")?;
-        let listener = TcpListener::bind(settings.addr)
-            .await
-            .with_context(|| format!("binding {}", settings.addr))?;
+        let listener = app::bind(settings.addr).await?;
         Ok(Application {
             listener,
             pool,
@@ -92,9 +91,7 @@ impl Application {
 
     /// The operations endpoint's address.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+        app::local_addr(&self.listener)
     }
 
     /// Runs until `shutdown`; a batch in hand is finished first.
@@ -102,23 +99,21 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let server = platform::ops::spawn(
-            self.listener,
-            store::readiness(self.pool.clone()),
-            stop_rx.clone(),
-        );
-        let auditor = tokio::spawn(audit_loop(
-            self.pool.clone(),
-            self.settings.audit_interval,
-            stop_rx.clone(),
-        ));
-        let worker = tokio::spawn(run_loop(self.pool, self.settings, stop_rx));
-        shutdown.await;
-        let _ = stop_tx.send(true);
-        worker.await.context("expiry task")?;
-        auditor.await.context("audit task")?;
-        server.await.context("server task")??;
+        let Application {
+            listener,
+            pool,
+            settings,
+        } = self;
+        App::new()
+            .ops(listener, store::readiness(pool.clone()))
+            .task("expiry", |stop| {
+                run_loop(pool.clone(), settings.clone(), stop)
+            })
+            .task("audit", |stop| {
+                audit_loop(pool, settings.audit_interval, stop)
+            })
+            .run_until(shutdown)
+            .await?;
         Ok(())
     }
 }

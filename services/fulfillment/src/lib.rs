@@ -8,7 +8,9 @@ use anyhow::Context;
 use bus::consumer::{Delivery, HandleError, Handler};
 use domain::OrderState;
 use events::Metadata;
+use platform::app::{self, App};
 use platform::config::{self, ConfigError};
+use platform::ops;
 use sqlx::PgPool;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -121,9 +123,7 @@ impl Application {
         bus::ensure_stream(&js, &settings.stream)
             .await
             .context("creating the SOLDONCE stream")?;
-        let listener = TcpListener::bind(settings.addr)
-            .await
-            .with_context(|| format!("binding {}", settings.addr))?;
+        let listener = app::bind(settings.addr).await?;
         Ok(Application {
             listener,
             pool,
@@ -134,9 +134,7 @@ impl Application {
 
     /// The operations endpoint's address.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+        app::local_addr(&self.listener)
     }
 
     /// Runs until `shutdown`; work in hand is finished first.
@@ -144,25 +142,27 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let server = platform::ops::spawn(
-            self.listener,
-            store::readiness(self.pool.clone()),
-            stop_rx.clone(),
-        );
-        let consumer = tokio::spawn(bus::consumer::run(
-            self.js,
-            self.pool.clone(),
-            consumer_spec(),
-            Arc::new(ShipOrders),
-            stop_rx.clone(),
-        ));
-        let warehouse = tokio::spawn(advance(self.pool, self.step_delay, stop_rx));
-        shutdown.await;
-        let _ = stop_tx.send(true);
-        consumer.await.context("consumer task")??;
-        warehouse.await.context("warehouse task")?;
-        server.await.context("server task")??;
+        let Application {
+            listener,
+            pool,
+            js,
+            step_delay,
+        } = self;
+        let ready = ops::all([store::readiness(pool.clone()), bus::readiness(js.client())]);
+        App::new()
+            .ops(listener, ready)
+            .task("consumer", |stop| {
+                bus::consumer::run(
+                    js,
+                    pool.clone(),
+                    consumer_spec(),
+                    Arc::new(ShipOrders),
+                    stop,
+                )
+            })
+            .task("warehouse", |stop| advance(pool, step_delay, stop))
+            .run_until(shutdown)
+            .await?;
         Ok(())
     }
 }

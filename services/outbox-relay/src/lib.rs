@@ -13,7 +13,9 @@ pub mod poison;
 mod relay;
 
 use anyhow::Context;
+use platform::app::{self, App};
 use platform::config::{self, ConfigError};
+use platform::ops::{self, ReadinessCheck};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -63,6 +65,7 @@ impl Settings {
 /// A relay with its operations endpoint bound.
 pub struct Application {
     listener: TcpListener,
+    ready: ReadinessCheck,
     relay: Relay,
 }
 
@@ -78,20 +81,18 @@ impl Application {
         bus::ensure_stream(&js, &settings.stream)
             .await
             .context("creating the SOLDONCE stream")?;
-        let listener = TcpListener::bind(settings.addr)
-            .await
-            .with_context(|| format!("binding {}", settings.addr))?;
+        let listener = app::bind(settings.addr).await?;
+        let ready = ops::all([store::readiness(pool.clone()), bus::readiness(js.client())]);
         Ok(Application {
             listener,
+            ready,
             relay: Relay::new(pool, js, settings.batch_size, settings.poll_interval),
         })
     }
 
     /// The operations endpoint's address.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+        app::local_addr(&self.listener)
     }
 
     /// Relays until `shutdown` resolves; the batch in hand is finished first.
@@ -99,17 +100,11 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let server = platform::ops::spawn(
-            self.listener,
-            store::readiness(self.relay.pool().clone()),
-            stop_rx.clone(),
-        );
-        let relay = tokio::spawn(self.relay.run(stop_rx));
-        shutdown.await;
-        let _ = stop_tx.send(true);
-        relay.await.context("relay task")?;
-        server.await.context("server task")??;
+        App::new()
+            .ops(self.listener, self.ready)
+            .task("relay", |stop| self.relay.run(stop))
+            .run_until(shutdown)
+            .await?;
         Ok(())
     }
 }

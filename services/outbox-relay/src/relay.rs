@@ -51,10 +51,6 @@ impl Relay {
         }
     }
 
-    pub(crate) fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
     /// Relays until `stop` turns true.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         for reason in poison::REASONS {

@@ -13,7 +13,9 @@ pub mod psp;
 pub mod reconcile;
 
 use anyhow::Context;
+use platform::app::{self, App};
 use platform::config::{self, ConfigError};
+use platform::ops;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -136,9 +138,7 @@ impl Application {
             settings.psp_deadline,
         )
         .context("PSP client")?;
-        let listener = TcpListener::bind(settings.addr)
-            .await
-            .with_context(|| format!("binding {}", settings.addr))?;
+        let listener = app::bind(settings.addr).await?;
         Ok(Application {
             listener,
             pool,
@@ -152,9 +152,7 @@ impl Application {
 
     /// The operations endpoint's address.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+        app::local_addr(&self.listener)
     }
 
     /// Consumes until `shutdown`; orders in hand are finished first.
@@ -162,49 +160,31 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let pool = self.pool.clone();
-        let js = self.js.clone();
-        let ready: platform::ops::ReadinessCheck = Arc::new(move || {
-            let (pool, js) = (pool.clone(), js.clone());
-            Box::pin(async move {
-                sqlx::query("SELECT 1").execute(&pool).await.map_err(|e| {
-                    tracing::warn!(error = %e, "readiness: PostgreSQL did not answer");
-                    "postgres is unreachable".to_owned()
-                })?;
-                js.get_stream(bus::STREAM).await.map(|_| ()).map_err(|e| {
-                    tracing::warn!(error = %e, "readiness: NATS did not answer");
-                    "nats is unreachable".to_owned()
-                })
-            })
-        });
-        let server = platform::ops::spawn(self.listener, ready, stop_rx.clone());
-        let compensations = tokio::spawn(compensation_loop(
-            self.pool.clone(),
-            self.psp.clone(),
-            self.compensation_interval,
-            stop_rx.clone(),
-        ));
-        let reconciler = tokio::spawn(reconcile_loop(
-            self.pool.clone(),
-            self.psp.clone(),
-            self.reconcile_interval,
-            stop_rx.clone(),
-        ));
+        let ready = ops::all([
+            store::readiness(self.pool.clone()),
+            bus::readiness(self.js.client()),
+        ]);
+        let (pool, psp) = (self.pool.clone(), self.psp.clone());
         let handler = Arc::new(handler::PayOrders { psp: self.psp });
-        let consumer = tokio::spawn(bus::consumer::run(
-            self.js,
-            self.pool,
-            consumer_spec(self.concurrency),
-            handler,
-            stop_rx,
-        ));
-        shutdown.await;
-        let _ = stop_tx.send(true);
-        consumer.await.context("consumer task")??;
-        compensations.await.context("compensation task")?;
-        reconciler.await.context("reconciliation task")?;
-        server.await.context("server task")??;
+        App::new()
+            .ops(self.listener, ready)
+            .task("compensation", |stop| {
+                compensation_loop(pool.clone(), psp.clone(), self.compensation_interval, stop)
+            })
+            .task("reconciliation", |stop| {
+                reconcile_loop(pool, psp, self.reconcile_interval, stop)
+            })
+            .task("consumer", |stop| {
+                bus::consumer::run(
+                    self.js,
+                    self.pool,
+                    consumer_spec(self.concurrency),
+                    handler,
+                    stop,
+                )
+            })
+            .run_until(shutdown)
+            .await?;
         Ok(())
     }
 }

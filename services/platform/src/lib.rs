@@ -1,8 +1,10 @@
 //! Runtime pieces every soldonce service shares: configuration from the
 //! environment with one-line errors, JSON telemetry, the shutdown signal,
-//! the operations endpoints (`/healthz`, `/readyz`, `/metrics`) and RFC 9457
+//! the operations endpoints (`/healthz`, `/readyz`, `/metrics`), the run of
+//! a service (ops server, tasks, shutdown, join: [`app::App`]) and RFC 9457
 //! problem responses. This crate must never know about orders or stock.
 
+pub mod app;
 pub mod config;
 pub mod ops;
 pub mod problem;

@@ -1,5 +1,6 @@
 //! The operations endpoints every service serves: `/healthz` (alive),
-//! `/readyz` (dependencies reachable) and `/metrics` (Prometheus text).
+//! `/readyz` (every dependency the service uses reachable; [`all`] combines
+//! one check per dependency) and `/metrics` (Prometheus text).
 
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
@@ -33,16 +34,22 @@ pub fn metrics_handle() -> PrometheusHandle {
 pub type ReadinessCheck =
     Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
 
-/// Serves the operations routes on `listener` until `stop` turns true.
-pub fn spawn(
-    listener: tokio::net::TcpListener,
-    ready: ReadinessCheck,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<std::io::Result<()>> {
-    let server = axum::serve(listener, router::<()>(ready)).with_graceful_shutdown(async move {
-        let _ = stop.wait_for(|s| *s).await;
-    });
-    tokio::spawn(async move { server.await })
+/// A readiness check that passes when every one of `checks` does. They
+/// run at once; a failure names each dependency that did not answer, in
+/// the order given.
+pub fn all(checks: impl IntoIterator<Item = ReadinessCheck>) -> ReadinessCheck {
+    let checks: Arc<[ReadinessCheck]> = checks.into_iter().collect();
+    Arc::new(move || {
+        let probes = futures::future::join_all(checks.iter().map(|check| check()));
+        Box::pin(async move {
+            let failed: Vec<String> = probes.await.into_iter().filter_map(Result::err).collect();
+            if failed.is_empty() {
+                Ok(())
+            } else {
+                Err(failed.join("; "))
+            }
+        })
+    })
 }
 
 /// The `/healthz`, `/readyz` and `/metrics` routes.
@@ -85,4 +92,33 @@ pub fn router<S: Clone + Send + Sync + 'static>(ready: ReadinessCheck) -> Router
                 }
             }),
         )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(answer: Result<(), &'static str>) -> ReadinessCheck {
+        Arc::new(move || Box::pin(async move { answer.map_err(str::to_owned) }))
+    }
+
+    #[tokio::test]
+    async fn all_passes_when_every_check_passes() {
+        assert_eq!(all([check(Ok(())), check(Ok(()))])().await, Ok(()));
+        assert_eq!(all([])().await, Ok(()));
+    }
+
+    #[tokio::test]
+    async fn all_names_each_dependency_that_failed_in_order() {
+        let nats = check(Err("nats is unreachable"));
+        assert_eq!(
+            all([check(Ok(())), nats.clone()])().await,
+            Err("nats is unreachable".to_owned())
+        );
+        let postgres = check(Err("postgres is unreachable"));
+        assert_eq!(
+            all([postgres, check(Ok(())), nats])().await,
+            Err("postgres is unreachable; nats is unreachable".to_owned())
+        );
+    }
 }

@@ -1,0 +1,220 @@
+//! One way to run a service: its operations endpoints, HTTP servers and
+//! background tasks side by side until a shutdown future resolves; then one
+//! stop signal that every task watches, a join of every task, and the first
+//! failure as the run's result (so `main` exits 1 on it, 0 otherwise). It
+//! must never return while a task it started is still running.
+
+use crate::ops::{self, ReadinessCheck};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// What every task watches: it turns `true`, once, when the service is to stop.
+pub type Stop = watch::Receiver<bool>;
+
+/// A task's error, whatever its type.
+pub type TaskError = Box<dyn std::error::Error + Send + Sync>;
+
+type Task = Pin<Box<dyn Future<Output = Result<(), TaskError>> + Send>>;
+
+/// Why a run failed: the first task, in the order they were added, that did.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("the {task} task failed")]
+    Failed {
+        task: &'static str,
+        #[source]
+        source: TaskError,
+    },
+    #[error("the {task} task panicked")]
+    Panicked {
+        task: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+}
+
+/// A listener that could not be bound, naming the address.
+#[derive(Debug, thiserror::Error)]
+#[error("binding {addr}")]
+pub struct BindError {
+    pub addr: SocketAddr,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Binds `addr` (port 0 picks a free port; read it back with [`local_addr`]).
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, BindError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| BindError { addr, source })
+}
+
+/// The address `listener` is bound to.
+pub fn local_addr(listener: &TcpListener) -> SocketAddr {
+    listener
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+}
+
+/// What a task ends with: nothing, or a result whose error fails the run.
+pub trait Outcome: Send + 'static {
+    /// The outcome as a result.
+    fn into_result(self) -> Result<(), TaskError>;
+}
+
+impl Outcome for () {
+    fn into_result(self) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+impl<E: Into<TaskError> + Send + 'static> Outcome for Result<(), E> {
+    fn into_result(self) -> Result<(), TaskError> {
+        self.map_err(Into::into)
+    }
+}
+
+/// A service's run: what it serves and what it works on, each task named.
+pub struct App {
+    stop: watch::Sender<bool>,
+    tasks: Vec<(&'static str, Task)>,
+}
+
+impl Default for App {
+    fn default() -> Self {
+        App::new()
+    }
+}
+
+impl App {
+    /// A run with nothing in it yet.
+    pub fn new() -> Self {
+        App {
+            stop: watch::Sender::new(false),
+            tasks: Vec::new(),
+        }
+    }
+
+    /// Serves `/healthz`, `/readyz` (answered by `ready`) and `/metrics` on `listener`.
+    pub fn ops(self, listener: TcpListener, ready: ReadinessCheck) -> Self {
+        self.serve("ops server", listener, ops::router(ready))
+    }
+
+    /// Serves `router` on `listener`; requests in flight when the service
+    /// stops are finished first.
+    pub fn serve(self, name: &'static str, listener: TcpListener, router: axum::Router) -> Self {
+        self.task(name, move |mut stop| async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await
+        })
+    }
+
+    /// Adds `task`, handed the stop signal: it should finish the work in
+    /// hand and return once the signal turns true. It starts with [`Self::run_until`].
+    pub fn task<T, F>(mut self, name: &'static str, task: T) -> Self
+    where
+        T: FnOnce(Stop) -> F,
+        F: Future + Send + 'static,
+        F::Output: Outcome,
+    {
+        let running = task(self.stop.subscribe());
+        self.tasks
+            .push((name, Box::pin(async move { running.await.into_result() })));
+        self
+    }
+
+    /// Starts every task, runs until `shutdown` resolves, then turns the
+    /// stop signal and waits for every task. Returns the first failure; any
+    /// later one is logged, so none goes unseen.
+    pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<(), RunError> {
+        let running: Vec<_> = self
+            .tasks
+            .into_iter()
+            .map(|(name, task)| (name, tokio::spawn(task)))
+            .collect();
+        shutdown.await;
+        self.stop.send_replace(true);
+        let mut first = None;
+        for (task, handle) in running {
+            let failure = match handle.await {
+                Ok(Ok(())) => continue,
+                Ok(Err(source)) => RunError::Failed { task, source },
+                Err(source) => RunError::Panicked { task, source },
+            };
+            match first {
+                None => first = Some(failure),
+                Some(_) => tracing::error!(error = %chain(&failure), "another task failed too"),
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+/// An error and its causes on one line.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        line.push_str(": ");
+        line.push_str(&e.to_string());
+        cause = e.source();
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    #[tokio::test]
+    async fn every_task_is_stopped_and_joined_before_the_run_returns() {
+        let finished = Arc::new(AtomicBool::new(false));
+        let flag = finished.clone();
+        let run = App::new()
+            .task("worker", |mut stop| async move {
+                let _ = stop.wait_for(|s| *s).await;
+                tokio::task::yield_now().await;
+                flag.store(true, Ordering::SeqCst);
+            })
+            .run_until(async {});
+        assert!(run.await.is_ok());
+        assert!(finished.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn the_first_failure_in_order_is_the_result_and_names_its_task() {
+        let run = App::new()
+            .task("fine", |_| async {})
+            .task("broken", |_| async {
+                Err(std::io::Error::other("disk on fire"))
+            })
+            .task("also broken", |_| async {
+                Err(std::io::Error::other("later"))
+            })
+            .run_until(async {});
+        let error = run.await.expect_err("a task failed");
+        assert!(matches!(error, RunError::Failed { task: "broken", .. }));
+        assert_eq!(chain(&error), "the broken task failed: disk on fire");
+    }
+
+    fn explode() {
+        panic!("boom");
+    }
+
+    #[tokio::test]
+    async fn a_panicking_task_fails_the_run() {
+        let run = App::new()
+            .task("panics", |_| async { explode() })
+            .run_until(async {});
+        let error = run.await.expect_err("a task panicked");
+        assert!(matches!(error, RunError::Panicked { task: "panics", .. }));
+    }
+}
