@@ -1,6 +1,7 @@
 //! The consumer runtime: poison is dead-lettered, duplicates have no second
 //! effect, and the consumer keeps going.
 
+use anyhow::Context;
 use async_nats::jetstream::message::PublishMessage;
 use bus::consumer::{ConsumerSpec, Delivery, HandleError, Handler};
 use localservers::Nats;
@@ -8,21 +9,25 @@ use soldonce_tests::{eventually, servers};
 use sqlx::PgPool;
 use std::sync::Arc;
 use std::time::Duration;
+use store::inbox::PgInbox;
 use uuid::Uuid;
 
 /// Records each event it handles in `test_effects`.
 struct RecordEffects;
 
 impl Handler for RecordEffects {
-    async fn handle(&self, d: &Delivery) -> Result<(), HandleError> {
-        let Some(mut tx) = d.begin().await? else {
+    type Inbox = PgInbox;
+
+    async fn handle(&self, d: &Delivery<PgInbox>) -> Result<(), HandleError> {
+        let Some(mut tx) = d.begin().await.context("writing the inbox row")? else {
             return Ok(());
         };
         sqlx::query("INSERT INTO test_effects (event_id) VALUES ($1)")
             .bind(d.event.id)
             .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
+            .await
+            .context("recording the effect")?;
+        tx.commit().await.context("committing")?;
         Ok(())
     }
 }
@@ -72,7 +77,7 @@ async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consum
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let runner = tokio::spawn(bus::consumer::run(
         js.clone(),
-        pool.clone(),
+        PgInbox::new(pool.clone()),
         spec,
         Arc::new(RecordEffects),
         stopped,

@@ -1,14 +1,14 @@
 //! The consumer runtime: a durable pull consumer with explicit acks,
 //! bounded redelivery with backoff, inbox dedupe `(consumer, event id)` in
-//! the same transaction as the handler's effect, and dead letters (a row in
-//! `dead_letters` plus a metric) for what can never be handled — an invalid
-//! envelope, an unknown type or version, or a message out of deliveries.
-//! Handlers never trust message order: they check the current state.
+//! the same transaction as the handler's effect, and dead letters (a record
+//! plus a metric) for what can never be handled — an invalid envelope, an
+//! unknown type or version, or a message out of deliveries. Where the inbox
+//! and the dead letters are kept is the [`Inbox`]'s business, never this
+//! module's. Handlers never trust message order: they check the current state.
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
-use events::CloudEvent;
+use events::{CloudEvent, DeadLetter, Inbox};
 use futures::StreamExt;
-use sqlx::{PgPool, Postgres, Transaction};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,9 +17,9 @@ use tokio::sync::{watch, Semaphore};
 /// How a consumer is set up on the stream.
 #[derive(Debug, Clone)]
 pub struct ConsumerSpec {
-    /// The durable name, also the inbox's consumer column.
+    /// The durable name, also the consumer its inbox rows are kept under.
     pub name: String,
-    /// Subjects it reads, e.g. `soldonce.order.placed.>`.
+    /// Subjects it reads, e.g. `events::names::subjects_of("order.placed.v1")`.
     pub filter_subjects: Vec<String>,
     /// CloudEvents types (with version) it understands; others are dead-lettered.
     pub types: Vec<String>,
@@ -38,64 +38,44 @@ pub struct ConsumerSpec {
 /// Why a handler failed.
 #[derive(Debug, thiserror::Error)]
 pub enum HandleError {
-    /// Worth retrying later (database or network trouble).
+    /// Worth retrying later (database or network trouble). Any error with
+    /// context converts to it: `tx.commit().await.context("committing")?`.
     #[error("transient: {0:#}")]
-    Transient(anyhow::Error),
+    Transient(#[from] anyhow::Error),
     /// Will never succeed: dead-letter it.
     #[error("permanent: {0}")]
     Permanent(String),
 }
 
-impl From<sqlx::Error> for HandleError {
-    fn from(e: sqlx::Error) -> Self {
-        HandleError::Transient(e.into())
-    }
-}
-
-impl From<store::StoreError> for HandleError {
-    fn from(e: store::StoreError) -> Self {
-        HandleError::Transient(e.into())
-    }
-}
-
 /// One delivery, handed to a handler.
-pub struct Delivery {
+pub struct Delivery<I: Inbox> {
     pub event: CloudEvent,
     /// How many times this message has been delivered (1 the first time).
     pub delivered: i64,
     pub traceparent: Option<String>,
-    consumer: String,
-    pool: PgPool,
+    consumer: Arc<str>,
+    inbox: Arc<I>,
 }
 
-impl Delivery {
+impl<I: Inbox> Delivery<I> {
     /// Begins the transaction for the handler's effect with the inbox row
     /// already written; `None` if another delivery of this event already
     /// committed (the caller then does nothing).
-    pub async fn begin(&self) -> Result<Option<Transaction<'static, Postgres>>, sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
-        let fresh = sqlx::query(
-            "INSERT INTO inbox (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-        )
-        .bind(&self.consumer)
-        .bind(self.event.id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        Ok(fresh.then_some(tx))
-    }
-
-    /// The database, for reads outside the effect's transaction.
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
+    pub async fn begin(&self) -> Result<Option<I::Tx>, I::Error> {
+        self.inbox.begin(&self.consumer, self.event.id).await
     }
 }
 
 /// What a consuming service implements.
 pub trait Handler: Send + Sync + 'static {
+    /// Where this handler's effects and their inbox rows are kept.
+    type Inbox: Inbox;
+
     /// Handles one event; the effect commits through [`Delivery::begin`].
-    fn handle(&self, delivery: &Delivery) -> impl Future<Output = Result<(), HandleError>> + Send;
+    fn handle(
+        &self,
+        delivery: &Delivery<Self::Inbox>,
+    ) -> impl Future<Output = Result<(), HandleError>> + Send;
 }
 
 /// Creates (or updates) the durable consumer on the stream.
@@ -119,13 +99,14 @@ pub async fn ensure_consumer(
 /// Consumes until `stop` turns true; a message in hand is finished first.
 pub async fn run<H: Handler>(
     js: jetstream::Context,
-    pool: PgPool,
+    inbox: H::Inbox,
     spec: ConsumerSpec,
     handler: Arc<H>,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let consumer = ensure_consumer(&js, &spec).await?;
     let spec = Arc::new(spec);
+    let inbox = Arc::new(inbox);
     let permits = Arc::new(Semaphore::new(spec.concurrency.max(1)));
     let mut messages = consumer.messages().await?;
     loop {
@@ -142,9 +123,9 @@ pub async fn run<H: Handler>(
             }
         };
         let permit = permits.clone().acquire_owned().await?;
-        let (pool, spec, handler) = (pool.clone(), spec.clone(), handler.clone());
+        let (inbox, spec, handler) = (inbox.clone(), spec.clone(), handler.clone());
         tokio::spawn(async move {
-            process(&pool, &spec, handler.as_ref(), message).await;
+            process(&inbox, &spec, handler.as_ref(), message).await;
             drop(permit);
         });
     }
@@ -156,7 +137,7 @@ pub async fn run<H: Handler>(
 }
 
 async fn process<H: Handler>(
-    pool: &PgPool,
+    inbox: &Arc<H::Inbox>,
     spec: &ConsumerSpec,
     handler: &H,
     message: jetstream::Message,
@@ -168,20 +149,22 @@ async fn process<H: Handler>(
     let event: CloudEvent = match serde_json::from_slice(&message.payload) {
         Ok(e) => e,
         Err(e) => {
-            return dead_letter(pool, spec, &message, seq, &format!("invalid envelope: {e}")).await
+            return dead_letter(
+                inbox.as_ref(),
+                spec,
+                &message,
+                seq,
+                &format!("invalid envelope: {e}"),
+            )
+            .await
         }
     };
     if !spec.types.iter().any(|t| t == &event.event_type) {
         let reason = format!("unknown event type or version {}", event.event_type);
-        return dead_letter(pool, spec, &message, seq, &reason).await;
+        return dead_letter(inbox.as_ref(), spec, &message, seq, &reason).await;
     }
-    let seen: Result<Option<(i32,)>, _> =
-        sqlx::query_as("SELECT 1 FROM inbox WHERE consumer = $1 AND event_id = $2")
-            .bind(&spec.name)
-            .bind(event.id)
-            .fetch_optional(pool)
-            .await;
-    if let Ok(Some(_)) = seen {
+    // A failed look-up is no answer: the inbox row in `begin` still dedupes.
+    if let Ok(true) = inbox.seen(&spec.name, event.id).await {
         metrics::counter!("soldonce_consumer_duplicates_total", "consumer" => spec.name.clone())
             .increment(1);
         let _ = message.ack().await;
@@ -196,8 +179,8 @@ async fn process<H: Handler>(
         event,
         delivered,
         traceparent,
-        consumer: spec.name.clone(),
-        pool: pool.clone(),
+        consumer: spec.name.as_str().into(),
+        inbox: inbox.clone(),
     };
     // Keep JetStream from redelivering a message while its handler is still at work.
     let handled = {
@@ -221,11 +204,11 @@ async fn process<H: Handler>(
             let _ = message.ack().await;
         }
         Err(HandleError::Permanent(reason)) => {
-            dead_letter(pool, spec, &message, seq, &reason).await
+            dead_letter(inbox.as_ref(), spec, &message, seq, &reason).await
         }
         Err(HandleError::Transient(e)) if delivered >= spec.max_deliver => {
             dead_letter(
-                pool,
+                inbox.as_ref(),
                 spec,
                 &message,
                 seq,
@@ -243,8 +226,8 @@ async fn process<H: Handler>(
 }
 
 /// Records a message that can never be handled and stops its redelivery.
-async fn dead_letter(
-    pool: &PgPool,
+async fn dead_letter<I: Inbox>(
+    inbox: &I,
     spec: &ConsumerSpec,
     message: &jetstream::Message,
     seq: u64,
@@ -252,15 +235,14 @@ async fn dead_letter(
 ) {
     tracing::error!(consumer = %spec.name, stream_seq = seq, reason, "dead-lettering a message");
     metrics::counter!("soldonce_dead_letters_total", "consumer" => spec.name.clone()).increment(1);
-    let recorded = sqlx::query("INSERT INTO dead_letters (consumer, stream_seq, subject, payload, reason) VALUES ($1, $2, $3, $4, $5)")
-        .bind(&spec.name)
-        .bind(i64::try_from(seq).unwrap_or(-1))
-        .bind(message.subject.as_str())
-        .bind(message.payload.as_ref())
-        .bind(reason)
-        .execute(pool)
-        .await;
-    match recorded {
+    let letter = DeadLetter {
+        consumer: spec.name.clone(),
+        stream_seq: seq,
+        subject: message.subject.to_string(),
+        payload: message.payload.to_vec(),
+        reason: reason.to_owned(),
+    };
+    match inbox.dead_letter(&letter).await {
         Ok(_) => {
             let _ = message.ack_with(AckKind::Term).await;
         }

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 /// The stream every soldonce event lives in.
 pub const STREAM: &str = "SOLDONCE";
-/// The subjects it captures.
-pub const SUBJECTS: &str = "soldonce.>";
+/// The subjects it captures: every soldonce subject.
+pub const SUBJECTS: &str = events::names::ALL_SUBJECTS;
 
 /// How the stream is kept.
 #[derive(Debug, Clone, PartialEq, Eq)]

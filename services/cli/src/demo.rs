@@ -90,22 +90,22 @@ pub async fn flash_sale(
     // Wait (bounded) for payment and shipping of the winners.
     let deadline = Instant::now() + Duration::from_secs(60);
     let counts = loop {
-        let counts: (i64, i64, i64, i64, i64) = sqlx::query_as(
-            "SELECT count(*) FILTER (WHERE o.state = 'payment_pending'), count(*) FILTER (WHERE o.state = 'confirmed'), \
-                    count(*) FILTER (WHERE o.state = 'payment_failed'), count(*) FILTER (WHERE o.state = 'expired'), \
-                    count(s.id) FILTER (WHERE s.state = 'delivered') \
-             FROM orders o JOIN order_lines l ON l.order_id = o.id LEFT JOIN shipments s ON s.order_id = o.id WHERE l.sku = $1",
-        )
-        .bind(sku.as_str())
-        .fetch_one(pool)
-        .await
-        .context("reading order states")?;
-        if (counts.0 == 0 && counts.4 == counts.1) || Instant::now() > deadline {
+        let counts = store::order_counts::of_sku(pool, sku.as_str())
+            .await
+            .context("reading order states")?;
+        if (counts.payment_pending == 0 && counts.delivered == counts.confirmed)
+            || Instant::now() > deadline
+        {
             break counts;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let (_, paid, failed, expired, shipped) = counts;
+    let (paid, failed, expired, shipped) = (
+        counts.confirmed,
+        counts.payment_failed,
+        counts.expired,
+        counts.delivered,
+    );
     let row = store::catalog::show(pool, Some(&sku))
         .await
         .context("reading stock")?

@@ -334,10 +334,7 @@ async fn open_loop(shared: Arc<Shared>, rate: f64, duration: Duration) {
 }
 
 async fn count_orders(pool: &sqlx::PgPool, ids: &[Uuid]) -> Result<u64, CliError> {
-    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM orders WHERE id = ANY($1)")
-        .bind(ids)
-        .fetch_one(pool)
+    Ok(store::order_counts::existing(pool, ids)
         .await
-        .context("counting accepted orders")?;
-    Ok(u64::try_from(n).unwrap_or(0))
+        .context("counting accepted orders")?)
 }

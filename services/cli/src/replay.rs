@@ -178,27 +178,16 @@ async fn diff(
     everything: bool,
     keep: bool,
 ) -> Result<Vec<String>, CliError> {
-    let scratch = format!("replay_{}", Uuid::new_v4().simple());
     let mut tx = pool.begin().await.context("opening a transaction")?;
     let live = store::projections::snapshot(&mut tx)
         .await
         .context("reading the live projection")?;
-    let live_shipments: Vec<(Uuid, Uuid, String)> =
-        sqlx::query_as("SELECT id, order_id, state FROM shipments")
-            .fetch_all(&mut *tx)
-            .await
-            .context("reading shipments")?;
-    for sql in [
-        format!("CREATE SCHEMA {scratch}"),
-        format!("CREATE TABLE {scratch}.orders (LIKE public.orders INCLUDING ALL)"),
-        format!("CREATE TABLE {scratch}.order_lines (LIKE public.order_lines INCLUDING ALL)"),
-        format!("SET LOCAL search_path = {scratch}"),
-    ] {
-        sqlx::query(&sql)
-            .execute(&mut *tx)
-            .await
-            .context("preparing the scratch schema")?;
-    }
+    let live_shipments = store::projections::snapshot_shipments(&mut tx)
+        .await
+        .context("reading shipments")?;
+    let scratch = store::replay::enter_scratch(&mut tx)
+        .await
+        .context("preparing the scratch schema")?;
     for order in orders.values().flatten() {
         store::projections::write(&mut tx, order)
             .await
@@ -234,14 +223,14 @@ async fn diff(
             ));
         }
     }
-    let live_by_id: HashMap<Uuid, (Uuid, String)> = live_shipments
+    let live_by_id: HashMap<Uuid, String> = live_shipments
         .into_iter()
-        .map(|(id, o, s)| (id, (o, s)))
+        .map(|(id, row)| (id, row["state"].as_str().unwrap_or("?").to_owned()))
         .collect();
     for (id, s) in shipments {
         match live_by_id.get(id) {
-            Some((_, state)) if state == s.state.as_str() => {}
-            Some((_, state)) => differences.push(format!(
+            Some(state) if state == s.state.as_str() => {}
+            Some(state) => differences.push(format!(
                 "shipment {id}: live {state} / stream {}",
                 s.state.as_str()
             )),

@@ -16,9 +16,9 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use store::inbox::PgInbox;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use uuid::Uuid;
 
 /// fulfillment's configuration.
 #[derive(Debug, Clone)]
@@ -45,43 +45,40 @@ impl Settings {
     }
 }
 
+/// The event fulfillment consumes.
+const CONSUMES: &str = "order.confirmed.v1";
+
 /// Creates shipments for confirmed orders.
 struct ShipOrders;
 
 impl Handler for ShipOrders {
-    async fn handle(&self, d: &Delivery) -> Result<(), HandleError> {
-        let order_id: Uuid = d
-            .event
-            .subject
-            .parse()
-            .map_err(|_| HandleError::Permanent("subject is not an order id".into()))?;
-        let Some(mut tx) = d.begin().await? else {
+    type Inbox = PgInbox;
+
+    async fn handle(&self, d: &Delivery<PgInbox>) -> Result<(), HandleError> {
+        let order_id = events::decode(&d.event)
+            .map_err(|e| HandleError::Permanent(e.to_string()))?
+            .order_id();
+        let Some(mut tx) = d.begin().await.context("writing the inbox row")? else {
             return Ok(());
         };
         // Never trust the message: ship only what the database says is confirmed.
-        let state: Option<(String,)> =
-            sqlx::query_as("SELECT state FROM orders WHERE id = $1 FOR SHARE")
-                .bind(order_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if state.as_ref().map(|s| s.0.as_str()) != Some(OrderState::Confirmed.as_str()) {
+        let state = store::orders::state_for_share(&mut tx, order_id)
+            .await
+            .context("reading the order's state")?;
+        if state != Some(OrderState::Confirmed) {
             tracing::warn!(%order_id, state = ?state, "not shipping an order that is not confirmed");
-            tx.commit().await?;
+            tx.commit().await.context("committing the inbox row")?;
             return Ok(());
         }
-        let meta = Metadata {
-            correlation_id: order_id,
-            causation_id: d.event.id,
-            source: "fulfillment".into(),
-            traceparent: d.traceparent.clone(),
-        };
+        let meta = Metadata::caused_by("fulfillment", &d.event, d.traceparent.clone());
         if store::shipments::create(&mut tx, order_id, &meta)
-            .await?
+            .await
+            .context("creating the shipment")?
             .is_some()
         {
             metrics::counter!("soldonce_shipments_created_total").increment(1);
         }
-        tx.commit().await?;
+        tx.commit().await.context("committing the shipment")?;
         Ok(())
     }
 }
@@ -90,8 +87,8 @@ impl Handler for ShipOrders {
 pub fn consumer_spec() -> bus::consumer::ConsumerSpec {
     bus::consumer::ConsumerSpec {
         name: "fulfillment".into(),
-        filter_subjects: vec!["soldonce.order.confirmed.>".into()],
-        types: vec!["soldonce.order.confirmed.v1".into()],
+        filter_subjects: vec![events::names::subjects_of(CONSUMES)],
+        types: vec![events::names::event_type(CONSUMES)],
         ack_wait: Duration::from_secs(30),
         max_deliver: 20,
         backoff: vec![
@@ -154,7 +151,7 @@ impl Application {
             .task("consumer", |stop| {
                 bus::consumer::run(
                     js,
-                    pool.clone(),
+                    PgInbox::new(pool.clone()),
                     consumer_spec(),
                     Arc::new(ShipOrders),
                     stop,
@@ -170,7 +167,7 @@ impl Application {
 async fn advance(pool: PgPool, step_delay: Duration, mut stop: watch::Receiver<bool>) {
     let tick = (step_delay / 4).max(Duration::from_millis(10));
     loop {
-        match store::shipments::advance_due(&pool, step_delay, 500).await {
+        match store::shipments::advance_due(&pool, step_delay, 500, "fulfillment").await {
             Ok(n) => metrics::counter!("soldonce_shipment_steps_total").increment(n),
             Err(e) => tracing::warn!(error = %e, "advancing shipments failed; retrying"),
         }

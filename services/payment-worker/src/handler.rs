@@ -6,34 +6,41 @@
 //! payment that cannot settle its order gets a refund recorded with it.
 
 use crate::psp::{Psp, PspError, PspPayment};
+use anyhow::Context;
 use bus::consumer::{Delivery, HandleError, Handler};
 use domain::OrderState;
 use events::Metadata;
+use sqlx::PgPool;
+use store::inbox::PgInbox;
 use store::payments::{Learned, Source};
 use uuid::Uuid;
 
 /// The payment worker's handler.
 pub struct PayOrders {
     pub psp: Psp,
+    /// The database, for reading the order outside the effect's transaction.
+    pub pool: PgPool,
 }
 
-fn meta(delivery: &Delivery, order_id: Uuid) -> Metadata {
-    Metadata {
-        correlation_id: order_id,
-        causation_id: delivery.event.id,
-        source: "payment-worker".into(),
-        traceparent: delivery.traceparent.clone(),
-    }
+/// What the worker records because it handled `delivery`.
+fn meta(delivery: &Delivery<PgInbox>) -> Metadata {
+    Metadata::caused_by(
+        "payment-worker",
+        &delivery.event,
+        delivery.traceparent.clone(),
+    )
 }
 
 impl Handler for PayOrders {
-    async fn handle(&self, delivery: &Delivery) -> Result<(), HandleError> {
-        let order_id: Uuid = delivery.event.data["order_id"]
-            .as_str()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| HandleError::Permanent("order.placed without an order_id".into()))?;
-        let order = store::orders::load(delivery.pool(), order_id, None)
-            .await?
+    type Inbox = PgInbox;
+
+    async fn handle(&self, delivery: &Delivery<PgInbox>) -> Result<(), HandleError> {
+        let order_id = events::decode(&delivery.event)
+            .map_err(|e| HandleError::Permanent(e.to_string()))?
+            .order_id();
+        let order = store::orders::load(&self.pool, order_id, None)
+            .await
+            .context("loading the order")?
             .ok_or_else(|| {
                 HandleError::Permanent(format!("order {order_id} is not in the database"))
             })?;
@@ -84,7 +91,7 @@ impl PayOrders {
     /// PSP, which refuses charges of 0: its payment is `free:<order_id>`.
     async fn confirm_free(
         &self,
-        delivery: &Delivery,
+        delivery: &Delivery<PgInbox>,
         order: &domain::Order,
     ) -> Result<(), HandleError> {
         let fact = store::payments::PaymentFact {
@@ -95,12 +102,13 @@ impl PayOrders {
             currency: order.currency.to_string(),
             failure_reason: None,
         };
-        let Some(mut tx) = delivery.begin().await? else {
+        let Some(mut tx) = delivery.begin().await.context("writing the inbox row")? else {
             return Ok(());
         };
-        let learned =
-            store::payments::learn(&mut tx, &fact, Source::Free, &meta(delivery, order.id)).await?;
-        tx.commit().await?;
+        let learned = store::payments::learn(&mut tx, &fact, Source::Free, &meta(delivery))
+            .await
+            .context("recording the free payment")?;
+        tx.commit().await.context("committing the free payment")?;
         if matches!(learned, Learned::Confirmed { .. }) {
             metrics::counter!("soldonce_free_orders_confirmed_total").increment(1);
             tracing::info!(order_id = %order.id, "free order confirmed without a PSP call");
@@ -110,7 +118,7 @@ impl PayOrders {
 
     async fn record(
         &self,
-        delivery: &Delivery,
+        delivery: &Delivery<PgInbox>,
         order_id: Uuid,
         payment: &PspPayment,
     ) -> Result<(), HandleError> {
@@ -123,14 +131,14 @@ impl PayOrders {
                 payment.id
             )));
         }
-        let Some(mut tx) = delivery.begin().await? else {
+        let Some(mut tx) = delivery.begin().await.context("writing the inbox row")? else {
             tracing::info!(%order_id, "already handled by another delivery");
             return Ok(());
         };
-        let learned =
-            store::payments::learn(&mut tx, &fact, Source::Worker, &meta(delivery, order_id))
-                .await?;
-        tx.commit().await?;
+        let learned = store::payments::learn(&mut tx, &fact, Source::Worker, &meta(delivery))
+            .await
+            .context("recording the payment")?;
+        tx.commit().await.context("committing the payment")?;
         match learned {
             Learned::Confirmed { reclaimed, .. } => {
                 metrics::counter!("soldonce_payments_authorized_minor_total")

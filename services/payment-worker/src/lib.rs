@@ -87,12 +87,15 @@ fn positive(name: &'static str, default: Duration) -> Result<Duration, ConfigErr
     Ok(d)
 }
 
+/// The event the payment worker consumes.
+const CONSUMES: &str = "order.placed.v1";
+
 /// The consumer spec of the payment worker.
 pub fn consumer_spec(concurrency: usize) -> bus::consumer::ConsumerSpec {
     bus::consumer::ConsumerSpec {
         name: "payment-worker".into(),
-        filter_subjects: vec!["soldonce.order.placed.>".into()],
-        types: vec!["soldonce.order.placed.v1".into()],
+        filter_subjects: vec![events::names::subjects_of(CONSUMES)],
+        types: vec![events::names::event_type(CONSUMES)],
         ack_wait: Duration::from_secs(60),
         max_deliver: 20,
         backoff: vec![
@@ -165,7 +168,10 @@ impl Application {
             bus::readiness(self.js.client()),
         ]);
         let (pool, psp) = (self.pool.clone(), self.psp.clone());
-        let handler = Arc::new(handler::PayOrders { psp: self.psp });
+        let handler = Arc::new(handler::PayOrders {
+            psp: self.psp,
+            pool: self.pool.clone(),
+        });
         App::new()
             .ops(self.listener, ready)
             .task("compensation", |stop| {
@@ -177,7 +183,7 @@ impl Application {
             .task("consumer", |stop| {
                 bus::consumer::run(
                     self.js,
-                    self.pool,
+                    store::inbox::PgInbox::new(self.pool),
                     consumer_spec(self.concurrency),
                     handler,
                     stop,

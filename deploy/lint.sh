@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Layer lines nothing else checks, one line per finding:
+#   - SQL runs only in services/store (services/localservers starts servers
+#     and may talk to them); the root tests/ directory is exempt, since tests
+#     count business facts in the database on their own;
+#   - the pure crates (domain, events) never depend on tokio, sqlx or async-nats.
+# Usage, from anywhere in the checkout: bash deploy/lint.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+findings=0
+finding() {
+    echo "lint: $*"
+    findings=$((findings + 1))
+}
+
+# A query through sqlx, by path or imported; comment lines do not count.
+sql='sqlx::(query|query_as|query_scalar|query_with|query_as_with|query_scalar_with|raw_sql)\b|use sqlx::\{[^}]*\b(query|query_as|query_scalar|raw_sql)\b'
+while IFS= read -r -d '' file; do
+    while IFS=: read -r line text; do
+        [[ "${text#"${text%%[![:space:]]*}"}" == //* ]] && continue
+        finding "$file:$line: SQL outside services/store; move it into a store function"
+    done < <(grep -nE "$sql" "$file" || true)
+done < <(find services/*/src services/*/tests -name '*.rs' \
+    -not -path 'services/store/*' -not -path 'services/localservers/*' -print0 2>/dev/null | sort -z)
+
+for crate in domain events; do
+    deps=$(cargo tree -p "$crate" -e normal --prefix none --format '{p}' | awk '{print $1}' | sort -u)
+    for forbidden in $(grep -xE 'tokio|sqlx|sqlx-[a-z-]+|async-nats' <<<"$deps" || true); do
+        finding "$crate depends on $forbidden (cargo tree -p $crate -e normal); it must stay free of IO runtimes"
+    done
+done
+
+if ((findings > 0)); then
+    echo "lint: $findings finding(s)"
+    exit 1
+fi
+echo "lint: clean"
