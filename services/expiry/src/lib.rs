@@ -122,7 +122,7 @@ impl Application {
 pub async fn release_overdue(pool: &PgPool, batch_size: i64) -> Result<u64, store::StoreError> {
     let mut total = 0;
     loop {
-        let released = store::expiry::release_batch(pool, batch_size, store::now()).await?;
+        let released = store::orders::expire_due(pool, batch_size, store::now(), "expiry").await?;
         total += released;
         if released < u64::try_from(batch_size).unwrap_or(u64::MAX) {
             return Ok(total);
@@ -145,11 +145,11 @@ async fn run_loop(pool: PgPool, s: Settings, mut stop: watch::Receiver<bool>) {
                 tracing::warn!(error = %e, "releasing expired reservations failed; retrying next run")
             }
         }
-        if let Ok(age) = store::expiry::oldest_pending_seconds(&pool).await {
+        if let Ok(age) = store::orders::oldest_pending_seconds(&pool).await {
             metrics::gauge!("soldonce_oldest_pending_reservation_seconds").set(age);
         }
         if last_purge.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
-            match store::expiry::purge(&pool, s.retention).await {
+            match store::retention::purge(&pool, s.retention).await {
                 Ok(n) => metrics::counter!("soldonce_purged_rows_total").increment(n),
                 Err(e) => tracing::warn!(error = %e, "purge failed"),
             }
