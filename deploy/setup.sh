@@ -49,6 +49,14 @@ fi
 _so_nats_ok || { _so_say "nats-server >= 2.10 is still not on PATH"; return 1 2>/dev/null || exit 1; }
 
 command -v cargo >/dev/null 2>&1 || { _so_say "cargo not found: install Rust from https://rustup.rs"; return 1 2>/dev/null || exit 1; }
+# The test command checks formatting and lints: rustfmt and clippy must be there.
+for _so_tool in rustfmt clippy; do
+  if ! cargo "${_so_tool/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    _so_say "installing the $_so_tool component"
+    rustup component add "$_so_tool" >/dev/null 2>&1 \
+      || { _so_say "cargo ${_so_tool/rustfmt/fmt} is missing: rustup component add $_so_tool"; return 1 2>/dev/null || exit 1; }
+  fi
+done
 
 # Builds share a cache outside the checkout unless told otherwise.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/soldonce/target}"

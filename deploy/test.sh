@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Runs every test: installs what is missing, then the whole workspace's
-# unit and end-to-end tests against private PostgreSQL and NATS servers.
+# Runs every test: installs what is missing, checks formatting, lints
+# (clippy with warnings as errors, and the layer lines of deploy/lint.sh),
+# then the whole workspace's unit and end-to-end tests against private
+# PostgreSQL and NATS servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . deploy/setup.sh
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+bash deploy/lint.sh
 # The end-to-end tests start the service binaries (outbox-relay) as real processes.
 cargo build --workspace --bins --locked
 cargo test --workspace --locked -- --test-threads 4
