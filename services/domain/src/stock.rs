@@ -175,31 +175,6 @@ impl Buckets {
             sold: shift(self.sold, d.sold)?,
         })
     }
-
-    /// available → reserved, only if the units are there.
-    pub fn reserve(self, q: Quantity) -> Result<Self, StockError> {
-        self.apply(Movement::Reserve, q.get())
-    }
-
-    /// reserved → sold (payment succeeded).
-    pub fn confirm(self, q: Quantity) -> Result<Self, StockError> {
-        self.apply(Movement::Confirm, q.get())
-    }
-
-    /// reserved → available (payment failed, cancelled, expired).
-    pub fn release(self, q: Quantity) -> Result<Self, StockError> {
-        self.apply(Movement::Release, q.get())
-    }
-
-    /// Goods in: adds to available.
-    pub fn receive(self, q: Quantity) -> Result<Self, StockError> {
-        self.apply(Movement::Receive, q.get())
-    }
-
-    /// A signed correction of available (shrinkage, recount); never below zero.
-    pub fn adjust(self, delta: i64) -> Result<Self, StockError> {
-        self.apply(Movement::Adjust, delta)
-    }
 }
 
 /// Adds a signed delta to a bucket that must stay non-negative.
@@ -218,14 +193,12 @@ fn shift(bucket: i64, delta: i64) -> Result<i64, StockError> {
 mod tests {
     use super::*;
 
-    fn q(n: i64) -> Quantity {
-        Quantity::new(n).expect("valid quantity")
-    }
-
     #[test]
     fn reserve_confirm_release_conserve_units() {
-        let b = Buckets::default().receive(q(10)).expect("receive");
-        let b = b.reserve(q(4)).expect("reserve");
+        let b = Buckets::default()
+            .apply(Movement::Receive, 10)
+            .expect("receive");
+        let b = b.apply(Movement::Reserve, 4).expect("reserve");
         assert_eq!(
             b,
             Buckets {
@@ -235,9 +208,9 @@ mod tests {
             }
         );
         let b = b
-            .confirm(q(3))
+            .apply(Movement::Confirm, 3)
             .expect("confirm")
-            .release(q(1))
+            .apply(Movement::Release, 1)
             .expect("release");
         assert_eq!(
             b,
@@ -258,7 +231,7 @@ mod tests {
             sold: 0,
         };
         assert_eq!(
-            b.reserve(q(2)),
+            b.apply(Movement::Reserve, 2),
             Err(StockError::Insufficient { wanted: 2, have: 1 })
         );
     }
@@ -270,8 +243,8 @@ mod tests {
             reserved: 1,
             sold: 0,
         };
-        assert!(b.confirm(q(2)).is_err());
-        assert!(b.release(q(2)).is_err());
+        assert!(b.apply(Movement::Confirm, 2).is_err());
+        assert!(b.apply(Movement::Release, 2).is_err());
     }
 
     #[test]
@@ -281,8 +254,8 @@ mod tests {
             reserved: i64::MAX,
             sold: 0,
         };
-        assert_eq!(b.receive(q(1)), Err(StockError::Overflow));
-        assert_eq!(b.release(q(1)), Err(StockError::Overflow));
+        assert_eq!(b.apply(Movement::Receive, 1), Err(StockError::Overflow));
+        assert_eq!(b.apply(Movement::Release, 1), Err(StockError::Overflow));
         assert_eq!(b.total(), None);
     }
 
@@ -293,9 +266,9 @@ mod tests {
             reserved: 0,
             sold: 0,
         };
-        assert_eq!(b.adjust(-2).expect("adjust").available, 1);
-        assert!(b.adjust(-4).is_err());
-        assert!(b.adjust(i64::MAX).is_err());
+        assert_eq!(b.apply(Movement::Adjust, -2).expect("adjust").available, 1);
+        assert!(b.apply(Movement::Adjust, -4).is_err());
+        assert!(b.apply(Movement::Adjust, i64::MAX).is_err());
     }
 
     #[test]
