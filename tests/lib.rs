@@ -2,6 +2,15 @@
 //! server per test process, started from PATH on first use; a fresh
 //! database per test, cloned from a migrated template; the real services
 //! started in-process on port 0; typed helpers for their APIs.
+//!
+//! Layout:
+//! - `harness/app.rs` — `TestApp`: checkout in-process on its own database
+//! - `harness/servers.rs` — the process's private PostgreSQL and NATS
+//! - `harness/saga.rs` — the whole saga in-process, with psp-sim
+//! - `harness/system.rs` — every service as a real process, to kill and restart
+//! - `harness/relay.rs` — the service binaries and the relay as a process
+//! - `harness/poll.rs` — `eventually`: poll with a deadline, never sleep
+//! - `main.rs` and its folders — the end-to-end tests, by area
 
 #[path = "harness/app.rs"]
 pub mod app;

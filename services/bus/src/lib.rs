@@ -5,6 +5,10 @@
 //! consumer, explicit ack, inbox dedupe, dead letters). It must never
 //! publish without awaiting the PubAck, and never ack a message whose effect
 //! has not committed.
+//!
+//! Layout:
+//! - `lib.rs` — the stream's topology, connecting, NATS readiness
+//! - `consumer.rs` — the consumer runtime: pull, dedupe through an `events::Inbox`, ack, retry, dead letters
 
 pub mod consumer;
 

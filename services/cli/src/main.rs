@@ -1,6 +1,18 @@
 //! `soldonce`: the operator and engineer command line — migrate, catalogue
 //! and stock administration, accounts, and a load generator. Bad input is
 //! one line on stderr and exit code 2; a failure at run time is exit 1.
+//!
+//! Layout:
+//! - `main.rs` — the command tree and exit codes
+//! - `admin.rs` — migrate, products, stock, accounts, limits, projections
+//! - `up.rs` — a whole local system for trying soldonce
+//! - `demo.rs` — a flash sale shown end to end
+//! - `load.rs` — the load generator
+//! - `events.rs` — `events tail` and `order show`
+//! - `replay.rs` — rebuild from the stream and diff with the live projections
+//! - `schemas.rs` — the event schemas, compiled
+//! - `reconcile.rs` — `reconcile` against the PSP
+//! - `output.rs` — text or `--json` output
 
 mod admin;
 mod demo;

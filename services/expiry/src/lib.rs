@@ -4,6 +4,10 @@
 //! audit every `AUDIT_INTERVAL` in a task of its own (releasing never waits
 //! for it), exporting `soldonce_audit_violations`. It must never release an
 //! order whose payment window is still open.
+//!
+//! Layout:
+//! - `lib.rs` — settings, the release/purge loop, the audit task
+//! - `main.rs` — `--check-config` and the run
 
 use anyhow::Context;
 use platform::app::{self, App};

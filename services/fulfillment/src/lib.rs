@@ -3,6 +3,10 @@
 //! warehouse — pending → picked → shipped → delivered — one step per
 //! `FULFILLMENT_STEP_DELAY`, each step an event on the bus. It must never
 //! ship an order that is not confirmed.
+//!
+//! Layout:
+//! - `lib.rs` — settings, the `order.confirmed` handler, the step loop
+//! - `main.rs` — `--check-config` and the run
 
 use anyhow::Context;
 use bus::consumer::{Delivery, HandleError, Handler};

@@ -4,6 +4,11 @@
 //! server is stopped when its handle is dropped or, should this process
 //! die, when the pipe to its watchdog closes. This crate must never touch
 //! the machine's shared services.
+//!
+//! Layout:
+//! - `postgres.rs` — a private PostgreSQL (initdb, start, crash-stop)
+//! - `nats.rs` — a private nats-server with JetStream
+//! - `process.rs` — child processes and their watchdog
 
 mod nats;
 mod postgres;

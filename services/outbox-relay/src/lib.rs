@@ -8,6 +8,12 @@
 //! be published (too large for the server, a subject no stream takes, a
 //! message JetStream refuses for itself) is parked in `outbox_parked` with a
 //! reason instead of being retried for ever: see [`poison`].
+//!
+//! Layout:
+//! - `lib.rs` — settings and wiring
+//! - `relay.rs` — claim, publish with PubAck, delete; the wake-up listener
+//! - `poison.rs` — rows that can never be published, parked with their reason
+//! - `main.rs` — `--check-config` and the run
 
 pub mod poison;
 mod relay;

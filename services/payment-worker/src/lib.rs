@@ -6,6 +6,14 @@
 //! out every recorded compensation (a refund of a payment that cannot settle
 //! its order) until the PSP confirms it, and reconciles soldonce's books
 //! with the PSP's listing every `RECONCILE_INTERVAL`.
+//!
+//! Layout:
+//! - `lib.rs` — settings and wiring
+//! - `handler.rs` — `order.placed`: charge once, learn the answer
+//! - `psp.rs` — the PSP client (keys, retries, lookups)
+//! - `compensate.rs` — refunds owed, carried out until the PSP confirms them
+//! - `reconcile.rs` — the PSP's listing against soldonce's books
+//! - `main.rs` — `--check-config` and the run
 
 pub mod compensate;
 mod handler;

@@ -3,6 +3,15 @@
 //! the operations endpoints (`/healthz`, `/readyz`, `/metrics`), the run of
 //! a service (ops server, tasks, shutdown, join: [`app::App`]) and RFC 9457
 //! problem responses. This crate must never know about orders or stock.
+//!
+//! Layout:
+//! - `app.rs` — the runner: ops server, tasks, shutdown, join
+//! - `config.rs` — settings from the environment
+//! - `ops.rs` — `/healthz`, `/readyz` (combined checks), `/metrics`
+//! - `problem.rs` — RFC 9457 problem responses
+//! - `shutdown.rs` — signals and periodic tasks
+//! - `telemetry.rs` — JSON logs and metrics
+//! - `trace.rs` — W3C trace context
 
 pub mod app;
 pub mod config;

@@ -13,6 +13,16 @@
 //! It stands in for another company's system, so it must never depend on soldonce's crates,
 //! never persist anything outside its own data directory, and never be pointed at real money:
 //! it charges nothing.
+//!
+//! Layout:
+//! - `lib.rs`, `settings.rs` — the server and its settings
+//! - `http/` — the API: payments, refunds, listings, admin, ops
+//! - `ledger/` — the books and their journal on disk
+//! - `model.rs`, `settlement.rs` — payments, refunds and how they settle
+//! - `faults.rs` — the fault knobs
+//! - `webhook/` — signed webhooks, delivered with retries
+//! - `signature.rs` — Standard Webhooks signatures
+//! - `counters.rs`, `problem.rs` — what it counts, its problem responses
 
 pub mod counters;
 pub mod faults;
