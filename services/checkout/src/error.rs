@@ -1,12 +1,16 @@
-//! The one error type of the HTTP API, rendered as RFC 9457 problem+json.
-//! 5xx bodies say nothing internal; the cause is logged once here.
+//! The one error type of the HTTP API, and the one place its RFC 9457
+//! problem+json bodies are built. 5xx bodies say nothing internal; the cause
+//! rides on the response as a [`Failure`] for the logging middleware, which
+//! logs it once.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use domain::DomainError;
+use domain::{DomainError, Sku};
 use platform::Problem;
+use store::idempotency::StoredResponse;
+use store::orders::LimitReached;
 
-/// Everything a handler can fail with.
+/// Everything a handler can fail with, business refusals included.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("unauthorized: {0}")]
@@ -25,23 +29,41 @@ pub enum ApiError {
     RateLimited(u64),
     #[error("order not found")]
     NotFound,
+    #[error("no such route")]
+    NoRoute,
+    #[error("method not allowed")]
+    MethodNotAllowed,
     #[error("not configured: {0}")]
     NotConfigured(&'static str),
     #[error("illegal transition: {0}")]
     Conflict(DomainError),
+    #[error("out of stock: {0}")]
+    OutOfStock(Sku),
+    #[error("over the per-order limit: at most {max} of {sku}")]
+    OverOrderLimit { sku: Sku, max: i64 },
+    #[error("limit reached: {0:?}")]
+    LimitReached(LimitReached),
+    #[error("idempotency key in flight")]
+    KeyInFlight,
+    #[error("idempotency key reused for a different request")]
+    KeyReused,
     #[error("database unavailable: {0}")]
     Unavailable(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
 
+/// The cause of an error response, for the logging middleware only: it is
+/// taken off the response before the response leaves the service.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure(pub String);
+
 impl From<store::StoreError> for ApiError {
     fn from(e: store::StoreError) -> Self {
-        match e {
-            store::StoreError::Database(
-                sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed,
-            ) => ApiError::Unavailable(e.to_string()),
-            other => ApiError::Internal(other.to_string()),
+        if e.is_unavailable() {
+            ApiError::Unavailable(e.to_string())
+        } else {
+            ApiError::Internal(e.to_string())
         }
     }
 }
@@ -57,6 +79,7 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
 }
 
 impl ApiError {
+    /// The RFC 9457 body of this error.
     pub(crate) fn problem(&self) -> Problem {
         use StatusCode as S;
         match self {
@@ -108,6 +131,13 @@ impl ApiError {
                 "Not found",
                 "no such order for this account",
             ),
+            ApiError::NoRoute => Problem::new(S::NOT_FOUND, "not-found", "Not found", "no such route"),
+            ApiError::MethodNotAllowed => Problem::new(
+                S::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+                "Method not allowed",
+                "this route does not accept that method",
+            ),
             ApiError::NotConfigured(why) => {
                 Problem::new(S::NOT_FOUND, "not-found", "Not found", *why)
             }
@@ -118,6 +148,48 @@ impl ApiError {
                     _ => p,
                 }
             }
+            ApiError::OutOfStock(sku) => Problem::new(
+                S::CONFLICT,
+                "out-of-stock",
+                "Out of stock",
+                format!("not enough {sku} in stock"),
+            )
+            .with("sku", sku.as_str()),
+            ApiError::OverOrderLimit { sku, max } => Problem::new(
+                S::UNPROCESSABLE_ENTITY,
+                "limit-max-per-order",
+                "Over the per-order limit",
+                format!("at most {max} of {sku} per order"),
+            )
+            .with("sku", sku.as_str())
+            .with("limit", *max),
+            ApiError::LimitReached(LimitReached::ReservedUnits { limit, held }) => Problem::new(
+                S::CONFLICT,
+                "limit-reserved-units",
+                "Too many units held",
+                format!("this account already holds {held} of at most {limit} units in unpaid orders; pay or cancel some first"),
+            )
+            .with("limit", *limit),
+            ApiError::LimitReached(LimitReached::PerAccount { sku, limit, held }) => Problem::new(
+                S::CONFLICT,
+                "limit-per-account",
+                "Over the per-account limit",
+                format!("at most {limit} of {sku} per account, and this account already has {held}"),
+            )
+            .with("sku", sku.as_str())
+            .with("limit", *limit),
+            ApiError::KeyInFlight => Problem::new(
+                S::CONFLICT,
+                "idempotency-key-in-flight",
+                "Request in progress",
+                "a request with this Idempotency-Key is still being processed; retry later",
+            ),
+            ApiError::KeyReused => Problem::new(
+                S::UNPROCESSABLE_ENTITY,
+                "idempotency-key-reused",
+                "Idempotency-Key reused",
+                "this Idempotency-Key was used for a different request",
+            ),
             ApiError::Unavailable(_) => Problem::new(
                 S::SERVICE_UNAVAILABLE,
                 "unavailable",
@@ -132,50 +204,56 @@ impl ApiError {
             ),
         }
     }
+
+    /// Whether a retry with the same Idempotency-Key must hear this refusal
+    /// again: it is then stored under the key (see [`ApiError::to_stored`]).
+    pub(crate) fn is_remembered(&self) -> bool {
+        matches!(self, ApiError::OutOfStock(_) | ApiError::LimitReached(_))
+    }
+
+    /// This error as an answer stored under an Idempotency-Key.
+    pub(crate) fn to_stored(&self) -> StoredResponse {
+        let problem = self.problem();
+        StoredResponse {
+            status: problem.status,
+            body: problem.to_json(),
+            order_id: None,
+        }
+    }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let mut response = if self.is_remembered() {
+            // Rendered from its stored form, so a replay repeats it byte for byte.
+            crate::place::stored_response(&self.to_stored(), false)
+        } else {
+            self.problem().into_response()
+        };
+        let h = response.headers_mut();
         match &self {
-            ApiError::Internal(cause) | ApiError::Unavailable(cause) => {
-                tracing::error!(%cause, "request failed")
+            ApiError::Unauthorized(_) => {
+                h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
-            _ => tracing::debug!(error = %self, "request refused"),
+            ApiError::Unavailable(_) => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            ApiError::RateLimited(secs) => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from((*secs).max(1)));
+            }
+            _ => {}
         }
-        let mut response = self.problem().into_response();
-        if matches!(self, ApiError::Unauthorized(_)) {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        if matches!(self, ApiError::Unavailable(_)) {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        if let ApiError::RateLimited(secs) = self {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
-        }
+        response.extensions_mut().insert(Failure(self.to_string()));
         response
     }
 }
 
-pub(crate) async fn not_found() -> Problem {
-    Problem::new(
-        StatusCode::NOT_FOUND,
-        "not-found",
-        "Not found",
-        "no such route",
-    )
+/// The API's fallback for a path no route matches.
+pub(crate) async fn not_found() -> ApiError {
+    ApiError::NoRoute
 }
 
-pub(crate) async fn method_not_allowed() -> Problem {
-    Problem::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method-not-allowed",
-        "Method not allowed",
-        "this route does not accept that method",
-    )
+/// The API's fallback for a route that does not take the method.
+pub(crate) async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
 }

@@ -6,6 +6,7 @@
 mod auth;
 mod error;
 pub mod limits;
+mod logging;
 mod orders;
 mod place;
 // Public for the property tests in tests/fuzz only; not an API.
@@ -171,7 +172,8 @@ impl Application {
             Some(_) => api_router(state),
             None => api_router(state).merge(platform::ops::router(ready)),
         }
-        .layer(axum::middleware::from_fn(bound_head));
+        .layer(axum::middleware::from_fn(bound_head))
+        .layer(axum::middleware::from_fn(logging::log_errors));
         Ok(Application {
             listener,
             router,

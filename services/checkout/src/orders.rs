@@ -2,6 +2,7 @@
 
 use crate::auth::Account;
 use crate::error::ApiError;
+use crate::logging::RequestTrace;
 use crate::view::OrderView;
 use crate::AppState;
 use axum::extract::rejection::PathRejection;
@@ -61,16 +62,15 @@ pub(crate) async fn get_events(
 pub(crate) async fn cancel_order(
     State(state): State<AppState>,
     Account(account): Account,
-    headers: axum::http::HeaderMap,
+    trace: RequestTrace,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<OrderView>, ApiError> {
     let id = order_id(path)?;
-    let traceparent = Some(crate::traceparent(&headers));
     let meta = Metadata {
         correlation_id: id,
         causation_id: Uuid::now_v7(),
         source: "checkout".into(),
-        traceparent,
+        traceparent: Some(trace.to_string()),
     };
     let now = store::now();
     match store::orders::transition(&state.pool, id, Some(account), &meta, |_| Command::Cancel {

@@ -4,6 +4,7 @@
 
 use crate::auth::Account;
 use crate::error::ApiError;
+use crate::logging::RequestTrace;
 use crate::request;
 use crate::view::OrderView;
 use crate::AppState;
@@ -14,7 +15,6 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use domain::{Command, Money, PlaceOrder};
 use events::Metadata;
-use platform::Problem;
 use store::idempotency::{Claim, KeyedRequest, StoredResponse};
 use store::orders::{HoldLimits, LimitReached, PlaceOutcome};
 use uuid::Uuid;
@@ -24,10 +24,11 @@ use uuid::Uuid;
 pub(crate) async fn place_order(
     State(state): State<AppState>,
     Account(account): Account,
+    trace: RequestTrace,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let outcome = place(&state, account, &headers, body).await;
+    let outcome = place(&state, account, &trace, &headers, body).await;
     let label = match &outcome {
         Ok((_, label)) => *label,
         Err(
@@ -36,6 +37,10 @@ pub(crate) async fn place_order(
             | ApiError::TooLarge
             | ApiError::UnsupportedMediaType,
         ) => "invalid",
+        Err(ApiError::OutOfStock(_)) => "out_of_stock",
+        Err(ApiError::OverOrderLimit { .. } | ApiError::LimitReached(_)) => "limit",
+        Err(ApiError::KeyInFlight) => "key_in_flight",
+        Err(ApiError::KeyReused) => "key_mismatch",
         Err(ApiError::Unavailable(_)) => "unavailable",
         Err(_) => "error",
     };
@@ -46,6 +51,7 @@ pub(crate) async fn place_order(
 async fn place(
     state: &AppState,
     account_id: Uuid,
+    trace: &RequestTrace,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(Response, &'static str), ApiError> {
@@ -68,15 +74,10 @@ async fn place(
         if let Some(max) = price.max_per_order.filter(|max| quantity.get() > *max) {
             metrics::counter!("soldonce_limit_refusals_total", "limit" => "max_per_order")
                 .increment(1);
-            let problem = Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "limit-max-per-order",
-                "Over the per-order limit",
-                format!("at most {max} of {sku} per order"),
-            )
-            .with("sku", sku.as_str())
-            .with("limit", max);
-            return Ok((problem.into_response(), "limit"));
+            return Err(ApiError::OverOrderLimit {
+                sku: sku.clone(),
+                max,
+            });
         }
         if let Some(limit) = price.per_account_limit {
             holds.per_account.push((sku.clone(), limit));
@@ -114,7 +115,7 @@ async fn place(
         correlation_id: order_id,
         causation_id: Uuid::now_v7(),
         source: "checkout".into(),
-        traceparent: Some(crate::traceparent(headers)),
+        traceparent: Some(trace.to_string()),
     };
 
     match store::orders::place(
@@ -131,93 +132,45 @@ async fn place(
         PlaceOutcome::Placed => Ok((stored_response(&accepted, false), "placed")),
         PlaceOutcome::Claim(claim) => claim_response(claim),
         PlaceOutcome::LimitReached(reached) => {
-            let problem = limit_problem(&reached);
-            let rejected = StoredResponse {
-                status: 409,
-                body: problem.to_json(),
-                order_id: None,
-            };
-            match store::idempotency::record(&state.pool, &keyed, &rejected).await? {
-                Claim::Claimed => Ok((stored_response(&rejected, false), "limit")),
-                other => claim_response(other),
-            }
+            count_limit_refusal(&reached);
+            remember(state, &keyed, ApiError::LimitReached(reached)).await
         }
-        PlaceOutcome::OutOfStock(sku) => {
-            let problem = Problem::new(
-                StatusCode::CONFLICT,
-                "out-of-stock",
-                "Out of stock",
-                format!("not enough {sku} in stock"),
-            )
-            .with("sku", sku.as_str());
-            let rejected = StoredResponse {
-                status: 409,
-                body: problem.to_json(),
-                order_id: None,
-            };
-            match store::idempotency::record(&state.pool, &keyed, &rejected).await? {
-                Claim::Claimed => Ok((stored_response(&rejected, false), "out_of_stock")),
-                other => claim_response(other),
-            }
-        }
+        PlaceOutcome::OutOfStock(sku) => remember(state, &keyed, ApiError::OutOfStock(sku)).await,
     }
 }
 
-fn limit_problem(reached: &LimitReached) -> Problem {
-    let (name, problem) = match reached {
-        LimitReached::ReservedUnits { limit, held } => (
-            "reserved_units",
-            Problem::new(
-                StatusCode::CONFLICT,
-                "limit-reserved-units",
-                "Too many units held",
-                format!("this account already holds {held} of at most {limit} units in unpaid orders; pay or cancel some first"),
-            )
-            .with("limit", *limit),
-        ),
-        LimitReached::PerAccount { sku, limit, held } => (
-            "per_account",
-            Problem::new(
-                StatusCode::CONFLICT,
-                "limit-per-account",
-                "Over the per-account limit",
-                format!("at most {limit} of {sku} per account, and this account already has {held}"),
-            )
-            .with("sku", sku.as_str())
-            .with("limit", *limit),
-        ),
+fn count_limit_refusal(reached: &LimitReached) {
+    let name = match reached {
+        LimitReached::ReservedUnits { .. } => "reserved_units",
+        LimitReached::PerAccount { .. } => "per_account",
     };
     metrics::counter!("soldonce_limit_refusals_total", "limit" => name).increment(1);
-    problem
+}
+
+/// Stores a refusal under the key, so a retry hears it again, and answers
+/// it; or answers what the key already holds.
+async fn remember(
+    state: &AppState,
+    keyed: &KeyedRequest<'_>,
+    refusal: ApiError,
+) -> Result<(Response, &'static str), ApiError> {
+    match store::idempotency::record(&state.pool, keyed, &refusal.to_stored()).await? {
+        Claim::Claimed => Err(refusal),
+        other => claim_response(other),
+    }
 }
 
 fn claim_response(claim: Claim) -> Result<(Response, &'static str), ApiError> {
-    let problem = match claim {
-        Claim::Replay(stored) => return Ok((stored_response(&stored, true), "replayed")),
-        Claim::Claimed => return Err(ApiError::Internal("claim reported after the fact".into())),
-        Claim::InFlight => Problem::new(
-            StatusCode::CONFLICT,
-            "idempotency-key-in-flight",
-            "Request in progress",
-            "a request with this Idempotency-Key is still being processed; retry later",
-        ),
-        Claim::Mismatch => Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "idempotency-key-reused",
-            "Idempotency-Key reused",
-            "this Idempotency-Key was used for a different request",
-        ),
-    };
-    let label = if problem.status == 409 {
-        "key_in_flight"
-    } else {
-        "key_mismatch"
-    };
-    Ok((problem.into_response(), label))
+    match claim {
+        Claim::Replay(stored) => Ok((stored_response(&stored, true), "replayed")),
+        Claim::Claimed => Err(ApiError::Internal("claim reported after the fact".into())),
+        Claim::InFlight => Err(ApiError::KeyInFlight),
+        Claim::Mismatch => Err(ApiError::KeyReused),
+    }
 }
 
 /// Renders a stored answer: its status, body and, for an order, Location.
-fn stored_response(stored: &StoredResponse, replayed: bool) -> Response {
+pub(crate) fn stored_response(stored: &StoredResponse, replayed: bool) -> Response {
     let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let content_type = if status.is_success() {
         "application/json"
