@@ -70,6 +70,17 @@ pub enum BusError {
     Stream(#[from] jetstream::context::CreateStreamError),
 }
 
+/// Connects to NATS at `url` (the service's `NATS_URL`) and ensures the
+/// stream: what every service on the bus does first.
+pub async fn open(url: &str, stream: &StreamSettings) -> anyhow::Result<jetstream::Context> {
+    use anyhow::Context;
+    let js = connect(url).await.context("connecting to NATS_URL")?;
+    ensure_stream(&js, stream)
+        .await
+        .context("creating the SOLDONCE stream")?;
+    Ok(js)
+}
+
 /// Connects to NATS, retrying for ever in the background once connected.
 pub async fn connect(url: &str) -> Result<jetstream::Context, BusError> {
     let client = async_nats::ConnectOptions::new()

@@ -2,6 +2,17 @@
 //! events, outbox rows and the stock reservation in one transaction), reads
 //! them and cancels them. It must never trust a client's price, never
 //! read-then-write stock, and never answer with a stack trace.
+//!
+//! Layout:
+//! - `lib.rs` — settings, the router, the run
+//! - `place.rs` — `POST /v1/orders`
+//! - `orders.rs` — reading and cancelling an order
+//! - `webhooks.rs` — the PSP's signed webhooks
+//! - `request.rs` — parsing and validating an order request
+//! - `view.rs` — the API's resources
+//! - `auth.rs`, `limits.rs` — bearer tokens, rate and hold limits
+//! - `error.rs` — `ApiError`, every problem response rendered in one place
+//! - `logging.rs` — each error response logged once, with the request's ids
 
 mod auth;
 mod error;

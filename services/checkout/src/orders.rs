@@ -66,12 +66,7 @@ pub(crate) async fn cancel_order(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<OrderView>, ApiError> {
     let id = order_id(path)?;
-    let meta = Metadata {
-        correlation_id: id,
-        causation_id: Uuid::now_v7(),
-        source: "checkout".into(),
-        traceparent: Some(trace.to_string()),
-    };
+    let meta = Metadata::from_request("checkout", id, Some(trace.to_string()));
     let now = store::now();
     match store::orders::transition(&state.pool, id, Some(account), &meta, |_| Command::Cancel {
         at: now,

@@ -111,12 +111,7 @@ async fn place(
         key: &key,
         fingerprint: req.fingerprint,
     };
-    let meta = Metadata {
-        correlation_id: order_id,
-        causation_id: Uuid::now_v7(),
-        source: "checkout".into(),
-        traceparent: Some(trace.to_string()),
-    };
+    let meta = Metadata::from_request("checkout", order_id, Some(trace.to_string()));
 
     match store::orders::place(
         &state.pool,

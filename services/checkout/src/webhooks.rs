@@ -218,12 +218,7 @@ pub(crate) async fn receive(
     }
     let outcome = match &fact {
         Some(fact) => {
-            let meta = Metadata {
-                correlation_id: order_id.unwrap_or_default(),
-                causation_id: Uuid::now_v7(),
-                source: "checkout".into(),
-                traceparent: None,
-            };
+            let meta = Metadata::from_request("checkout", order_id.unwrap_or_default(), None);
             store::payments::learn(&mut tx, fact, Source::Webhook, &meta).await?
         }
         None => Learned::AlreadyKnown,

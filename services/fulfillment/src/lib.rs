@@ -118,12 +118,7 @@ impl Application {
         let pool = store::connect(&settings.database_url, 8)
             .await
             .context("connecting to DATABASE_URL")?;
-        let js = bus::connect(&settings.nats_url)
-            .await
-            .context("connecting to NATS_URL")?;
-        bus::ensure_stream(&js, &settings.stream)
-            .await
-            .context("creating the SOLDONCE stream")?;
+        let js = bus::open(&settings.nats_url, &settings.stream).await?;
         let listener = app::bind(settings.addr).await?;
         Ok(Application {
             listener,
