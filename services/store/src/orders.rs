@@ -342,7 +342,7 @@ pub(crate) async fn update_projections(
                 version = x.version, updated_at = x.at, refunds = x.refunds \
          FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::int[], $6::timestamptz[], $7::jsonb[], $8::int[]) \
               AS x(id, state, payment_id, paid, version, at, refunds, before) \
-         WHERE o.id = x.id AND o.version = x.before",
+         WHERE o.id = ANY($1::uuid[]) AND o.id = x.id AND o.version = x.before",
     )
     .bind(&ids)
     .bind(&states)

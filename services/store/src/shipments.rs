@@ -165,7 +165,7 @@ pub(crate) async fn update(
     let updated = sqlx::query(
         "UPDATE shipments s SET state = x.st, version = x.v, updated_at = x.at \
          FROM unnest($1::uuid[], $2::text[], $3::int[], $4::timestamptz[], $5::int[]) AS x(id, st, v, at, b) \
-         WHERE s.id = x.id AND s.version = x.b",
+         WHERE s.id = ANY($1::uuid[]) AND s.id = x.id AND s.version = x.b",
     )
     .bind(&ids)
     .bind(&states)

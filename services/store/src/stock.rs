@@ -73,7 +73,7 @@ pub(crate) async fn apply(
     let moved: Vec<String> = sqlx::query_scalar(
         "WITH d AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(sku, a, r, s)), \
          m AS (UPDATE stock SET available = stock.available + d.a, reserved = stock.reserved + d.r, sold = stock.sold + d.s \
-               FROM d WHERE stock.sku = d.sku AND stock.available + d.a >= 0 AND stock.reserved + d.r >= 0 \
+               FROM d WHERE stock.sku = ANY($1::text[]) AND stock.sku = d.sku AND stock.available + d.a >= 0 AND stock.reserved + d.r >= 0 \
                RETURNING stock.sku), \
          l AS (INSERT INTO stock_ledger (sku, movement, d_available, d_reserved, d_sold, order_id, reason) \
                SELECT x.sku, x.mv, x.a, x.r, x.s, x.o, x.why \
@@ -116,7 +116,7 @@ pub(crate) async fn covers(
     let rows: Vec<(bool,)> = sqlx::query_as(
         "SELECT s.available >= w.q FROM stock s \
          JOIN (SELECT sku, sum(q) AS q FROM unnest($1::text[], $2::bigint[]) AS x(sku, q) GROUP BY sku) w ON w.sku = s.sku \
-         ORDER BY s.sku FOR UPDATE OF s",
+         WHERE s.sku = ANY($1::text[]) ORDER BY s.sku FOR UPDATE OF s",
     )
     .bind(&skus)
     .bind(&units)
