@@ -14,7 +14,7 @@ async fn three_hundred_buyers_of_the_last_unit_get_one_202_and_299_409s_twenty_t
         let tasks: Vec<_> = (0..300)
             .map(|_| {
                 let (app, sku) = (app.clone(), sku.clone());
-                tokio::spawn(async move { app.buy(&sku, 1).await })
+                tokio::spawn(async move { app.buy_retrying(&sku, 1).await })
             })
             .collect();
         let mut accepted = 0;
@@ -61,7 +61,7 @@ async fn ten_thousand_buyers_with_500_in_flight_get_exactly_the_100_units() {
     let statuses: Vec<u16> = stream::iter(0..10_000)
         .map(|_| {
             let app = app.clone();
-            async move { app.buy("DROP", 1).await.status }
+            async move { app.buy_retrying("DROP", 1).await.status }
         })
         .buffer_unordered(500)
         .collect()
@@ -102,7 +102,7 @@ async fn overlapping_multi_line_orders_in_opposite_line_orders_never_deadlock() 
                 .collect();
             tokio::spawn(async move {
                 let body = serde_json::json!({ "lines": lines });
-                app.place(&app.token, &uuid::Uuid::new_v4().to_string(), &body)
+                app.place_retrying(&app.token, &uuid::Uuid::new_v4().to_string(), &body)
                     .await
                     .status
             })
