@@ -115,7 +115,7 @@ async fn the_same_key_while_the_first_is_in_flight_is_409() {
     };
     eventually("the first request to wait on the stock row", Duration::from_secs(10), || async {
         let waiting = app
-            .count("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%AS (UPDATE stock%'")
+            .count("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%AS (UPDATE stock%'")
             .await;
         (waiting == 1).then_some(())
     })
