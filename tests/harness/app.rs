@@ -101,6 +101,7 @@ impl TestApp {
             webhook_secrets: Some(checkout::Secrets::parse(WEBHOOK_SECRET).expect("test secret")),
             ops_addr: None,
             limits: checkout::Limits::unlimited(),
+            coalesce: checkout::Coalesce::default(),
         };
         configure(&mut settings);
         let app = checkout::Application::build(settings)

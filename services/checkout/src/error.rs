@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use domain::{DomainError, Sku};
 use platform::Problem;
 use store::idempotency::StoredResponse;
-use store::orders::LimitReached;
+use store::placing::LimitReached;
 
 /// Everything a handler can fail with, business refusals included.
 #[derive(Debug, thiserror::Error)]

@@ -5,7 +5,8 @@
 //!
 //! Layout:
 //! - `lib.rs` — settings, the router, the run
-//! - `place.rs` — `POST /v1/orders`
+//! - `place.rs` — `POST /v1/orders`: a request checked, then placed with its group
+//! - `coalesce.rs` — gathering concurrent placements into groups (lanes)
 //! - `orders.rs` — reading and cancelling an order
 //! - `webhooks.rs` — the PSP's signed webhooks
 //! - `request.rs` — parsing and validating an order request
@@ -15,6 +16,7 @@
 //! - `logging.rs` — each error response logged once, with the request's ids
 
 mod auth;
+mod coalesce;
 mod error;
 pub mod limits;
 mod logging;
@@ -92,6 +94,85 @@ pub struct Settings {
     pub webhook_secrets: Option<Secrets>,
     /// Abuse limits (see [`Limits`]).
     pub limits: Limits,
+    /// How placements are grouped into transactions (see [`Coalesce`]).
+    pub coalesce: Coalesce,
+}
+
+/// Coalesced reservations: concurrent placements are gathered and committed
+/// together, one transaction per group, so a hot SKU's row is locked and
+/// flushed once per group rather than once per order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Coalesce {
+    /// `CHECKOUT_COALESCE` (`on`/`off`, default `on`): off commits every
+    /// placement in a transaction of its own.
+    pub enabled: bool,
+    /// `CHECKOUT_COALESCE_MAX`, default 256: the most placements in one group.
+    pub max_group: usize,
+    /// `CHECKOUT_COALESCE_LANES`, default 4: groups in flight at once (each
+    /// holds one connection); the next group forms while they run.
+    pub lanes: usize,
+}
+
+impl Default for Coalesce {
+    fn default() -> Self {
+        Coalesce {
+            enabled: true,
+            max_group: 256,
+            lanes: 4,
+        }
+    }
+}
+
+impl Coalesce {
+    /// Reads `CHECKOUT_COALESCE`, `CHECKOUT_COALESCE_MAX` and `CHECKOUT_COALESCE_LANES`.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let d = Coalesce::default();
+        let enabled = match config::optional("CHECKOUT_COALESCE")?
+            .as_deref()
+            .map(str::trim)
+        {
+            None => d.enabled,
+            Some(v)
+                if ["on", "true", "1", "yes"]
+                    .iter()
+                    .any(|t| v.eq_ignore_ascii_case(t)) =>
+            {
+                true
+            }
+            Some(v)
+                if ["off", "false", "0", "no"]
+                    .iter()
+                    .any(|t| v.eq_ignore_ascii_case(t)) =>
+            {
+                false
+            }
+            Some(v) => {
+                return Err(ConfigError::new(
+                    "CHECKOUT_COALESCE",
+                    format!("{v:?} is neither on nor off"),
+                ))
+            }
+        };
+        let max_group = config::parsed("CHECKOUT_COALESCE_MAX", d.max_group)?;
+        if !(1..=10_000).contains(&max_group) {
+            return Err(ConfigError::new(
+                "CHECKOUT_COALESCE_MAX",
+                "must be between 1 and 10000",
+            ));
+        }
+        let lanes = config::parsed("CHECKOUT_COALESCE_LANES", d.lanes)?;
+        if !(1..=64).contains(&lanes) {
+            return Err(ConfigError::new(
+                "CHECKOUT_COALESCE_LANES",
+                "must be between 1 and 64",
+            ));
+        }
+        Ok(Coalesce {
+            enabled,
+            max_group,
+            lanes,
+        })
+    }
 }
 
 impl Settings {
@@ -124,6 +205,7 @@ impl Settings {
                 .map(|s| Secrets::parse(&s).map_err(|e| ConfigError::new("WEBHOOK_SECRET", e)))
                 .transpose()?,
             limits: Limits::from_env()?,
+            coalesce: Coalesce::from_env()?,
         })
     }
 }
@@ -141,7 +223,7 @@ pub(crate) fn traceparent(headers: &axum::http::HeaderMap) -> String {
 #[derive(Clone)]
 pub(crate) struct AppState {
     pub pool: PgPool,
-    pub ttl: chrono::Duration,
+    pub placer: Arc<coalesce::Placer>,
     pub tokens: Arc<auth::TokenCache>,
     pub limiter: Arc<limits::Limiter>,
     pub webhook_secrets: Option<Arc<Secrets>>,
@@ -165,11 +247,20 @@ impl Application {
         let ttl = chrono::Duration::from_std(settings.reservation_ttl)
             .context("RESERVATION_TTL is too long")?;
         let ready = store::readiness(pool.clone());
+        let limiter = Arc::new(limits::Limiter::new(settings.limits));
+        let placer = coalesce::Placer::new(
+            place::Context {
+                pool: pool.clone(),
+                ttl,
+                limiter: limiter.clone(),
+            },
+            settings.coalesce,
+        );
         let state = AppState {
             pool,
-            ttl,
+            placer: Arc::new(placer),
             tokens: Arc::default(),
-            limiter: Arc::new(limits::Limiter::new(settings.limits)),
+            limiter,
             webhook_secrets: settings.webhook_secrets.map(Arc::new),
         };
         let ops = match settings.ops_addr {

@@ -1,11 +1,13 @@
-//! `POST /v1/orders`: validate, price from the catalogue, then one
-//! transaction claims the idempotency key, records the order and reserves
-//! its units. Out of stock is a stored answer too, so a retry hears it again.
+//! `POST /v1/orders`: validate the request on its own, then place it with
+//! the group it joins (`coalesce`): price the group's SKUs in one query,
+//! decide each order, and commit the whole group in one transaction
+//! (`store::placing`) — each request still gets its own answer. Out of
+//! stock is a stored answer too, so a retry hears it again.
 
 use crate::auth::Account;
 use crate::error::ApiError;
 use crate::logging::RequestTrace;
-use crate::request;
+use crate::request::{self, OrderRequest};
 use crate::view::OrderView;
 use crate::AppState;
 use axum::body::Bytes;
@@ -15,9 +17,15 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use domain::{Command, Money, PlaceOrder};
 use events::Metadata;
+use sqlx::PgPool;
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use store::idempotency::{Claim, KeyedRequest, StoredResponse};
-use store::orders::{HoldLimits, LimitReached, PlaceOutcome};
+use store::placing::{HoldLimits, LimitReached, PlaceOutcome, Placement};
 use uuid::Uuid;
+
+/// A request's answer and the outcome label its metric counts.
+pub(crate) type Answer = Result<(Response, &'static str), ApiError>;
 
 /// Places an order.
 #[tracing::instrument(skip_all, fields(account_id = %account))]
@@ -28,7 +36,10 @@ pub(crate) async fn place_order(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let outcome = place(&state, account, &trace, &headers, body).await;
+    let outcome = match draft(account, &trace, &headers, body) {
+        Ok(draft) => state.placer.place(draft).await,
+        Err(e) => Err(e),
+    };
     let label = match &outcome {
         Ok((_, label)) => *label,
         Err(
@@ -48,26 +59,116 @@ pub(crate) async fn place_order(
     outcome.map(|(response, _)| response)
 }
 
-async fn place(
-    state: &AppState,
+/// A request checked on its own, waiting for its group.
+pub(crate) struct Draft {
+    account_id: Uuid,
+    key: String,
+    request: OrderRequest,
+    traceparent: String,
+}
+
+fn draft(
     account_id: Uuid,
     trace: &RequestTrace,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<(Response, &'static str), ApiError> {
+) -> Result<Draft, ApiError> {
     let body = body?;
     request::check_content_type(headers)?;
     let key = request::idempotency_key(headers)?;
-    let req = request::parse(&body)?;
+    let request = request::parse(&body)?;
+    Ok(Draft {
+        account_id,
+        key,
+        request,
+        traceparent: trace.to_string(),
+    })
+}
 
-    let skus: Vec<&str> = req.lines.iter().map(|(s, _)| s.as_str()).collect();
-    let prices = store::catalog::prices(&state.pool, &skus).await?;
-    let mut lines = Vec::with_capacity(req.lines.len());
-    let mut holds = HoldLimits {
-        max_reserved_units: state.limiter.limits().max_reserved_units,
+/// What placing a group needs.
+pub(crate) struct Context {
+    pub pool: PgPool,
+    pub ttl: chrono::Duration,
+    pub limiter: Arc<crate::limits::Limiter>,
+}
+
+/// Places a group of drafts (in arrival order): one answer per draft, in
+/// the same order.
+pub(crate) async fn place_group(ctx: &Context, drafts: &[Draft]) -> Vec<Answer> {
+    let skus: BTreeSet<&str> = drafts
+        .iter()
+        .flat_map(|d| d.request.lines.iter().map(|(s, _)| s.as_str()))
+        .collect();
+    let skus: Vec<&str> = skus.into_iter().collect();
+    let prices = match store::catalog::prices(&ctx.pool, &skus).await {
+        Ok(prices) => prices,
+        Err(e) => return drafts.iter().map(|_| Err(failed(&e))).collect(),
+    };
+    let mut answers: Vec<Option<Answer>> = drafts.iter().map(|_| None).collect();
+    let mut placements = Vec::with_capacity(drafts.len());
+    let mut placed_from = Vec::with_capacity(drafts.len());
+    for (i, d) in drafts.iter().enumerate() {
+        match placement(ctx, d, &prices) {
+            Ok(p) => {
+                placements.push(p);
+                placed_from.push(i);
+            }
+            Err(e) => answers[i] = Some(Err(e)),
+        }
+    }
+    if !placements.is_empty() {
+        let started = std::time::Instant::now();
+        let refusal = |o: &PlaceOutcome| match o {
+            PlaceOutcome::OutOfStock(sku) => ApiError::OutOfStock(sku.clone()).to_stored(),
+            PlaceOutcome::LimitReached(r) => ApiError::LimitReached(r.clone()).to_stored(),
+            other => ApiError::Internal(format!("no stored refusal for {other:?}")).to_stored(),
+        };
+        let placed = store::placing::place(&ctx.pool, &placements, refusal).await;
+        metrics::histogram!("soldonce_checkout_group_size").record(placements.len() as f64);
+        metrics::histogram!("soldonce_checkout_group_seconds")
+            .record(started.elapsed().as_secs_f64());
+        match placed {
+            Ok((outcomes, report)) => {
+                if report.relocked {
+                    metrics::counter!("soldonce_checkout_group_retries_total", "reason" => "stale_stock")
+                        .increment(1);
+                }
+                if report.isolated {
+                    metrics::counter!("soldonce_checkout_group_retries_total", "reason" => "isolated")
+                        .increment(1);
+                }
+                for ((i, p), outcome) in placed_from.iter().zip(&placements).zip(outcomes) {
+                    answers[*i] = Some(match outcome {
+                        Ok(outcome) => answer(p, outcome),
+                        Err(e) => Err(ApiError::from(e)),
+                    });
+                }
+            }
+            Err(e) => {
+                for i in &placed_from {
+                    answers[*i] = Some(Err(failed(&e)));
+                }
+            }
+        }
+    }
+    answers
+        .into_iter()
+        .map(|a| a.unwrap_or_else(|| Err(ApiError::Internal("a placement went unanswered".into()))))
+        .collect()
+}
+
+/// Prices and decides one draft's order.
+fn placement<'a>(
+    ctx: &Context,
+    d: &'a Draft,
+    prices: &std::collections::HashMap<String, store::catalog::Price>,
+) -> Result<Placement<'a>, ApiError> {
+    let mut lines = Vec::with_capacity(d.request.lines.len());
+    let mut limits = HoldLimits {
+        max_reserved_units: ctx.limiter.limits().max_reserved_units,
         per_account: vec![],
     };
-    for (sku, quantity) in &req.lines {
+    for (sku, quantity) in &d.request.lines {
         let price = prices
             .get(sku.as_str())
             .ok_or_else(|| ApiError::Invalid(format!("unknown sku {sku}")))?;
@@ -80,7 +181,7 @@ async fn place(
             });
         }
         if let Some(limit) = price.per_account_limit {
-            holds.per_account.push((sku.clone(), limit));
+            limits.per_account.push((sku.clone(), limit));
         }
         let money = Money::new(price.minor, price.currency)
             .map_err(|e| ApiError::Internal(e.to_string()))?;
@@ -91,11 +192,11 @@ async fn place(
     let order_id = Uuid::now_v7();
     let command = Command::Place(PlaceOrder {
         order_id,
-        account_id,
+        account_id: d.account_id,
         lines,
-        shipping: req.shipping,
+        shipping: d.request.shipping.clone(),
         placed_at: now,
-        expires_at: now + state.ttl,
+        expires_at: now + ctx.ttl,
     });
     let events = domain::decide(None, command).map_err(|e| ApiError::Invalid(e.to_string()))?;
     let order = domain::fold(&events)
@@ -106,31 +207,38 @@ async fn place(
             .map_err(|e| ApiError::Internal(e.to_string()))?,
         order_id: Some(order_id),
     };
-    let keyed = KeyedRequest {
-        account_id,
-        key: &key,
-        fingerprint: req.fingerprint,
-    };
-    let meta = Metadata::from_request("checkout", order_id, Some(trace.to_string()));
+    Ok(Placement {
+        key: KeyedRequest {
+            account_id: d.account_id,
+            key: &d.key,
+            fingerprint: d.request.fingerprint,
+        },
+        accepted,
+        order,
+        events,
+        meta: Metadata::from_request("checkout", order_id, Some(d.traceparent.clone())),
+        limits,
+    })
+}
 
-    match store::orders::place(
-        &state.pool,
-        &keyed,
-        &accepted,
-        &order,
-        &events,
-        &meta,
-        &holds,
-    )
-    .await?
-    {
-        PlaceOutcome::Placed => Ok((stored_response(&accepted, false), "placed")),
+/// A store failure every placement of the group hears.
+fn failed(e: &store::StoreError) -> ApiError {
+    if e.is_unavailable() {
+        ApiError::Unavailable(e.to_string())
+    } else {
+        ApiError::Internal(e.to_string())
+    }
+}
+
+fn answer(p: &Placement<'_>, outcome: PlaceOutcome) -> Answer {
+    match outcome {
+        PlaceOutcome::Placed => Ok((stored_response(&p.accepted, false), "placed")),
         PlaceOutcome::Claim(claim) => claim_response(claim),
         PlaceOutcome::LimitReached(reached) => {
             count_limit_refusal(&reached);
-            remember(state, &keyed, ApiError::LimitReached(reached)).await
+            Err(ApiError::LimitReached(reached))
         }
-        PlaceOutcome::OutOfStock(sku) => remember(state, &keyed, ApiError::OutOfStock(sku)).await,
+        PlaceOutcome::OutOfStock(sku) => Err(ApiError::OutOfStock(sku)),
     }
 }
 
@@ -142,20 +250,7 @@ fn count_limit_refusal(reached: &LimitReached) {
     metrics::counter!("soldonce_limit_refusals_total", "limit" => name).increment(1);
 }
 
-/// Stores a refusal under the key, so a retry hears it again, and answers
-/// it; or answers what the key already holds.
-async fn remember(
-    state: &AppState,
-    keyed: &KeyedRequest<'_>,
-    refusal: ApiError,
-) -> Result<(Response, &'static str), ApiError> {
-    match store::idempotency::record(&state.pool, keyed, &refusal.to_stored()).await? {
-        Claim::Claimed => Err(refusal),
-        other => claim_response(other),
-    }
-}
-
-fn claim_response(claim: Claim) -> Result<(Response, &'static str), ApiError> {
+fn claim_response(claim: Claim) -> Answer {
     match claim {
         Claim::Replay(stored) => Ok((stored_response(&stored, true), "replayed")),
         Claim::Claimed => Err(ApiError::Internal("claim reported after the fact".into())),

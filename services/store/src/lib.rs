@@ -9,7 +9,8 @@
 //! Layout:
 //! - `write.rs` — the one write path: `Changes` gathered, then `commit`
 //! - `journal.rs` — events with their outbox rows, appended in one statement
-//! - `orders.rs` — the orders projection; place, transition, expire
+//! - `placing.rs` — placing orders, a whole group per transaction (coalesced reservations)
+//! - `orders.rs` — the orders projection; transition, expire
 //! - `shipments.rs` — the shipments projection; create, advance
 //! - `stock.rs` — bucket movements per SKU per batch, with the ledger
 //! - `catalog.rs` — products, prices, limits, receipts and adjustments
@@ -32,6 +33,7 @@ pub mod order_counts;
 pub mod orders;
 pub mod outbox;
 pub mod payments;
+pub mod placing;
 pub mod projections;
 pub mod reconcile;
 pub mod replay;

@@ -1,8 +1,7 @@
 //! Orders: the event store, its orders projection, and the transactions
-//! that change them. Each commits the events, the projection, the stock
+//! that change them (placing them is `placing`). Each commits the events, the projection, the stock
 //! movements with their ledger rows and the outbox rows together.
 
-use crate::idempotency::{self, Claim, KeyedRequest, StoredResponse};
 use crate::write::{self, Changes, Written};
 use crate::StoreError;
 use chrono::{DateTime, Utc};
@@ -11,128 +10,6 @@ use events::Metadata;
 use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
-
-/// What became of a checkout.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PlaceOutcome {
-    Placed,
-    OutOfStock(Sku),
-    Claim(Claim),
-    /// The account would hold more than a limit allows.
-    LimitReached(LimitReached),
-}
-
-/// Limits on what one account may hold, checked in the placing transaction
-/// under a per-account lock, so they hold across every checkout instance.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HoldLimits {
-    /// Units the account may hold in open reservations (0: no limit).
-    pub max_reserved_units: i64,
-    /// Per SKU: units the account may hold in pending or confirmed orders, ever.
-    pub per_account: Vec<(Sku, i64)>,
-}
-
-impl HoldLimits {
-    fn active(&self) -> bool {
-        self.max_reserved_units > 0 || !self.per_account.is_empty()
-    }
-}
-
-/// Which limit a placement would break.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LimitReached {
-    /// Units in open reservations: the account already holds `held` of `limit`.
-    ReservedUnits { limit: i64, held: i64 },
-    /// One SKU per account: the account already holds `held` of `limit`.
-    PerAccount { sku: Sku, limit: i64, held: i64 },
-}
-
-/// Places an order in one transaction: claim the idempotency key (storing
-/// `response`), then write the events with projection, outbox rows and the
-/// reservation on the write path (stock last: the hot rows stay locked for
-/// as short a time as possible). `order` is the fold of `events`.
-#[tracing::instrument(skip_all, fields(order_id = %order.id))]
-pub async fn place(
-    pool: &PgPool,
-    key: &KeyedRequest<'_>,
-    response: &StoredResponse,
-    order: &Order,
-    events: &[Event],
-    meta: &Metadata,
-    limits: &HoldLimits,
-) -> Result<PlaceOutcome, StoreError> {
-    let mut tx = pool.begin().await?;
-    let claim = idempotency::claim(&mut tx, key, response).await?;
-    if claim != Claim::Claimed {
-        return Ok(PlaceOutcome::Claim(claim));
-    }
-    if limits.active() {
-        if let Some(reached) = check_holds(&mut tx, order, limits).await? {
-            tx.rollback().await?;
-            return Ok(PlaceOutcome::LimitReached(reached));
-        }
-    }
-    let mut changes = Changes::new();
-    changes.order(None, events, meta)?;
-    if let Written::StockShort(sku) = write::commit(&mut tx, &changes).await? {
-        tx.rollback().await?;
-        return Ok(PlaceOutcome::OutOfStock(sku));
-    }
-    tx.commit().await?;
-    Ok(PlaceOutcome::Placed)
-}
-
-/// Counts what the account already holds, one placement of the account at
-/// a time (a transaction-scoped advisory lock on the account).
-async fn check_holds(
-    conn: &mut PgConnection,
-    order: &Order,
-    limits: &HoldLimits,
-) -> Result<Option<LimitReached>, StoreError> {
-    sqlx::query(
-        "SELECT pg_advisory_xact_lock(hashtextextended('soldonce-account:' || $1::text, 0))",
-    )
-    .bind(order.account_id)
-    .execute(&mut *conn)
-    .await?;
-    if limits.max_reserved_units > 0 {
-        let held: i64 = sqlx::query_scalar(
-            "SELECT coalesce(sum(l.quantity), 0)::bigint FROM orders o JOIN order_lines l ON l.order_id = o.id \
-             WHERE o.account_id = $1 AND o.state = 'payment_pending'",
-        )
-        .bind(order.account_id)
-        .fetch_one(&mut *conn)
-        .await?;
-        let asked: i64 = order.lines.iter().map(|l| l.quantity.get()).sum();
-        if held.saturating_add(asked) > limits.max_reserved_units {
-            return Ok(Some(LimitReached::ReservedUnits {
-                limit: limits.max_reserved_units,
-                held,
-            }));
-        }
-    }
-    for (sku, limit) in &limits.per_account {
-        let Some(line) = order.lines.iter().find(|l| &l.sku == sku) else {
-            continue;
-        };
-        let held: i64 = sqlx::query_scalar(
-            "SELECT coalesce(sum(l.quantity), 0)::bigint FROM orders o JOIN order_lines l ON l.order_id = o.id \
-             WHERE o.account_id = $1 AND l.sku = $2 AND o.state IN ('payment_pending', 'confirmed')",
-        )
-        .bind(order.account_id)
-        .bind(sku.as_str())
-        .fetch_one(&mut *conn)
-        .await?;
-        if held.saturating_add(line.quantity.get()) > *limit {
-            return Ok(Some(LimitReached::PerAccount {
-                sku: sku.clone(),
-                limit: *limit,
-                held,
-            }));
-        }
-    }
-    Ok(None)
-}
 
 /// What became of a command on an existing order.
 #[derive(Debug, Clone, PartialEq)]
