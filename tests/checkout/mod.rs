@@ -1,4 +1,5 @@
 mod bad_input;
+mod coalesce;
 mod flash_sale;
 mod idempotency;
 mod limits;
