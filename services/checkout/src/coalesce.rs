@@ -9,9 +9,11 @@ use crate::error::ApiError;
 use crate::place::{self, Answer, Context, Draft};
 use crate::Coalesce;
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-type Job = (Draft, oneshot::Sender<Answer>);
+/// A draft, when it joined the queue, and where its answer goes.
+type Job = (Draft, Instant, oneshot::Sender<Answer>);
 
 /// Where a handler sends its draft.
 pub(crate) enum Placer {
@@ -46,7 +48,7 @@ impl Placer {
             Placer::Coalesced(queue) => {
                 let (reply, answer) = oneshot::channel();
                 queue
-                    .send((draft, reply))
+                    .send((draft, Instant::now(), reply))
                     .await
                     .map_err(|_| ApiError::Unavailable("checkout is shutting down".into()))?;
                 answer
@@ -77,7 +79,14 @@ async fn lane(ctx: Arc<Context>, queue: Arc<Mutex<mpsc::Receiver<Job>>>, max: us
         }
         let ctx = ctx.clone();
         let group = tokio::spawn(async move {
-            let (drafts, replies): (Vec<Draft>, Vec<_>) = jobs.into_iter().unzip();
+            let waited = metrics::histogram!("soldonce_checkout_queue_wait_seconds");
+            let mut drafts = Vec::with_capacity(jobs.len());
+            let mut replies = Vec::with_capacity(jobs.len());
+            for (draft, queued, reply) in jobs {
+                waited.record(queued.elapsed().as_secs_f64());
+                drafts.push(draft);
+                replies.push(reply);
+            }
             let answers = place::place_group(&ctx, &drafts).await;
             for (reply, answer) in replies.into_iter().zip(answers) {
                 let _ = reply.send(answer);

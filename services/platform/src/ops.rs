@@ -6,7 +6,7 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
@@ -20,6 +20,15 @@ pub fn metrics_handle() -> PrometheusHandle {
                 .set_buckets(&[
                     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                 ])
+                .and_then(|b| {
+                    // Batch and group sizes count items, not seconds.
+                    b.set_buckets_for_metric(
+                        Matcher::Suffix("_size".into()),
+                        &[
+                            1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+                        ],
+                    )
+                })
                 .map(PrometheusBuilder::build_recorder)
                 .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
             let handle = recorder.handle();
