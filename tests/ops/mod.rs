@@ -1,8 +1,9 @@
 //! One command for operators: deployment files that match the binaries,
 //! clear configuration errors, parseable metrics, graceful shutdown,
-//! readiness that names the dependency that is down, and the local run with
-//! its demo.
+//! readiness that names the dependency that is down, the local run with its
+//! demo, and the flash-sale bench.
 
+mod bench;
 mod compose;
 mod lifecycle;
 mod psp_books;

@@ -8,6 +8,7 @@
 //! - `up.rs` — a whole local system for trying soldonce
 //! - `demo.rs` — a flash sale shown end to end
 //! - `load.rs` — the load generator
+//! - `bench.rs` — `bench flash-sale`: write strategies compared on a database of its own
 //! - `events.rs` — `events tail` and `order show`
 //! - `replay.rs` — rebuild from the stream and diff with the live projections
 //! - `schemas.rs` — the event schemas, compiled
@@ -15,6 +16,7 @@
 //! - `output.rs` — text or `--json` output
 
 mod admin;
+mod bench;
 mod demo;
 mod events;
 mod load;
@@ -82,6 +84,9 @@ enum Commands {
     Projections(admin::ProjectionsCommand),
     /// Drive load at a running checkout and check the result against the database.
     Load(load::LoadArgs),
+    /// Benchmarks on a database of the bench's own (created on DATABASE_URL's server, then dropped).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
     /// Run the whole system locally (private PostgreSQL and NATS unless DATABASE_URL/NATS_URL are set).
     Up(up::UpArgs),
 }
@@ -178,6 +183,7 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Commands::Order(OrderCommand::Show { id }) => events::show(&id, &out).await,
         Commands::Projections(cmd) => admin::projections(cmd, &out).await,
         Commands::Load(args) => load::run(args, &out).await,
+        Commands::Bench(cmd) => bench::run(cmd, &out).await,
         Commands::Up(args) => up::run(args, &out).await,
     }
 }
