@@ -94,7 +94,7 @@ for round in $(seq "$rounds"); do
       scrape >"$dir/m.before"
       c0=$(proc_cpu "$( [ "$mode" = on ] && echo "$on_pid" || echo "$off_pid")"); p0=$(pg_cpu)
       /usr/bin/time -f "%U %S" -o "$dir/load.time" "$bin/soldonce" --json load --url "$url" --sku "$sku" --sku-count "$count" \
-        --connections 300 --requests $(( secs * 3000 )) --no-verify >"$dir/load.json"
+        --connections 300 --requests $(( secs * 2000 )) --no-verify >"$dir/load.json"
       c1=$(proc_cpu "$( [ "$mode" = on ] && echo "$on_pid" || echo "$off_pid")"); p1=$(pg_cpu)
       scrape >"$dir/m.after"
       read -r rate p50 p99 acc secs_run <<<"$(json accepted_per_second p50_ms p99_ms accepted seconds <"$dir/load.json")"
