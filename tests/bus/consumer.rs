@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use async_nats::jetstream::message::PublishMessage;
-use bus::consumer::{ConsumerSpec, Delivery, HandleError, Handler};
+use bus::consumer::{ConsumerSpec, Delivery, HandleError, Handler, Tx};
 use localservers::Nats;
 use soldonce_tests::{eventually, servers};
 use sqlx::PgPool;
@@ -17,17 +17,24 @@ struct RecordEffects;
 
 impl Handler for RecordEffects {
     type Inbox = PgInbox;
+    type Prepared = ();
+    type Recorded = ();
 
-    async fn handle(&self, d: &Delivery<PgInbox>) -> Result<(), HandleError> {
-        let Some(mut tx) = d.begin().await.context("writing the inbox row")? else {
-            return Ok(());
-        };
-        sqlx::query("INSERT INTO test_effects (event_id) VALUES ($1)")
-            .bind(d.event.id)
-            .execute(&mut *tx)
+    async fn prepare(&self, _: &Delivery) -> Result<(), HandleError> {
+        Ok(())
+    }
+
+    async fn record(
+        &self,
+        tx: &mut Tx<Self>,
+        batch: &[(&Delivery, &())],
+    ) -> Result<(), HandleError> {
+        let ids: Vec<Uuid> = batch.iter().map(|(d, _)| d.event.id).collect();
+        sqlx::query("INSERT INTO test_effects (event_id) SELECT * FROM unnest($1::uuid[])")
+            .bind(&ids)
+            .execute(&mut **tx)
             .await
-            .context("recording the effect")?;
-        tx.commit().await.context("committing")?;
+            .context("recording the effects")?;
         Ok(())
     }
 }
@@ -73,6 +80,7 @@ async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consum
         max_deliver: 3,
         backoff: vec![],
         concurrency: 4,
+        batch_size: 4,
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let runner = tokio::spawn(bus::consumer::run(
@@ -157,6 +165,104 @@ async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consum
             .expect("reasons");
     assert!(reasons[0].0.starts_with("invalid envelope"), "{reasons:?}");
     assert!(reasons[1].0.contains("order.placed.v9"), "{reasons:?}");
+    stop.send(true).expect("stop");
+    runner.await.expect("runner").expect("consumer ran cleanly");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_fails_inside_a_batch_fails_alone_and_the_rest_commit_together() {
+    let url = servers::fresh_database().await;
+    let pool = PgPool::connect(&url).await.expect("db");
+    let bad = Uuid::now_v7();
+    // The effect of one event is refused by the database, every time.
+    sqlx::query(&format!(
+        "CREATE TABLE test_effects (event_id uuid NOT NULL CHECK (event_id <> '{bad}'))"
+    ))
+    .execute(&pool)
+    .await
+    .expect("table");
+    let nats = Nats::start_temporary().expect("nats");
+    let js = bus::connect(&nats.url()).await.expect("connect");
+    bus::ensure_stream(&js, &bus::StreamSettings::default())
+        .await
+        .expect("stream");
+    // Everything is on the stream before the consumer starts, so it pulls full batches.
+    let good: Vec<Uuid> = (0..60).map(|_| Uuid::now_v7()).collect();
+    for (i, id) in good.iter().enumerate() {
+        publish(
+            &js,
+            &format!("g{i}"),
+            envelope(*id, "soldonce.order.placed.v1"),
+        )
+        .await;
+        if i == 20 {
+            publish(&js, "bad", envelope(bad, "soldonce.order.placed.v1")).await;
+            publish(&js, "junk", b"{ not json".to_vec()).await;
+        }
+    }
+    let spec = ConsumerSpec {
+        name: "test-consumer".into(),
+        filter_subjects: vec!["soldonce.order.placed.>".into()],
+        types: vec!["soldonce.order.placed.v1".into()],
+        ack_wait: Duration::from_secs(5),
+        max_deliver: 3,
+        backoff: vec![],
+        concurrency: 64,
+        batch_size: 16,
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let runner = tokio::spawn(bus::consumer::run(
+        js.clone(),
+        PgInbox::new(pool.clone()),
+        spec,
+        Arc::new(RecordEffects),
+        stopped,
+    ));
+    let count = |sql: String| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(&sql)
+                .fetch_one(&pool)
+                .await
+                .expect("count")
+        }
+    };
+    eventually(
+        "the failing event and the junk to be dead-lettered",
+        Duration::from_secs(60),
+        || async { (count("SELECT count(*) FROM dead_letters".into()).await == 2).then_some(()) },
+    )
+    .await;
+    eventually(
+        "every good event's effect",
+        Duration::from_secs(60),
+        || async { (count("SELECT count(*) FROM test_effects".into()).await == 60).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        count("SELECT count(DISTINCT event_id) FROM test_effects".into()).await,
+        60,
+        "each good event once"
+    );
+    let transactions = count("SELECT count(DISTINCT xmin::text) FROM test_effects".into()).await;
+    assert!(
+        transactions < 60,
+        "good events were committed in batches: 60 effects in {transactions} transactions"
+    );
+    let reason: String =
+        sqlx::query_scalar("SELECT reason FROM dead_letters WHERE reason LIKE 'max deliveries%'")
+            .fetch_one(&pool)
+            .await
+            .expect("the failing event's dead letter");
+    assert!(reason.contains("test_effects"), "{reason}");
+    assert_eq!(
+        count(format!(
+            "SELECT count(*) FROM inbox WHERE event_id = '{bad}'"
+        ))
+        .await,
+        0,
+        "the failed event left no inbox row"
+    );
     stop.send(true).expect("stop");
     runner.await.expect("runner").expect("consumer ran cleanly");
 }

@@ -203,12 +203,24 @@ async fn operators_see_an_orders_timeline_and_follow_live_events() {
         "order.confirmed.v1",
         "payment: pay_",
         "delivered",
+        "payment-worker took order.placed.v1",
+        "recorded order.confirmed.v1",
+        "fulfillment took order.confirmed.v1",
+        "recorded shipment.delivered.v1",
     ] {
         assert!(
             text.contains(expected),
             "order show lacks {expected:?}:\n{text}"
         );
     }
+    let trace = text
+        .lines()
+        .find_map(|l| l.strip_prefix("trace id: "))
+        .expect("a trace id line");
+    assert!(
+        trace.len() == 32 && trace.bytes().all(|b| b.is_ascii_hexdigit()),
+        "the placement's W3C trace id: {trace:?}"
+    );
     let (code, text) = run_cli(&saga, &["order", "show", "not-an-id"]);
     assert_eq!((code, text.trim().lines().count()), (2, 1), "{text}");
 

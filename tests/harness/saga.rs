@@ -116,6 +116,8 @@ impl Saga {
             psp_deadline: Duration::from_secs(20),
             // Enough to start every test's charges at once.
             concurrency: 256,
+            // Batches of more than one, so every saga test runs batched.
+            batch_size: 16,
             compensation_interval: self.compensation_interval,
             // Tests reconcile explicitly, so each run is seen.
             reconcile_interval: Duration::ZERO,
@@ -138,6 +140,7 @@ impl Saga {
             database_url: self.app.database_url.clone(),
             nats_url: self.nats.url(),
             step_delay,
+            batch_size: 16,
             stream: bus::StreamSettings::default(),
         };
         let app = fulfillment::Application::build(settings)

@@ -153,3 +153,102 @@ async fn psp_sim_killed_mid_run_keeps_every_payment_and_refund() {
     }
     assert_audit_clean(&system.app).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payment_worker_and_fulfillment_sigkilled_mid_batch_lose_nothing_and_double_nothing() {
+    let mut system = System::start().await;
+    // Large batches, so each kill lands in the middle of some.
+    for service in ["payment-worker", "fulfillment"] {
+        system
+            .env
+            .get_mut(service)
+            .expect("service env")
+            .insert("CONSUMER_BATCH_SIZE", "64".to_owned());
+        system.kill(service).await;
+        system.launch(service).await;
+    }
+    system.app.add_product("MUG", 2500, 10_000).await;
+    let placing = {
+        let (client, token, url) = (
+            system.app.client.clone(),
+            system.app.token.clone(),
+            system.url("checkout"),
+        );
+        tokio::spawn(async move {
+            futures::future::join_all((0..8).map(|_| {
+                let (client, token, url) = (client.clone(), token.clone(), url.clone());
+                async move {
+                    let mut ids = vec![];
+                    for _ in 0..75 {
+                        let placed = client
+                            .post(format!("{url}/v1/orders"))
+                            .bearer_auth(&token)
+                            .header("idempotency-key", Uuid::new_v4().to_string())
+                            .json(
+                                &serde_json::json!({ "lines": [{ "sku": "MUG", "quantity": 1 }] }),
+                            )
+                            .send()
+                            .await
+                            .expect("checkout answers");
+                        assert_eq!(placed.status(), 202);
+                        let body: serde_json::Value = placed.json().await.expect("json");
+                        ids.push(body["id"].as_str().expect("id").to_owned());
+                    }
+                    ids
+                }
+            }))
+            .await
+        })
+    };
+    for (service, table) in [("payment-worker", "payments"), ("fulfillment", "shipments")] {
+        eventually(
+            &format!("{service} to be at work"),
+            Duration::from_secs(60),
+            || async {
+                (system
+                    .app
+                    .count(&format!("SELECT count(*) FROM {table}"))
+                    .await
+                    >= 50)
+                    .then_some(())
+            },
+        )
+        .await;
+        system.kill(service).await;
+        system.launch(service).await;
+    }
+    let placed: Vec<String> = placing.await.expect("placing").concat();
+    assert_eq!(placed.len(), 600);
+    wait_count(
+        &system,
+        "every shipment to be delivered",
+        "SELECT count(*) FROM shipments WHERE state = 'delivered'",
+        600,
+    )
+    .await;
+    let books = psp_books(&system).await;
+    assert_eq!(books.len(), 600, "the PSP charged each order once");
+    assert!(books.values().all(|r| r.is_empty()), "nothing refunded");
+    for (what, sql) in [
+        (
+            "confirmed orders",
+            "SELECT count(*) FROM orders WHERE state = 'confirmed'",
+        ),
+        (
+            "attached payments",
+            "SELECT count(*) FROM payments WHERE disposition = 'attached'",
+        ),
+        (
+            "confirmations",
+            "SELECT count(*) FROM events WHERE type = 'order.confirmed.v1'",
+        ),
+        (
+            "shipments created",
+            "SELECT count(*) FROM events WHERE type = 'shipment.created.v1'",
+        ),
+        ("units sold", "SELECT sold FROM stock WHERE sku = 'MUG'"),
+    ] {
+        assert_eq!(system.app.count(sql).await, 600, "{what}");
+    }
+    assert_audit_clean(&system.app).await;
+}

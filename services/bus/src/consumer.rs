@@ -2,17 +2,31 @@
 //! bounded redelivery with backoff, inbox dedupe `(consumer, event id)` in
 //! the same transaction as the handler's effect, and dead letters (a record
 //! plus a metric) for what can never be handled — an invalid envelope, an
-//! unknown type or version, or a message out of deliveries. Where the inbox
-//! and the dead letters are kept is the [`Inbox`]'s business, never this
-//! module's. Handlers never trust message order: they check the current state.
+//! unknown type or version, or a message out of deliveries.
+//!
+//! Messages are handled in batches: whatever the pull has buffered, up to
+//! `batch_size`. A handler [`Handler::prepare`]s each message of a batch
+//! at once (its calls out, e.g. to the PSP, concurrent), then
+//! [`Handler::record`]s the batch's effects in one transaction with their
+//! inbox rows; acks follow the commit. If that transaction fails, each
+//! message is recorded again on its own, so a message that fails alone is
+//! retried (or dead-lettered) alone and never poisons its batch. Where the
+//! inbox and the dead letters are kept is the [`Inbox`]'s business, never
+//! this module's. Two stages of the saga's latency budget are measured
+//! here, per consumer: `soldonce_consumer_wait_seconds` (the stream's
+//! PubAck to the handler's start, first deliveries only) and
+//! `soldonce_consumer_handle_seconds` (a message's batch, prepared,
+//! recorded and committed).
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use events::{CloudEvent, DeadLetter, Inbox};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{watch, Semaphore};
+use uuid::Uuid;
 
 /// How a consumer is set up on the stream.
 #[derive(Debug, Clone)]
@@ -31,8 +45,23 @@ pub struct ConsumerSpec {
     /// Delays before retrying after a transient failure (the n-th entry after
     /// the n-th failure; the last repeats), sent as `Nak(delay)`.
     pub backoff: Vec<Duration>,
-    /// Messages handled at once by this process.
+    /// Messages in hand at once in this process.
     pub concurrency: usize,
+    /// The most messages handled in one transaction (1: one per message).
+    pub batch_size: usize,
+}
+
+/// `CONSUMER_BATCH_SIZE`, default 32 (1–1000): the most messages a
+/// consumer handles in one transaction.
+pub fn batch_size_setting() -> Result<usize, platform::config::ConfigError> {
+    let n = platform::config::parsed("CONSUMER_BATCH_SIZE", 32usize)?;
+    if !(1..=1000).contains(&n) {
+        return Err(platform::config::ConfigError::new(
+            "CONSUMER_BATCH_SIZE",
+            "must be between 1 and 1000",
+        ));
+    }
+    Ok(n)
 }
 
 /// Why a handler failed.
@@ -48,34 +77,44 @@ pub enum HandleError {
 }
 
 /// One delivery, handed to a handler.
-pub struct Delivery<I: Inbox> {
+pub struct Delivery {
     pub event: CloudEvent,
     /// How many times this message has been delivered (1 the first time).
     pub delivered: i64,
     pub traceparent: Option<String>,
-    consumer: Arc<str>,
-    inbox: Arc<I>,
 }
 
-impl<I: Inbox> Delivery<I> {
-    /// Begins the transaction for the handler's effect with the inbox row
-    /// already written; `None` if another delivery of this event already
-    /// committed (the caller then does nothing).
-    pub async fn begin(&self) -> Result<Option<I::Tx>, I::Error> {
-        self.inbox.begin(&self.consumer, self.event.id).await
-    }
-}
+/// The transaction a handler records in.
+pub type Tx<H> = <<H as Handler>::Inbox as Inbox>::Tx;
 
 /// What a consuming service implements.
 pub trait Handler: Send + Sync + 'static {
     /// Where this handler's effects and their inbox rows are kept.
     type Inbox: Inbox;
+    /// What one delivery's effect needs, worked out before the batch's
+    /// transaction (reads, calls out). No effect may be written then.
+    type Prepared: Send + Sync + 'static;
+    /// What recording found, for [`Handler::committed`] (metrics, logs).
+    type Recorded: Send + 'static;
 
-    /// Handles one event; the effect commits through [`Delivery::begin`].
-    fn handle(
+    /// Prepares one delivery; the deliveries of a batch are prepared at once.
+    fn prepare(
         &self,
-        delivery: &Delivery<Self::Inbox>,
-    ) -> impl Future<Output = Result<(), HandleError>> + Send;
+        delivery: &Delivery,
+    ) -> impl Future<Output = Result<Self::Prepared, HandleError>> + Send;
+
+    /// Records the effects of fresh deliveries (each never recorded before)
+    /// in `tx`, where their inbox rows are already written; the runtime
+    /// commits. Handlers never trust message order: they check the current
+    /// state.
+    fn record(
+        &self,
+        tx: &mut Tx<Self>,
+        batch: &[(&Delivery, &Self::Prepared)],
+    ) -> impl Future<Output = Result<Self::Recorded, HandleError>> + Send;
+
+    /// Called once what [`Handler::record`] found is committed.
+    fn committed(&self, _recorded: Self::Recorded) {}
 }
 
 /// Creates (or updates) the durable consumer on the stream.
@@ -96,7 +135,7 @@ pub async fn ensure_consumer(
     Ok(stream.create_consumer(config).await?)
 }
 
-/// Consumes until `stop` turns true; a message in hand is finished first.
+/// Consumes until `stop` turns true; the messages in hand are finished first.
 pub async fn run<H: Handler>(
     js: jetstream::Context,
     inbox: H::Inbox,
@@ -115,18 +154,32 @@ pub async fn run<H: Handler>(
             next = messages.next() => next,
         };
         let Some(next) = next else { break };
-        let message = match next {
+        let first = match next {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(error = %e, consumer = %spec.name, "pull failed; continuing");
                 continue;
             }
         };
-        let permit = permits.clone().acquire_owned().await?;
+        let mut held = vec![permits.clone().acquire_owned().await?];
+        let mut batch = vec![first];
+        // The batch is what the pull has already buffered, up to the limit.
+        while batch.len() < spec.batch_size.max(1) {
+            let Ok(permit) = permits.clone().try_acquire_owned() else {
+                break;
+            };
+            match messages.next().now_or_never() {
+                Some(Some(Ok(m))) => {
+                    held.push(permit);
+                    batch.push(m);
+                }
+                _ => break,
+            }
+        }
         let (inbox, spec, handler) = (inbox.clone(), spec.clone(), handler.clone());
         tokio::spawn(async move {
-            process(&inbox, &spec, handler.as_ref(), message).await;
-            drop(permit);
+            process(inbox.as_ref(), &spec, handler.as_ref(), batch).await;
+            drop(held);
         });
     }
     // Wait for the messages in hand.
@@ -136,85 +189,212 @@ pub async fn run<H: Handler>(
     Ok(())
 }
 
+/// A message in a batch, with its delivery once the envelope is valid.
+struct InHand {
+    message: jetstream::Message,
+    seq: u64,
+    delivery: Delivery,
+}
+
 async fn process<H: Handler>(
-    inbox: &Arc<H::Inbox>,
+    inbox: &H::Inbox,
     spec: &ConsumerSpec,
     handler: &H,
-    message: jetstream::Message,
+    batch: Vec<jetstream::Message>,
 ) {
-    let (seq, delivered) = message
-        .info()
-        .map(|i| (i.stream_sequence, i.delivered))
-        .unwrap_or((0, 1));
-    let event: CloudEvent = match serde_json::from_slice(&message.payload) {
-        Ok(e) => e,
-        Err(e) => {
-            return dead_letter(
-                inbox.as_ref(),
-                spec,
-                &message,
-                seq,
-                &format!("invalid envelope: {e}"),
-            )
-            .await
+    metrics::histogram!("soldonce_consumer_batch_size", "consumer" => spec.name.clone())
+        .record(batch.len() as f64);
+    let started = Instant::now();
+    let mut hand = Vec::with_capacity(batch.len());
+    let mut ids = HashSet::new();
+    for message in batch {
+        let (seq, delivered, published_ns) = message
+            .info()
+            .map(|i| {
+                (
+                    i.stream_sequence,
+                    i.delivered,
+                    i128::from(i.published.timestamp_nanos_opt().unwrap_or(0)),
+                )
+            })
+            .unwrap_or((0, 1, 0));
+        let event: CloudEvent = match serde_json::from_slice(&message.payload) {
+            Ok(e) => e,
+            Err(e) => {
+                let reason = format!("invalid envelope: {e}");
+                dead_letter(inbox, spec, &message, seq, &reason).await;
+                continue;
+            }
+        };
+        if !spec.types.iter().any(|t| t == &event.event_type) {
+            let reason = format!("unknown event type or version {}", event.event_type);
+            dead_letter(inbox, spec, &message, seq, &reason).await;
+            continue;
         }
-    };
-    if !spec.types.iter().any(|t| t == &event.event_type) {
-        let reason = format!("unknown event type or version {}", event.event_type);
-        return dead_letter(inbox.as_ref(), spec, &message, seq, &reason).await;
+        // The same event twice in one batch: the first one's effect is the only one.
+        if !ids.insert(event.id) {
+            duplicate(spec, &message).await;
+            continue;
+        }
+        // The stage before this one: from the stream's PubAck to the handler's start.
+        if published_ns > 0 && delivered == 1 {
+            let now_ns = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as i128)
+                .unwrap_or(0);
+            metrics::histogram!("soldonce_consumer_wait_seconds", "consumer" => spec.name.clone())
+                .record((now_ns - published_ns).max(0) as f64 / 1e9);
+        }
+        let traceparent = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("traceparent"))
+            .map(|v| v.as_str().to_owned());
+        hand.push(InHand {
+            message,
+            seq,
+            delivery: Delivery {
+                event,
+                delivered,
+                traceparent,
+            },
+        });
     }
-    // A failed look-up is no answer: the inbox row in `begin` still dedupes.
-    if let Ok(true) = inbox.seen(&spec.name, event.id).await {
-        metrics::counter!("soldonce_consumer_duplicates_total", "consumer" => spec.name.clone())
-            .increment(1);
-        let _ = message.ack().await;
+    if hand.is_empty() {
         return;
     }
-    let traceparent = message
-        .headers
-        .as_ref()
-        .and_then(|h| h.get("traceparent"))
-        .map(|v| v.as_str().to_owned());
-    let delivery = Delivery {
-        event,
-        delivered,
-        traceparent,
-        consumer: spec.name.as_str().into(),
-        inbox: inbox.clone(),
-    };
-    // Keep JetStream from redelivering a message while its handler is still at work.
-    let handled = {
-        let work = handler.handle(&delivery);
-        tokio::pin!(work);
-        let mut beat = tokio::time::interval(spec.ack_wait / 3);
-        beat.tick().await;
-        loop {
-            tokio::select! {
-                result = &mut work => break result,
-                _ = beat.tick() => {
-                    let _ = message.ack_with(AckKind::Progress).await;
+    // A failed look-up is no answer: the inbox rows in `begin` still dedupe.
+    let event_ids: Vec<Uuid> = hand.iter().map(|h| h.delivery.event.id).collect();
+    if let Ok(seen) = inbox.seen(&spec.name, &event_ids).await {
+        let mut fresh = Vec::with_capacity(hand.len());
+        for (h, seen) in hand.into_iter().zip(seen) {
+            if seen {
+                duplicate(spec, &h.message).await;
+            } else {
+                fresh.push(h);
+            }
+        }
+        hand = fresh;
+    }
+    // Keep JetStream from redelivering messages while their handler is still at work.
+    let work = handle(inbox, spec, handler, &hand);
+    tokio::pin!(work);
+    let mut beat = tokio::time::interval(spec.ack_wait / 3);
+    beat.tick().await;
+    let settled = loop {
+        tokio::select! {
+            settled = &mut work => break settled,
+            _ = beat.tick() => {
+                for h in &hand {
+                    let _ = h.message.ack_with(AckKind::Progress).await;
                 }
             }
         }
     };
-    match handled {
+    let elapsed = started.elapsed().as_secs_f64();
+    for (h, outcome) in hand.iter().zip(settled) {
+        metrics::histogram!("soldonce_consumer_handle_seconds", "consumer" => spec.name.clone())
+            .record(elapsed);
+        settle(inbox, spec, h, outcome).await;
+    }
+}
+
+/// Prepares every delivery at once, then records the prepared ones in one
+/// transaction, or each alone if that fails: one outcome per message.
+async fn handle<H: Handler>(
+    inbox: &H::Inbox,
+    spec: &ConsumerSpec,
+    handler: &H,
+    hand: &[InHand],
+) -> Vec<Result<(), HandleError>> {
+    let prepared =
+        futures::future::join_all(hand.iter().map(|h| handler.prepare(&h.delivery))).await;
+    let mut outcomes: Vec<Result<(), HandleError>> = Vec::with_capacity(hand.len());
+    let mut ready = Vec::new();
+    for (i, p) in prepared.into_iter().enumerate() {
+        match p {
+            Ok(p) => {
+                ready.push((i, p));
+                outcomes.push(Ok(()));
+            }
+            Err(e) => outcomes.push(Err(e)),
+        }
+    }
+    if ready.is_empty() {
+        return outcomes;
+    }
+    let items: Vec<(&Delivery, &H::Prepared)> =
+        ready.iter().map(|(i, p)| (&hand[*i].delivery, p)).collect();
+    match record(inbox, spec, handler, &items).await {
+        Ok(()) => {}
+        Err(e) if items.len() == 1 => outcomes[ready[0].0] = Err(e),
+        Err(e) => {
+            tracing::warn!(error = %e, consumer = %spec.name, size = items.len(), "batch failed; recording its messages one by one");
+            metrics::counter!("soldonce_consumer_batches_split_total", "consumer" => spec.name.clone())
+                .increment(1);
+            for ((i, _), item) in ready.iter().zip(&items) {
+                if let Err(e) = record(inbox, spec, handler, std::slice::from_ref(item)).await {
+                    outcomes[*i] = Err(e);
+                }
+            }
+        }
+    }
+    outcomes
+}
+
+/// One transaction: the inbox rows, the fresh deliveries' effects, the commit.
+async fn record<H: Handler>(
+    inbox: &H::Inbox,
+    spec: &ConsumerSpec,
+    handler: &H,
+    items: &[(&Delivery, &H::Prepared)],
+) -> Result<(), HandleError> {
+    let ids: Vec<Uuid> = items.iter().map(|(d, _)| d.event.id).collect();
+    let (mut tx, fresh) = inbox
+        .begin(&spec.name, &ids)
+        .await
+        .map_err(|e| HandleError::Transient(anyhow::anyhow!("writing the inbox rows: {e}")))?;
+    let fresh: Vec<(&Delivery, &H::Prepared)> = items
+        .iter()
+        .zip(fresh)
+        .filter_map(|(item, fresh)| fresh.then_some(*item))
+        .collect();
+    if fresh.len() < items.len() {
+        metrics::counter!("soldonce_consumer_duplicates_total", "consumer" => spec.name.clone())
+            .increment((items.len() - fresh.len()) as u64);
+    }
+    if fresh.is_empty() {
+        return Ok(());
+    }
+    let recorded = handler.record(&mut tx, &fresh).await?;
+    inbox
+        .commit(tx)
+        .await
+        .map_err(|e| HandleError::Transient(anyhow::anyhow!("committing: {e}")))?;
+    handler.committed(recorded);
+    Ok(())
+}
+
+/// Acks, retries or dead-letters one message by its outcome.
+async fn settle<I: Inbox>(
+    inbox: &I,
+    spec: &ConsumerSpec,
+    h: &InHand,
+    outcome: Result<(), HandleError>,
+) {
+    let (message, seq, delivered) = (&h.message, h.seq, h.delivery.delivered);
+    match outcome {
         Ok(()) => {
             metrics::counter!("soldonce_consumer_handled_total", "consumer" => spec.name.clone())
                 .increment(1);
             let _ = message.ack().await;
         }
         Err(HandleError::Permanent(reason)) => {
-            dead_letter(inbox.as_ref(), spec, &message, seq, &reason).await
+            dead_letter(inbox, spec, message, seq, &reason).await
         }
         Err(HandleError::Transient(e)) if delivered >= spec.max_deliver => {
-            dead_letter(
-                inbox.as_ref(),
-                spec,
-                &message,
-                seq,
-                &format!("max deliveries reached: {e:#}"),
-            )
-            .await;
+            let reason = format!("max deliveries reached: {e:#}");
+            dead_letter(inbox, spec, message, seq, &reason).await;
         }
         Err(HandleError::Transient(e)) => {
             tracing::warn!(error = %format!("{e:#}"), consumer = %spec.name, delivered, "handler failed; will retry");
@@ -223,6 +403,13 @@ async fn process<H: Handler>(
             let _ = message.ack_with(AckKind::Nak(delay)).await;
         }
     }
+}
+
+/// Acks a message whose event this consumer already handled.
+async fn duplicate(spec: &ConsumerSpec, message: &jetstream::Message) {
+    metrics::counter!("soldonce_consumer_duplicates_total", "consumer" => spec.name.clone())
+        .increment(1);
+    let _ = message.ack().await;
 }
 
 /// Records a message that can never be handled and stops its redelivery.

@@ -112,7 +112,13 @@ pub async fn show(id: &str, out: &Output) -> Result<ExitCode, CliError> {
         .await
         .context("reading its shipment")?
         .map(|s| serde_json::json!({ "id": s.id, "state": s.state.as_str() }));
-    let value = serde_json::json!({ "order": order, "events": events, "shipment": shipment });
+    let (stages, trace_id) = store::orders::stages(&pool, id)
+        .await
+        .context("reading its stages")?;
+    let value = serde_json::json!({
+        "order": order, "events": events, "shipment": shipment,
+        "trace_id": trace_id, "stages": stages,
+    });
     out.print(&value, || {
         let mut t = format!(
             "order {id}  {}  total {} {}  ({} lines)\n",
@@ -148,13 +154,43 @@ pub async fn show(id: &str, out: &Output) -> Result<ExitCode, CliError> {
         }
         match &shipment {
             Some(s) => t.push_str(&format!(
-                "shipment: {} {}",
+                "shipment: {} {}\n",
                 s["id"].as_str().unwrap_or_default(),
                 s["state"].as_str().unwrap_or_default()
             )),
-            None => t.push_str("shipment: none"),
+            None => t.push_str("shipment: none\n"),
         }
+        t.push_str(&format!(
+            "trace id: {}\n",
+            trace_id.as_deref().unwrap_or("none recorded")
+        ));
+        t.push_str(&stage_timings(&stages));
         t
     });
     Ok(ExitCode::SUCCESS)
+}
+
+/// Each step's time since the order was placed and since the step before:
+/// where the order's time went, stage by stage.
+fn stage_timings(stages: &[store::orders::Stage]) -> String {
+    let Some(first) = stages.first() else {
+        return String::new();
+    };
+    let ms = |d: chrono::TimeDelta| d.num_microseconds().unwrap_or(0) as f64 / 1000.0;
+    let mut t = String::from("stages (ms since placed, ms since the step before):\n");
+    let mut before = first.at;
+    for s in stages {
+        let who = if s.by == "recorded" {
+            format!("recorded {}", s.event_type)
+        } else {
+            format!("{} took {}", s.by, s.event_type)
+        };
+        t.push_str(&format!(
+            "  {:>10.1} {:>+10.1}  {who}\n",
+            ms(s.at - first.at),
+            ms(s.at - before)
+        ));
+        before = s.at;
+    }
+    t
 }

@@ -30,22 +30,26 @@ pub trait Inbox: Send + Sync + 'static {
     /// Why the inbox could not be read or written (always worth a retry).
     type Error: std::error::Error + Send + Sync + 'static;
 
-    /// Whether `consumer` has already committed the effect of `event_id`:
-    /// a cheap check before the handler runs (the inbox row in
-    /// [`Inbox::begin`] is what makes it exact).
+    /// Which of `event_ids` `consumer` has already committed the effect
+    /// of: a cheap check before the handler's work (the inbox rows in
+    /// [`Inbox::begin`] are what make it exact).
     fn seen(
         &self,
         consumer: &str,
-        event_id: Uuid,
-    ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+        event_ids: &[Uuid],
+    ) -> impl Future<Output = Result<Vec<bool>, Self::Error>> + Send;
 
-    /// Begins the transaction of the effect of `event_id`, its inbox row
-    /// already written; `None` if another delivery of it committed first.
+    /// Begins one transaction for the effects of `event_ids`, their inbox
+    /// rows already written; says which are fresh (`false`: another
+    /// delivery of that event committed first, so it must have no effect).
     fn begin(
         &self,
         consumer: &str,
-        event_id: Uuid,
-    ) -> impl Future<Output = Result<Option<Self::Tx>, Self::Error>> + Send;
+        event_ids: &[Uuid],
+    ) -> impl Future<Output = Result<(Self::Tx, Vec<bool>), Self::Error>> + Send;
+
+    /// Commits a transaction [`Inbox::begin`] opened.
+    fn commit(&self, tx: Self::Tx) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
     /// Keeps a message that can never be handled; only once this succeeds
     /// may the message be dropped from the stream.

@@ -9,7 +9,7 @@
 //! - `main.rs` — `--check-config` and the run
 
 use anyhow::Context;
-use bus::consumer::{Delivery, HandleError, Handler};
+use bus::consumer::{Delivery, HandleError, Handler, Tx};
 use domain::OrderState;
 use events::Metadata;
 use platform::app::{self, App};
@@ -23,6 +23,7 @@ use std::time::Duration;
 use store::inbox::PgInbox;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use uuid::Uuid;
 
 /// fulfillment's configuration.
 #[derive(Debug, Clone)]
@@ -33,6 +34,8 @@ pub struct Settings {
     pub nats_url: String,
     /// `FULFILLMENT_STEP_DELAY`, default 200ms: time between warehouse steps.
     pub step_delay: Duration,
+    /// `CONSUMER_BATCH_SIZE`, default 32: confirmed orders handled per transaction.
+    pub batch_size: usize,
     pub stream: bus::StreamSettings,
 }
 
@@ -44,6 +47,7 @@ impl Settings {
             database_url: config::database_url()?,
             nats_url: config::required("NATS_URL")?,
             step_delay: config::duration("FULFILLMENT_STEP_DELAY", Duration::from_millis(200))?,
+            batch_size: bus::consumer::batch_size_setting()?,
             stream: bus::StreamSettings::from_env()?,
         })
     }
@@ -57,38 +61,52 @@ struct ShipOrders;
 
 impl Handler for ShipOrders {
     type Inbox = PgInbox;
+    /// The order to ship.
+    type Prepared = Uuid;
+    /// Shipments created.
+    type Recorded = u64;
 
-    async fn handle(&self, d: &Delivery<PgInbox>) -> Result<(), HandleError> {
-        let order_id = events::decode(&d.event)
+    async fn prepare(&self, d: &Delivery) -> Result<Uuid, HandleError> {
+        Ok(events::decode(&d.event)
             .map_err(|e| HandleError::Permanent(e.to_string()))?
-            .order_id();
-        let Some(mut tx) = d.begin().await.context("writing the inbox row")? else {
-            return Ok(());
-        };
-        // Never trust the message: ship only what the database says is confirmed.
-        let state = store::orders::state_for_share(&mut tx, order_id)
-            .await
-            .context("reading the order's state")?;
-        if state != Some(OrderState::Confirmed) {
-            tracing::warn!(%order_id, state = ?state, "not shipping an order that is not confirmed");
-            tx.commit().await.context("committing the inbox row")?;
-            return Ok(());
+            .order_id())
+    }
+
+    async fn record(
+        &self,
+        tx: &mut Tx<Self>,
+        batch: &[(&Delivery, &Uuid)],
+    ) -> Result<u64, HandleError> {
+        let mut created = 0;
+        for (d, order_id) in batch {
+            let order_id = **order_id;
+            // Never trust the message: ship only what the database says is confirmed.
+            let state = store::orders::state_for_share(tx, order_id)
+                .await
+                .context("reading the order's state")?;
+            if state != Some(OrderState::Confirmed) {
+                tracing::warn!(%order_id, state = ?state, "not shipping an order that is not confirmed");
+                continue;
+            }
+            let meta = Metadata::caused_by("fulfillment", &d.event, d.traceparent.clone());
+            if store::shipments::create(tx, order_id, &meta)
+                .await
+                .context("creating the shipment")?
+                .is_some()
+            {
+                created += 1;
+            }
         }
-        let meta = Metadata::caused_by("fulfillment", &d.event, d.traceparent.clone());
-        if store::shipments::create(&mut tx, order_id, &meta)
-            .await
-            .context("creating the shipment")?
-            .is_some()
-        {
-            metrics::counter!("soldonce_shipments_created_total").increment(1);
-        }
-        tx.commit().await.context("committing the shipment")?;
-        Ok(())
+        Ok(created)
+    }
+
+    fn committed(&self, created: u64) {
+        metrics::counter!("soldonce_shipments_created_total").increment(created);
     }
 }
 
 /// The consumer spec of fulfillment.
-pub fn consumer_spec() -> bus::consumer::ConsumerSpec {
+pub fn consumer_spec(batch_size: usize) -> bus::consumer::ConsumerSpec {
     bus::consumer::ConsumerSpec {
         name: "fulfillment".into(),
         filter_subjects: vec![events::names::subjects_of(CONSUMES)],
@@ -100,7 +118,8 @@ pub fn consumer_spec() -> bus::consumer::ConsumerSpec {
             Duration::from_secs(5),
             Duration::from_secs(30),
         ],
-        concurrency: 16,
+        concurrency: 64,
+        batch_size,
     }
 }
 
@@ -110,6 +129,7 @@ pub struct Application {
     pool: PgPool,
     js: async_nats::jetstream::Context,
     step_delay: Duration,
+    batch_size: usize,
 }
 
 impl Application {
@@ -125,6 +145,7 @@ impl Application {
             pool,
             js,
             step_delay: settings.step_delay,
+            batch_size: settings.batch_size,
         })
     }
 
@@ -143,6 +164,7 @@ impl Application {
             pool,
             js,
             step_delay,
+            batch_size,
         } = self;
         let ready = ops::all([store::readiness(pool.clone()), bus::readiness(js.client())]);
         App::new()
@@ -151,7 +173,7 @@ impl Application {
                 bus::consumer::run(
                     js,
                     PgInbox::new(pool.clone()),
-                    consumer_spec(),
+                    consumer_spec(batch_size),
                     Arc::new(ShipOrders),
                     stop,
                 )

@@ -7,7 +7,7 @@
 
 use crate::psp::{Psp, PspError, PspPayment};
 use anyhow::Context;
-use bus::consumer::{Delivery, HandleError, Handler};
+use bus::consumer::{Delivery, HandleError, Handler, Tx};
 use domain::OrderState;
 use events::Metadata;
 use sqlx::PgPool;
@@ -23,7 +23,7 @@ pub struct PayOrders {
 }
 
 /// What the worker records because it handled `delivery`.
-fn meta(delivery: &Delivery<PgInbox>) -> Metadata {
+fn meta(delivery: &Delivery) -> Metadata {
     Metadata::caused_by(
         "payment-worker",
         &delivery.event,
@@ -31,10 +31,27 @@ fn meta(delivery: &Delivery<PgInbox>) -> Metadata {
     )
 }
 
+/// What the PSP said about one order, ready to record.
+pub enum Charged {
+    /// A free order, settled without the PSP.
+    Free(domain::Order),
+    /// The PSP's clear answer.
+    Paid { order_id: Uuid, payment: PspPayment },
+    /// Nothing to record: the order ended before any charge.
+    Nothing,
+}
+
+/// What recording a batch learned, for the metrics and logs after the commit.
+pub struct Learnt(Vec<(Uuid, String, i64, Learned)>);
+
 impl Handler for PayOrders {
     type Inbox = PgInbox;
+    type Prepared = Charged;
+    type Recorded = Learnt;
 
-    async fn handle(&self, delivery: &Delivery<PgInbox>) -> Result<(), HandleError> {
+    /// Charges the order (or learns of its charge by key), outside any
+    /// transaction: the batch's PSP calls run at once.
+    async fn prepare(&self, delivery: &Delivery) -> Result<Charged, HandleError> {
         let order_id = events::decode(&delivery.event)
             .map_err(|e| HandleError::Permanent(e.to_string()))?
             .order_id();
@@ -45,7 +62,7 @@ impl Handler for PayOrders {
                 HandleError::Permanent(format!("order {order_id} is not in the database"))
             })?;
         if order.total_minor == 0 {
-            return self.confirm_free(delivery, &order).await;
+            return Ok(Charged::Free(order));
         }
         let key = format!("pay:{order_id}");
         let payment = match order.state {
@@ -69,7 +86,7 @@ impl Handler for PayOrders {
             // Ended or settled meanwhile: never charge now, but learn of a charge made before.
             _ => match self.psp.find_by_key(&key).await {
                 Ok(Some(p)) => Ok(p),
-                Ok(None) => return Ok(()),
+                Ok(None) => return Ok(Charged::Nothing),
                 Err(e) => Err(e),
             },
         }
@@ -82,48 +99,7 @@ impl Handler for PayOrders {
                 HandleError::Permanent(format!("the PSP refused the charge request: {why}"))
             }
         })?;
-        self.record(delivery, order_id, &payment).await
-    }
-}
-
-impl PayOrders {
-    /// A free order (every line priced 0) is confirmed without asking the
-    /// PSP, which refuses charges of 0: its payment is `free:<order_id>`.
-    async fn confirm_free(
-        &self,
-        delivery: &Delivery<PgInbox>,
-        order: &domain::Order,
-    ) -> Result<(), HandleError> {
-        let fact = store::payments::PaymentFact {
-            payment_id: format!("{}{}", store::payments::FREE_PREFIX, order.id),
-            order_id: Some(order.id),
-            status: domain::PspStatus::Succeeded,
-            amount_minor: 0,
-            currency: order.currency.to_string(),
-            failure_reason: None,
-        };
-        let Some(mut tx) = delivery.begin().await.context("writing the inbox row")? else {
-            return Ok(());
-        };
-        let learned = store::payments::learn(&mut tx, &fact, Source::Free, &meta(delivery))
-            .await
-            .context("recording the free payment")?;
-        tx.commit().await.context("committing the free payment")?;
-        if matches!(learned, Learned::Confirmed { .. }) {
-            metrics::counter!("soldonce_free_orders_confirmed_total").increment(1);
-            tracing::info!(order_id = %order.id, "free order confirmed without a PSP call");
-        }
-        Ok(())
-    }
-
-    async fn record(
-        &self,
-        delivery: &Delivery<PgInbox>,
-        order_id: Uuid,
-        payment: &PspPayment,
-    ) -> Result<(), HandleError> {
-        let fact = payment.fact();
-        if let domain::PspStatus::Unknown(status) = &fact.status {
+        if let domain::PspStatus::Unknown(status) = &payment.fact().status {
             // Not a clear answer: never release, ask again by key on redelivery.
             metrics::counter!("soldonce_psp_outcome_unknown_total").increment(1);
             return Err(HandleError::Transient(anyhow::anyhow!(
@@ -131,28 +107,77 @@ impl PayOrders {
                 payment.id
             )));
         }
-        let Some(mut tx) = delivery.begin().await.context("writing the inbox row")? else {
-            tracing::info!(%order_id, "already handled by another delivery");
-            return Ok(());
-        };
-        let learned = store::payments::learn(&mut tx, &fact, Source::Worker, &meta(delivery))
-            .await
-            .context("recording the payment")?;
-        tx.commit().await.context("committing the payment")?;
-        match learned {
-            Learned::Confirmed { reclaimed, .. } => {
-                metrics::counter!("soldonce_payments_authorized_minor_total")
-                    .increment(u64::try_from(payment.amount_minor).unwrap_or(0));
-                if reclaimed {
-                    tracing::info!(%order_id, payment_id = %payment.id, "late payment reclaimed the expired order's units");
-                }
-            }
-            Learned::RefundDecided(reason) => {
-                metrics::counter!("soldonce_compensations_recorded_total", "reason" => reason.as_str(), "source" => "worker").increment(1);
-                tracing::warn!(%order_id, payment_id = %payment.id, reason = reason.as_str(), "payment cannot settle the order: refund recorded");
-            }
-            Learned::Declined(_) | Learned::AlreadyKnown | Learned::Unknown(_) => {}
+        Ok(Charged::Paid { order_id, payment })
+    }
+
+    /// Learns every answer of the batch in the one transaction, through the
+    /// path every source shares.
+    async fn record(
+        &self,
+        tx: &mut Tx<Self>,
+        batch: &[(&Delivery, &Charged)],
+    ) -> Result<Learnt, HandleError> {
+        let mut facts = Vec::with_capacity(batch.len());
+        let mut orders = Vec::with_capacity(batch.len());
+        for (delivery, charged) in batch {
+            let (fact, source) = match charged {
+                Charged::Free(order) => (
+                    store::payments::PaymentFact {
+                        payment_id: format!("{}{}", store::payments::FREE_PREFIX, order.id),
+                        order_id: Some(order.id),
+                        status: domain::PspStatus::Succeeded,
+                        amount_minor: 0,
+                        currency: order.currency.to_string(),
+                        failure_reason: None,
+                    },
+                    Source::Free,
+                ),
+                Charged::Paid { payment, .. } => (payment.fact(), Source::Worker),
+                Charged::Nothing => continue,
+            };
+            orders.push(match charged {
+                Charged::Free(order) => order.id,
+                Charged::Paid { order_id, .. } => *order_id,
+                Charged::Nothing => continue,
+            });
+            facts.push((fact, source, meta(delivery)));
         }
-        Ok(())
+        let learned = store::payments::learn_many(tx, &facts)
+            .await
+            .context("recording the payments")?;
+        Ok(Learnt(
+            facts
+                .into_iter()
+                .zip(orders)
+                .zip(learned)
+                .map(|(((fact, _, _), order_id), learned)| {
+                    (order_id, fact.payment_id, fact.amount_minor, learned)
+                })
+                .collect(),
+        ))
+    }
+
+    fn committed(&self, Learnt(learnt): Learnt) {
+        for (order_id, payment_id, amount_minor, learned) in learnt {
+            match learned {
+                Learned::Confirmed { reclaimed, .. } => {
+                    if payment_id.starts_with(store::payments::FREE_PREFIX) {
+                        metrics::counter!("soldonce_free_orders_confirmed_total").increment(1);
+                        tracing::info!(%order_id, "free order confirmed without a PSP call");
+                        continue;
+                    }
+                    metrics::counter!("soldonce_payments_authorized_minor_total")
+                        .increment(u64::try_from(amount_minor).unwrap_or(0));
+                    if reclaimed {
+                        tracing::info!(%order_id, %payment_id, "late payment reclaimed the expired order's units");
+                    }
+                }
+                Learned::RefundDecided(reason) => {
+                    metrics::counter!("soldonce_compensations_recorded_total", "reason" => reason.as_str(), "source" => "worker").increment(1);
+                    tracing::warn!(%order_id, %payment_id, reason = reason.as_str(), "payment cannot settle the order: refund recorded");
+                }
+                Learned::Declined(_) | Learned::AlreadyKnown | Learned::Unknown(_) => {}
+            }
+        }
     }
 }

@@ -45,6 +45,8 @@ pub struct Settings {
     pub psp_deadline: Duration,
     /// `PAYMENT_WORKER_CONCURRENCY`, default 32: orders charged at once.
     pub concurrency: usize,
+    /// `CONSUMER_BATCH_SIZE`, default 32: orders whose PSP answers are recorded in one transaction.
+    pub batch_size: usize,
     /// `COMPENSATION_INTERVAL`, default 500ms: how often due refunds are looked for.
     pub compensation_interval: Duration,
     /// `RECONCILE_INTERVAL`, default 60s; 0 turns periodic reconciliation off.
@@ -80,6 +82,7 @@ impl Settings {
             psp_timeout: config::duration("PSP_TIMEOUT", Duration::from_secs(2))?,
             psp_deadline: config::duration("PSP_DEADLINE", Duration::from_secs(30))?,
             concurrency,
+            batch_size: bus::consumer::batch_size_setting()?,
             compensation_interval: positive("COMPENSATION_INTERVAL", Duration::from_millis(500))?,
             reconcile_interval: config::duration("RECONCILE_INTERVAL", Duration::from_secs(60))?,
             stream: bus::StreamSettings::from_env()?,
@@ -99,7 +102,7 @@ fn positive(name: &'static str, default: Duration) -> Result<Duration, ConfigErr
 const CONSUMES: &str = "order.placed.v1";
 
 /// The consumer spec of the payment worker.
-pub fn consumer_spec(concurrency: usize) -> bus::consumer::ConsumerSpec {
+pub fn consumer_spec(concurrency: usize, batch_size: usize) -> bus::consumer::ConsumerSpec {
     bus::consumer::ConsumerSpec {
         name: "payment-worker".into(),
         filter_subjects: vec![events::names::subjects_of(CONSUMES)],
@@ -114,6 +117,7 @@ pub fn consumer_spec(concurrency: usize) -> bus::consumer::ConsumerSpec {
             Duration::from_secs(30),
         ],
         concurrency,
+        batch_size,
     }
 }
 
@@ -124,6 +128,7 @@ pub struct Application {
     js: async_nats::jetstream::Context,
     psp: psp::Psp,
     concurrency: usize,
+    batch_size: usize,
     compensation_interval: Duration,
     reconcile_interval: Duration,
 }
@@ -151,6 +156,7 @@ impl Application {
             js,
             psp,
             concurrency: settings.concurrency,
+            batch_size: settings.batch_size,
             compensation_interval: settings.compensation_interval,
             reconcile_interval: settings.reconcile_interval,
         })
@@ -187,7 +193,7 @@ impl Application {
                 bus::consumer::run(
                     self.js,
                     store::inbox::PgInbox::new(self.pool),
-                    consumer_spec(self.concurrency),
+                    consumer_spec(self.concurrency, self.batch_size),
                     handler,
                     stop,
                 )

@@ -25,32 +25,39 @@ impl Inbox for PgInbox {
     type Tx = Transaction<'static, Postgres>;
     type Error = StoreError;
 
-    async fn seen(&self, consumer: &str, event_id: Uuid) -> Result<bool, StoreError> {
-        let row: Option<(i32,)> =
-            sqlx::query_as("SELECT 1 FROM inbox WHERE consumer = $1 AND event_id = $2")
-                .bind(consumer)
-                .bind(event_id)
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(row.is_some())
+    async fn seen(&self, consumer: &str, event_ids: &[Uuid]) -> Result<Vec<bool>, StoreError> {
+        let seen: Vec<bool> = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = $1 AND i.event_id = t.id) \
+             FROM unnest($2::uuid[]) WITH ORDINALITY AS t(id, n) ORDER BY t.n",
+        )
+        .bind(consumer)
+        .bind(event_ids)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(seen)
     }
 
     async fn begin(
         &self,
         consumer: &str,
-        event_id: Uuid,
-    ) -> Result<Option<Transaction<'static, Postgres>>, StoreError> {
+        event_ids: &[Uuid],
+    ) -> Result<(Transaction<'static, Postgres>, Vec<bool>), StoreError> {
         let mut tx = self.pool.begin().await?;
-        let fresh = sqlx::query(
-            "INSERT INTO inbox (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        let fresh: Vec<Uuid> = sqlx::query_scalar(
+            "INSERT INTO inbox (consumer, event_id) SELECT $1, id FROM unnest($2::uuid[]) AS t(id) \
+             ON CONFLICT DO NOTHING RETURNING event_id",
         )
         .bind(consumer)
-        .bind(event_id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        Ok(fresh.then_some(tx))
+        .bind(event_ids)
+        .fetch_all(&mut *tx)
+        .await?;
+        let fresh: std::collections::HashSet<Uuid> = fresh.into_iter().collect();
+        Ok((tx, event_ids.iter().map(|id| fresh.contains(id)).collect()))
+    }
+
+    async fn commit(&self, tx: Transaction<'static, Postgres>) -> Result<(), StoreError> {
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn dead_letter(&self, letter: &DeadLetter) -> Result<(), StoreError> {

@@ -485,6 +485,48 @@ pub async fn history(
     Ok(Some(events))
 }
 
+/// One step of an order's way through the saga: an event recorded, or a
+/// consumer taking it (its inbox row).
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct Stage {
+    pub at: DateTime<Utc>,
+    /// `recorded` or the consumer's name.
+    pub by: String,
+    /// The event's type name.
+    pub event_type: String,
+}
+
+/// The steps of an order and its shipment, in time order, and the W3C
+/// trace id its placement carried (what every service logs it under).
+pub async fn stages(
+    pool: &PgPool,
+    order_id: Uuid,
+) -> Result<(Vec<Stage>, Option<String>), StoreError> {
+    let stages: Vec<Stage> = sqlx::query_as(
+        "WITH ev AS (SELECT e.event_id, e.type, e.recorded_at FROM events e WHERE e.stream_id = $1 \
+                     UNION ALL \
+                     SELECT e.event_id, e.type, e.recorded_at FROM events e JOIN shipments s ON s.id = e.stream_id WHERE s.order_id = $1) \
+         SELECT ev.recorded_at AS at, 'recorded' AS by, ev.type AS event_type FROM ev \
+         UNION ALL \
+         SELECT i.processed_at, i.consumer, ev.type FROM ev JOIN inbox i ON i.event_id = ev.event_id \
+         ORDER BY 1, 2",
+    )
+    .bind(order_id)
+    .fetch_all(pool)
+    .await?;
+    let traceparent: Option<String> = sqlx::query_scalar(
+        "SELECT metadata->>'traceparent' FROM events WHERE stream_id = $1 AND version = 1",
+    )
+    .bind(order_id)
+    .fetch_optional(pool)
+    .await?
+    .flatten();
+    let trace_id = traceparent
+        .and_then(|t| t.split('-').nth(1).map(str::to_owned))
+        .filter(|t| t.len() == 32);
+    Ok((stages, trace_id))
+}
+
 /// Folds an order's recorded events: the state the projection must equal.
 pub fn fold_history(events: &[RecordedEvent]) -> Result<Option<Order>, StoreError> {
     let parsed: Vec<Event> = events

@@ -102,6 +102,26 @@ pub async fn learn(
     }
 }
 
+/// Applies several facts in the caller's transaction, in order; one
+/// answer per fact. The orders they name are locked first (in id order),
+/// then the stock rows of those orders' SKUs (in SKU order): the order every
+/// path takes (order row, then stock), so batches of facts never deadlock
+/// with each other, with webhooks, cancels or expiry.
+pub async fn learn_many(
+    conn: &mut PgConnection,
+    facts: &[(PaymentFact, Source, Metadata)],
+) -> Result<Vec<Learned>, StoreError> {
+    if facts.len() > 1 {
+        let ids: Vec<Uuid> = facts.iter().filter_map(|(f, _, _)| f.order_id).collect();
+        crate::stock::lock_orders_then_skus(conn, &ids).await?;
+    }
+    let mut learned = Vec::with_capacity(facts.len());
+    for (fact, source, meta) in facts {
+        learned.push(learn(conn, fact, *source, meta).await?);
+    }
+    Ok(learned)
+}
+
 async fn learn_success(
     conn: &mut PgConnection,
     fact: &PaymentFact,
