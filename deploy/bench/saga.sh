@@ -1,37 +1,94 @@
 #!/usr/bin/env bash
-# Whole-saga benchmarks on a release build:
-#  1. end-to-end latency from the 202 to `confirmed` at 300 orders/s with a
-#     20 ms PSP, and the most orders/s the saga settles;
+# Whole-saga benchmarks on a release build, every service running, PSP latency 20 ms:
+#  1. per case (one hot SKU, 10,000 SKUs): an open loop at 300 orders/s —
+#     202 → confirmed and 202 → delivered percentiles, and the stages in
+#     between (relay commit → PubAck, PubAck → consumer, PSP call, consumer
+#     batch) — then a closed loop at saturation: accepted and settled orders/s;
 #  2. expiry releases/s for N expired orders, and the audit's time over them.
 #   bash deploy/bench/saga.sh [seconds] [expired-orders]
+# BIN_DIR=… runs binaries already built (e.g. an older build, for before/after).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-. deploy/setup.sh
+. deploy/setup.sh >&2
 secs="${1:-20}"
 expired="${2:-100000}"
-cargo build --release --locked --workspace --bins >&2
-bin="$CARGO_TARGET_DIR/release"
+if [ -z "${BIN_DIR:-}" ]; then
+  cargo build --release --locked --workspace --bins >&2
+  BIN_DIR="$CARGO_TARGET_DIR/release"
+fi
+bin="$BIN_DIR"
 . deploy/bench/lib.sh
 sql() { psql -qtA "$DATABASE_URL" -c "$1"; }
 wait_settled() { while [ "$(sql "SELECT count(*) FROM orders WHERE state = 'payment_pending'")" != "0" ]; do sleep 0.2; done; }
+wait_delivered() { while [ "$(sql "SELECT count(*) FROM orders o LEFT JOIN shipments s ON s.order_id = o.id WHERE o.state = 'confirmed' AND s.state IS DISTINCT FROM 'delivered'")" != "0" ]; do sleep 0.2; done; }
+pct() { # pct SQL-yielding-ms: "p50 / p99 ms"
+  sql "SELECT coalesce(round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 1)::text, '-') || ' / ' || coalesce(round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 1)::text, '-') || ' ms' FROM ($1) x"
+}
+export PAYMENT_WORKER_ADDR="127.0.0.1:$(free_port)" FULFILLMENT_ADDR="127.0.0.1:$(free_port)"
+scrape_all() {
+  { curl -s "http://$OUTBOX_RELAY_ADDR/metrics"; curl -s "http://$PAYMENT_WORKER_ADDR/metrics"; curl -s "http://$FULFILLMENT_ADDR/metrics"; } \
+    | grep -E '^soldonce_(outbox_commit_to_puback|consumer_wait|consumer_handle|psp_latency)_seconds_(bucket|count)' || true
+}
+# p50/p99 of each stage histogram between two scrapes, interpolated within buckets (as histogram_quantile does).
+stages() {
+  python3 - "$1" "$2" <<'PY'
+import re, sys, collections
+def read(p):
+    d = collections.defaultdict(dict)
+    for line in open(p):
+        m = re.match(r'(\w+)_bucket\{(.*)\} (\S+)', line)
+        if not m: continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        le = labels.pop('le')
+        key = m.group(1) + ('{' + labels['consumer'] + '}' if 'consumer' in labels else '')
+        d[key][float('inf') if le == '+Inf' else float(le)] = float(m.group(3))
+    return d
+b, a = read(sys.argv[1]), read(sys.argv[2])
+out = []
+for key in sorted(a):
+    les = sorted(a[key])
+    cum = [a[key][l] - b.get(key, {}).get(l, 0) for l in les]
+    n = cum[-1]
+    if n <= 0: continue
+    qs = []
+    for q in (0.5, 0.99):
+        r = q * n; prev_le, prev_c = 0.0, 0.0
+        for le, c in zip(les, cum):
+            if c >= r:
+                v = prev_le if le == float('inf') else prev_le + (le - prev_le) * ((r - prev_c) / max(c - prev_c, 1e-9))
+                qs.append(f"{v*1000:.1f}"); break
+            prev_le, prev_c = le, c
+    name = key.replace('soldonce_', '').replace('_seconds', '')
+    out.append(f"{name} p50 {qs[0]} / p99 {qs[1]} ms")
+print('; '.join(out))
+PY
+}
 
-echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr); $(postgres --version)" | tee "$results"
+echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr); $(postgres --version); binaries: $bin" | tee "$results"
 if [ -z "${SKIP_E2E:-}" ]; then
-export PSP_FAULTS='{"latency_ms": 20}'
-start_system psp-sim,checkout,outbox-relay,payment-worker
+export PSP_FAULTS='{"latency_ms": 20}' FULFILLMENT_STEP_DELAY=20ms
+start_system psp-sim,checkout,outbox-relay,payment-worker,fulfillment
 seed_bench_products
-open=$(load --sku BENCH --sku-count 10000 --rate 300 --duration "${secs}s" | json accepted p99_ms)
-wait_settled
-e2e=$(sql "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 1) || ' ms / ' || round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 1) || ' ms' FROM (SELECT extract(epoch FROM updated_at - created_at) * 1000 AS ms FROM orders WHERE state = 'confirmed') x")
-echo "[e2e] 300 orders/s for ${secs}s, PSP latency 20 ms: 202 → confirmed p50 / p99 = $e2e (accepted/HTTP p99: $open)" | tee -a "$results"
-sql "TRUNCATE orders, order_lines, events, outbox, idempotency_keys, inbox, webhook_receipts CASCADE" >/dev/null
-t0=$(date +%s.%N)
-closed=$(load --sku BENCH --sku-count 10000 --connections 300 --requests $(( secs * 600 )) | json accepted accepted_per_second)
-wait_settled
-read -r acc rate <<<"$closed"
-python3 -c "import time; t=time.time()-$t0; print(f'[saga max] {$acc} orders placed at {float(\"$rate\"):.0f}/s, all settled (paid) after {t:.1f}s: {$acc/t:.0f} orders/s through the whole saga')" | tee -a "$results"
+for case in "hot:BENCH-0:1" "10k:BENCH:10000"; do
+  IFS=: read -r name sku count <<<"$case"
+  sql "TRUNCATE orders, order_lines, events, outbox, idempotency_keys, inbox, webhook_receipts, payments, shipments CASCADE" >/dev/null
+  scrape_all >"$dir/s.before"
+  open=$(load --sku "$sku" --sku-count "$count" --rate 300 --duration "${secs}s" | json accepted p99_ms)
+  wait_settled; wait_delivered
+  scrape_all >"$dir/s.after"
+  confirmed=$(pct "SELECT extract(epoch FROM updated_at - created_at) * 1000 AS ms FROM orders WHERE state = 'confirmed'")
+  delivered=$(pct "SELECT extract(epoch FROM s.updated_at - o.created_at) * 1000 AS ms FROM orders o JOIN shipments s ON s.order_id = o.id WHERE s.state = 'delivered'")
+  echo "[$name open] 300 orders/s for ${secs}s (accepted, HTTP p99: $open): 202 → confirmed p50 / p99 = $confirmed; 202 → delivered = $delivered (warehouse steps of 20 ms)" | tee -a "$results"
+  echo "[$name open] stages: $(stages "$dir/s.before" "$dir/s.after")" | tee -a "$results"
+  sql "TRUNCATE orders, order_lines, events, outbox, idempotency_keys, inbox, webhook_receipts, payments, shipments CASCADE" >/dev/null
+  t0=$(date +%s.%N)
+  closed=$(load --sku "$sku" --sku-count "$count" --connections 300 --requests $(( secs * 1000 )) | json accepted accepted_per_second)
+  wait_settled
+  read -r acc rate <<<"$closed"
+  python3 -c "import time; t=time.time()-$t0; print(f'[$name closed] 300 connections: {$acc} orders accepted at {float(\"$rate\"):.0f}/s; all settled (charged and confirmed) after {t:.1f}s: {$acc/t:.0f} orders/s through the saga')" | tee -a "$results"
+done
 kill "$up"; wait "$up" 2>/dev/null || true; up=""
-unset DATABASE_URL NATS_URL CHECKOUT_URL SOLDONCE_TOKEN
+unset DATABASE_URL NATS_URL CHECKOUT_URL SOLDONCE_TOKEN PSP_FAULTS FULFILLMENT_STEP_DELAY
 fi
 
 # Expiry: N orders with a 1 s window and nobody paying, then one expiry process.
