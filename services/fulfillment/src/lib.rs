@@ -78,8 +78,11 @@ impl Handler for ShipOrders {
         batch: &[(&Delivery, &Uuid)],
     ) -> Result<u64, HandleError> {
         let mut created = 0;
+        // Orders in id order, the order every batch locks them in, so batches never deadlock.
+        let mut batch = batch.to_vec();
+        batch.sort_by_key(|(_, order_id)| **order_id);
         for (d, order_id) in batch {
-            let order_id = **order_id;
+            let order_id = *order_id;
             // Never trust the message: ship only what the database says is confirmed.
             let state = store::orders::state_for_share(tx, order_id)
                 .await
