@@ -43,7 +43,8 @@ pub struct Settings {
     pub psp_timeout: Duration,
     /// `PSP_DEADLINE`, default 30s: all retries of one action before the message is redelivered.
     pub psp_deadline: Duration,
-    /// `PAYMENT_WORKER_CONCURRENCY`, default 32: orders charged at once.
+    /// `PAYMENT_WORKER_CONCURRENCY`, default 128: orders in hand at once (their
+    /// PSP calls concurrent), so several batches are in flight.
     pub concurrency: usize,
     /// `CONSUMER_BATCH_SIZE`, default 32: orders whose PSP answers are recorded in one transaction.
     pub batch_size: usize,
@@ -64,7 +65,7 @@ impl Settings {
                 "must be an http:// or https:// URL",
             ));
         }
-        let concurrency = config::parsed("PAYMENT_WORKER_CONCURRENCY", 32usize)?;
+        let concurrency = config::parsed("PAYMENT_WORKER_CONCURRENCY", 128usize)?;
         if !(1..=1024).contains(&concurrency) {
             return Err(ConfigError::new(
                 "PAYMENT_WORKER_CONCURRENCY",

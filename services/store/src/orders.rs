@@ -378,6 +378,19 @@ pub(crate) async fn load_many_locked(
     rows.into_iter().map(Order::try_from).collect()
 }
 
+/// Locks the orders `ids` in id order until the transaction ends: what a
+/// batch that changes several orders takes first, so batches never deadlock.
+pub(crate) async fn lock_in_id_order(
+    conn: &mut PgConnection,
+    ids: &[Uuid],
+) -> Result<(), StoreError> {
+    sqlx::query("SELECT 1 FROM orders WHERE id = ANY($1) ORDER BY id FOR UPDATE")
+        .bind(ids)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
 /// Every order of the projection, streamed.
 pub fn stream_all(pool: &PgPool) -> impl futures::Stream<Item = Result<Order, StoreError>> + '_ {
     use futures::StreamExt;

@@ -7,6 +7,7 @@
 //! final, so no later fact can confirm on a refunded payment or the reverse.
 
 use crate::orders::{self, Applied};
+use crate::write::{self, Changes, Written};
 use crate::StoreError;
 use domain::{Command, Event, Order, PaidFact, PspStatus, RefundReason};
 use events::Metadata;
@@ -98,36 +99,53 @@ pub async fn learn(
                 _ => Ok(Learned::AlreadyKnown),
             }
         }
-        PspStatus::Succeeded => learn_success(conn, fact, source, meta, at).await,
+        PspStatus::Succeeded => learn_success(conn, fact, source, meta, at, None).await,
     }
 }
 
 /// Applies several facts in the caller's transaction, in order; one
-/// answer per fact. The orders they name are locked first (in id order),
-/// then the stock rows of those orders' SKUs (in SKU order): the order every
-/// path takes (order row, then stock), so batches of facts never deadlock
-/// with each other, with webhooks, cancels or expiry.
+/// answer per fact. The orders they name are locked first, in id order (the
+/// order every path locks orders in). The confirmations' events,
+/// projections and stock movements are gathered and written together at
+/// the end, on the write path: each SKU's row is moved once for the whole
+/// batch, by the last statement, so a hot SKU is locked for as short a time
+/// as possible. (A definite failure is rare: it is written as it comes.)
 pub async fn learn_many(
     conn: &mut PgConnection,
     facts: &[(PaymentFact, Source, Metadata)],
 ) -> Result<Vec<Learned>, StoreError> {
-    if facts.len() > 1 {
-        let ids: Vec<Uuid> = facts.iter().filter_map(|(f, _, _)| f.order_id).collect();
-        crate::stock::lock_orders_then_skus(conn, &ids).await?;
+    let ids: Vec<Uuid> = facts.iter().filter_map(|(f, _, _)| f.order_id).collect();
+    if ids.len() > 1 {
+        orders::lock_in_id_order(conn, &ids).await?;
     }
+    let at = crate::now();
+    let mut changes = Changes::new();
     let mut learned = Vec::with_capacity(facts.len());
     for (fact, source, meta) in facts {
-        learned.push(learn(conn, fact, *source, meta).await?);
+        learned.push(match &fact.status {
+            PspStatus::Succeeded => {
+                learn_success(conn, fact, *source, meta, at, Some(&mut changes)).await?
+            }
+            _ => learn(conn, fact, *source, meta).await?,
+        });
+    }
+    if let Written::StockShort(sku) = write::commit(conn, &changes).await? {
+        return Err(StoreError::Corrupt(format!(
+            "confirming a batch of payments found {sku} short"
+        )));
     }
     Ok(learned)
 }
 
+/// Learns a successful payment; with `batch`, its order's changes join the
+/// batch's (written by the caller) instead of being written now.
 async fn learn_success(
     conn: &mut PgConnection,
     fact: &PaymentFact,
     source: Source,
     meta: &Metadata,
     at: chrono::DateTime<chrono::Utc>,
+    batch: Option<&mut Changes>,
 ) -> Result<Learned, StoreError> {
     // Lock order: the order row, then the payment row, on every path.
     let order = match fact.order_id {
@@ -174,14 +192,17 @@ async fn learn_success(
     if events.is_empty() {
         return Ok(Learned::AlreadyKnown);
     }
-    let next = match orders::apply(conn, &order, &events, meta).await? {
-        Applied::Done(next) => *next,
-        Applied::StockShort(sku) => {
-            return Err(StoreError::Corrupt(format!(
-                "order {}: confirming found {sku} short",
-                order.id
-            )))
-        }
+    let next = match batch {
+        Some(changes) => changes.order(Some(&order), &events, meta)?,
+        None => match orders::apply(conn, &order, &events, meta).await? {
+            Applied::Done(next) => *next,
+            Applied::StockShort(sku) => {
+                return Err(StoreError::Corrupt(format!(
+                    "order {}: confirming found {sku} short",
+                    order.id
+                )))
+            }
+        },
     };
     let (disposition, learned) = match &events[..] {
         [Event::Confirmed { reactivated, .. }] => (

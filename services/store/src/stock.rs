@@ -125,24 +125,3 @@ pub(crate) async fn covers(
     let distinct = skus.iter().collect::<std::collections::BTreeSet<_>>().len();
     Ok(rows.len() == distinct && rows.iter().all(|(ok,)| *ok))
 }
-
-/// Locks the orders `order_ids` (in id order), then the stock rows of their
-/// SKUs (in SKU order), until the transaction ends: what a batch that moves
-/// several orders' stock takes first, in the lock order every path keeps.
-pub(crate) async fn lock_orders_then_skus(
-    conn: &mut PgConnection,
-    order_ids: &[Uuid],
-) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT 1 FROM orders WHERE id = ANY($1) ORDER BY id FOR UPDATE")
-        .bind(order_ids)
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query(
-        "SELECT 1 FROM stock WHERE sku IN (SELECT sku FROM order_lines WHERE order_id = ANY($1)) \
-         ORDER BY sku FOR UPDATE",
-    )
-    .bind(order_ids)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
