@@ -227,6 +227,8 @@ pub(crate) struct AppState {
     pub tokens: Arc<auth::TokenCache>,
     pub limiter: Arc<limits::Limiter>,
     pub webhook_secrets: Option<Arc<Secrets>>,
+    /// Webhooks handled at once: a quarter of the pool.
+    pub webhook_slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// A bound, ready-to-run checkout.
@@ -262,6 +264,9 @@ impl Application {
             tokens: Arc::default(),
             limiter,
             webhook_secrets: settings.webhook_secrets.map(Arc::new),
+            webhook_slots: Arc::new(tokio::sync::Semaphore::new(
+                (settings.pool_size as usize / 4).max(1),
+            )),
         };
         let ops = match settings.ops_addr {
             Some(addr) => {

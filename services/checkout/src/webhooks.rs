@@ -188,6 +188,17 @@ pub(crate) async fn receive(
     };
     let body = body?;
     let webhook_id = authenticate(secrets, &headers, &body)?;
+    // A bulkhead: webhooks take at most a quarter of the pool, so however
+    // many arrive (and however long they wait on order rows a payment batch
+    // holds), placements always find connections. The PSP retries a 503.
+    let _slot = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        state.webhook_slots.acquire(),
+    )
+    .await
+    .ok()
+    .and_then(Result::ok)
+    .ok_or_else(|| ApiError::Unavailable("too many webhooks in progress".into()))?;
     let callback: Callback = serde_json::from_slice(&body)
         .map_err(|e| ApiError::Invalid(format!("webhook body: {e}")))?;
     let order_id = callback
