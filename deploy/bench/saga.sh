@@ -82,7 +82,9 @@ for case in "hot:BENCH-0:1" "10k:BENCH:10000"; do
   echo "[$name open] stages: $(stages "$dir/s.before" "$dir/s.after")" | tee -a "$results"
   sql "TRUNCATE orders, order_lines, events, outbox, idempotency_keys, inbox, webhook_receipts, payments, shipments CASCADE" >/dev/null
   t0=$(date +%s.%N)
-  closed=$(load --sku "$sku" --sku-count "$count" --connections 300 --requests $(( secs * 1000 )) | json accepted accepted_per_second)
+  load --sku "$sku" --sku-count "$count" --connections 300 --requests $(( secs * 1000 )) >"$dir/closed.json"
+  closed=$(json accepted accepted_per_second <"$dir/closed.json")
+  echo "[$name closed] answers by status: $(python3 -c "import json; print(json.load(open('$dir/closed.json'))['by_status'])")" | tee -a "$results"
   wait_settled
   read -r acc rate <<<"$closed"
   python3 -c "import time; t=time.time()-$t0; print(f'[$name closed] 300 connections: {$acc} orders accepted at {float(\"$rate\"):.0f}/s; all settled (charged and confirmed) after {t:.1f}s: {$acc/t:.0f} orders/s through the saga')" | tee -a "$results"
