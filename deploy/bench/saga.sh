@@ -21,6 +21,17 @@ bin="$BIN_DIR"
 sql() { psql -qtA "$DATABASE_URL" -c "$1"; }
 wait_settled() { while [ "$(sql "SELECT count(*) FROM orders WHERE state = 'payment_pending'")" != "0" ]; do sleep 0.2; done; }
 wait_delivered() { while [ "$(sql "SELECT count(*) FROM orders o LEFT JOIN shipments s ON s.order_id = o.id WHERE o.state = 'confirmed' AND s.state IS DISTINCT FROM 'delivered'")" != "0" ]; do sleep 0.2; done; }
+# Empties the order tables between phases, once the services have nothing left to do
+# (a TRUNCATE racing a service's transaction can deadlock: retried).
+reset() {
+  wait_settled; wait_delivered
+  while [ "$(sql 'SELECT count(*) FROM outbox')" != "0" ]; do sleep 0.2; done
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    sql "TRUNCATE orders, order_lines, events, outbox, idempotency_keys, inbox, webhook_receipts, payments, shipments CASCADE" >/dev/null 2>&1 && return
+    sleep 0.5
+  done
+  echo "could not empty the order tables" >&2; exit 1
+}
 pct() { # pct SQL-yielding-ms: "p50 / p99 ms"
   sql "SELECT coalesce(round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 1)::text, '-') || ' / ' || coalesce(round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 1)::text, '-') || ' ms' FROM ($1) x"
 }
@@ -71,7 +82,7 @@ start_system psp-sim,checkout,outbox-relay,payment-worker,fulfillment
 seed_bench_products
 for case in "hot:BENCH-0:1" "10k:BENCH:10000"; do
   IFS=: read -r name sku count <<<"$case"
-  sql "TRUNCATE orders, order_lines, events, outbox, idempotency_keys, inbox, webhook_receipts, payments, shipments CASCADE" >/dev/null
+  reset
   scrape_all >"$dir/s.before"
   open=$(load --sku "$sku" --sku-count "$count" --rate 300 --duration "${secs}s" | json accepted p99_ms)
   wait_settled; wait_delivered
@@ -80,7 +91,7 @@ for case in "hot:BENCH-0:1" "10k:BENCH:10000"; do
   delivered=$(pct "SELECT extract(epoch FROM s.updated_at - o.created_at) * 1000 AS ms FROM orders o JOIN shipments s ON s.order_id = o.id WHERE s.state = 'delivered'")
   echo "[$name open] 300 orders/s for ${secs}s (accepted, HTTP p99: $open): 202 → confirmed p50 / p99 = $confirmed; 202 → delivered = $delivered (warehouse steps of 20 ms)" | tee -a "$results"
   echo "[$name open] stages: $(stages "$dir/s.before" "$dir/s.after")" | tee -a "$results"
-  sql "TRUNCATE orders, order_lines, events, outbox, idempotency_keys, inbox, webhook_receipts, payments, shipments CASCADE" >/dev/null
+  reset
   t0=$(date +%s.%N)
   load --sku "$sku" --sku-count "$count" --connections 300 --requests $(( secs * 1000 )) >"$dir/closed.json"
   closed=$(json accepted accepted_per_second <"$dir/closed.json")
