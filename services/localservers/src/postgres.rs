@@ -124,6 +124,9 @@ impl Postgres {
             format!("synchronous_commit={durable}"),
             "-c".into(),
             "shared_buffers=256MB".into(),
+            // Commit times, so the relay measures commit → PubAck exactly.
+            "-c".into(),
+            "track_commit_timestamp=on".into(),
         ];
         let log = self.dir.join("postgres.log");
         let mut server = Watched::spawn(&argv, self.user.as_deref(), &log, "INT")?;

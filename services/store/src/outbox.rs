@@ -18,6 +18,9 @@ pub struct OutboxRow {
     pub subject: String,
     pub payload: serde_json::Value,
     pub headers: serde_json::Value,
+    /// When its transaction committed (with `track_commit_timestamp = on`;
+    /// otherwise when that transaction began): where the relay's
+    /// commit → PubAck lag starts.
     pub created_at: DateTime<Utc>,
 }
 
@@ -25,7 +28,9 @@ pub struct OutboxRow {
 /// relays hold are skipped.
 pub async fn claim(conn: &mut PgConnection, limit: i64) -> Result<Vec<OutboxRow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT o.id, o.subject, o.payload, o.headers, o.created_at FROM outbox o \
+        "SELECT o.id, o.subject, o.payload, o.headers, \
+                coalesce(CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(o.xmin) END, o.created_at) AS created_at \
+         FROM outbox o \
          WHERE NOT EXISTS (SELECT 1 FROM outbox p WHERE p.stream_id = o.stream_id AND p.position < o.position) \
          ORDER BY o.position LIMIT $1 FOR UPDATE SKIP LOCKED",
     )
