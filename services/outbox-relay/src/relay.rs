@@ -18,6 +18,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 use uuid::Uuid;
 
+/// How long the outbox trigger's notifications are folded together (one
+/// per 5 ms bucket, see the `outbox_wake` migration), with a margin.
+const NOTIFY_WINDOW: Duration = Duration::from_millis(6);
+
 /// Publishes outbox rows.
 pub struct Relay {
     pool: PgPool,
@@ -75,12 +79,21 @@ impl Relay {
                     tracing::warn!(error = %format!("{e:#}"), ?after, "relaying failed; retrying");
                 })
                 .await;
-            if let Err(e) = drained {
-                tracing::error!(error = %format!("{e:#}"), "relaying keeps failing; waiting for the next wake-up");
-            }
+            // The trigger notifies at most once per 5 ms, so a row committed
+            // while a drain ran may have had its notification folded into one
+            // already consumed: after a drain that moved rows, look again
+            // once that window has passed rather than at the next poll.
+            let wait = match drained {
+                Ok(0) => self.poll_interval,
+                Ok(_) => NOTIFY_WINDOW.min(self.poll_interval),
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "relaying keeps failing; waiting for the next wake-up");
+                    self.poll_interval
+                }
+            };
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => break,
-                () = wait_for_notification(&mut listener, self.poll_interval) => {}
+                () = wait_for_notification(&mut listener, wait) => {}
             }
             if listener.is_none() {
                 listener = listen(&self.pool).await;
@@ -92,12 +105,15 @@ impl Relay {
     /// Publishes batches until the outbox has nothing claimable. A batch
     /// that settled some rows and failed others is followed by the next
     /// (the failed rows are claimed again first); one that settled nothing
-    /// returns its failure, for the caller to back off.
-    async fn drain(&self) -> anyhow::Result<()> {
+    /// returns its failure, for the caller to back off. Returns how many
+    /// rows left the outbox.
+    async fn drain(&self) -> anyhow::Result<usize> {
+        let mut moved = 0;
         loop {
             let batch = self.relay_batch().await?;
+            moved += batch.settled;
             match (batch.settled, batch.failure) {
-                (0, None) => return Ok(()),
+                (0, None) => return Ok(moved),
                 (0, Some(e)) => return Err(e),
                 (_, Some(e)) => {
                     metrics::counter!("soldonce_outbox_publish_errors_total").increment(1);

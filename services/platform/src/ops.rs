@@ -29,6 +29,16 @@ pub fn metrics_handle() -> PrometheusHandle {
                         ],
                     )
                 })
+                .and_then(|b| {
+                    // The relay's lag is judged against a 25 ms budget: finer steps below 100 ms.
+                    b.set_buckets_for_metric(
+                        Matcher::Suffix("_to_puback_seconds".into()),
+                        &[
+                            0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025,
+                            0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                        ],
+                    )
+                })
                 .map(PrometheusBuilder::build_recorder)
                 .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
             let handle = recorder.handle();
