@@ -26,6 +26,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{watch, Semaphore};
+use tracing::Instrument;
 use uuid::Uuid;
 
 /// How a consumer is set up on the stream.
@@ -82,6 +83,18 @@ pub struct Delivery {
     /// How many times this message has been delivered (1 the first time).
     pub delivered: i64,
     pub traceparent: Option<String>,
+}
+
+impl Delivery {
+    /// The W3C trace id the event carries (the one its order was placed
+    /// under), for log lines: empty when it carries none.
+    pub fn trace_id(&self) -> String {
+        self.traceparent
+            .as_deref()
+            .and_then(platform::trace::TraceParent::parse)
+            .map(|t| t.trace_id())
+            .unwrap_or_default()
+    }
 }
 
 /// The transaction a handler records in.
@@ -307,8 +320,17 @@ async fn handle<H: Handler>(
     handler: &H,
     hand: &[InHand],
 ) -> Vec<Result<(), HandleError>> {
-    let prepared =
-        futures::future::join_all(hand.iter().map(|h| handler.prepare(&h.delivery))).await;
+    // Each message's preparation logs under its event id and trace id.
+    let prepared = futures::future::join_all(hand.iter().map(|h| {
+        let span = tracing::info_span!(
+            "message",
+            consumer = %spec.name,
+            event_id = %h.delivery.event.id,
+            trace_id = %h.delivery.trace_id(),
+        );
+        handler.prepare(&h.delivery).instrument(span)
+    }))
+    .await;
     let mut outcomes: Vec<Result<(), HandleError>> = Vec::with_capacity(hand.len());
     let mut ready = Vec::new();
     for (i, p) in prepared.into_iter().enumerate() {
@@ -397,7 +419,7 @@ async fn settle<I: Inbox>(
             dead_letter(inbox, spec, message, seq, &reason).await;
         }
         Err(HandleError::Transient(e)) => {
-            tracing::warn!(error = %format!("{e:#}"), consumer = %spec.name, delivered, "handler failed; will retry");
+            tracing::warn!(error = %format!("{e:#}"), consumer = %spec.name, event_id = %h.delivery.event.id, trace_id = %h.delivery.trace_id(), delivered, "handler failed; will retry");
             let step = usize::try_from(delivered - 1).unwrap_or(0);
             let delay = spec.backoff.get(step).or(spec.backoff.last()).copied();
             let _ = message.ack_with(AckKind::Nak(delay)).await;

@@ -88,7 +88,7 @@ impl Handler for ShipOrders {
                 .await
                 .context("reading the order's state")?;
             if state != Some(OrderState::Confirmed) {
-                tracing::warn!(%order_id, state = ?state, "not shipping an order that is not confirmed");
+                tracing::warn!(%order_id, trace_id = %d.trace_id(), state = ?state, "not shipping an order that is not confirmed");
                 continue;
             }
             let meta = Metadata::caused_by("fulfillment", &d.event, d.traceparent.clone());

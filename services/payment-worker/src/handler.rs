@@ -42,7 +42,8 @@ pub enum Charged {
 }
 
 /// What recording a batch learned, for the metrics and logs after the commit.
-pub struct Learnt(Vec<(Uuid, String, i64, Learned)>);
+/// Per fact: order id, trace id, payment id, amount, what was learned.
+pub struct Learnt(Vec<(Uuid, String, String, i64, Learned)>);
 
 impl Handler for PayOrders {
     type Inbox = PgInbox;
@@ -136,8 +137,8 @@ impl Handler for PayOrders {
                 Charged::Nothing => continue,
             };
             orders.push(match charged {
-                Charged::Free(order) => order.id,
-                Charged::Paid { order_id, .. } => *order_id,
+                Charged::Free(order) => (order.id, delivery.trace_id()),
+                Charged::Paid { order_id, .. } => (*order_id, delivery.trace_id()),
                 Charged::Nothing => continue,
             });
             facts.push((fact, source, meta(delivery)));
@@ -150,31 +151,37 @@ impl Handler for PayOrders {
                 .into_iter()
                 .zip(orders)
                 .zip(learned)
-                .map(|(((fact, _, _), order_id), learned)| {
-                    (order_id, fact.payment_id, fact.amount_minor, learned)
+                .map(|(((fact, _, _), (order_id, trace_id)), learned)| {
+                    (
+                        order_id,
+                        trace_id,
+                        fact.payment_id,
+                        fact.amount_minor,
+                        learned,
+                    )
                 })
                 .collect(),
         ))
     }
 
     fn committed(&self, Learnt(learnt): Learnt) {
-        for (order_id, payment_id, amount_minor, learned) in learnt {
+        for (order_id, trace_id, payment_id, amount_minor, learned) in learnt {
             match learned {
                 Learned::Confirmed { reclaimed, .. } => {
                     if payment_id.starts_with(store::payments::FREE_PREFIX) {
                         metrics::counter!("soldonce_free_orders_confirmed_total").increment(1);
-                        tracing::info!(%order_id, "free order confirmed without a PSP call");
+                        tracing::info!(%order_id, %trace_id, "free order confirmed without a PSP call");
                         continue;
                     }
                     metrics::counter!("soldonce_payments_authorized_minor_total")
                         .increment(u64::try_from(amount_minor).unwrap_or(0));
                     if reclaimed {
-                        tracing::info!(%order_id, %payment_id, "late payment reclaimed the expired order's units");
+                        tracing::info!(%order_id, %trace_id, %payment_id, "late payment reclaimed the expired order's units");
                     }
                 }
                 Learned::RefundDecided(reason) => {
                     metrics::counter!("soldonce_compensations_recorded_total", "reason" => reason.as_str(), "source" => "worker").increment(1);
-                    tracing::warn!(%order_id, %payment_id, reason = reason.as_str(), "payment cannot settle the order: refund recorded");
+                    tracing::warn!(%order_id, %trace_id, %payment_id, reason = reason.as_str(), "payment cannot settle the order: refund recorded");
                 }
                 Learned::Declined(_) | Learned::AlreadyKnown | Learned::Unknown(_) => {}
             }
