@@ -461,3 +461,37 @@ async fn dead_letter<I: Inbox>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Delivery;
+    use uuid::Uuid;
+
+    fn delivery(traceparent: Option<&str>) -> Delivery {
+        let id = Uuid::now_v7();
+        let meta = events::Metadata::spontaneous("test", id);
+        Delivery {
+            event: events::envelope::wrap(
+                id,
+                id,
+                "order.placed.v1",
+                chrono::Utc::now(),
+                serde_json::json!({}),
+                &meta,
+            ),
+            delivered: 1,
+            traceparent: traceparent.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_delivery_logs_under_the_trace_id_its_traceparent_carries() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(
+            delivery(Some(tp)).trace_id(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert_eq!(delivery(Some("not a traceparent")).trace_id(), "");
+        assert_eq!(delivery(None).trace_id(), "");
+    }
+}
