@@ -3,13 +3,13 @@
 # a release build of checkout + outbox-relay, and, in the same run, pgbench
 # driving checkout's own statements straight at PostgreSQL (the floor).
 #   bash deploy/bench/checkout.sh [seconds-per-phase]
+# BIN_DIR=… uses binaries already built instead of building.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . deploy/setup.sh
 secs="${1:-20}"
-cargo build --release --locked --workspace --bins >&2
-bin="$CARGO_TARGET_DIR/release"
 . deploy/bench/lib.sh
+release_bins
 start_system checkout,outbox-relay
 seed_bench_products
 

@@ -15,12 +15,8 @@ cd "$(dirname "$0")/../.."
 . deploy/setup.sh >&2
 secs="${1:-15}"
 rounds="${2:-1}"
-if [ -z "${BIN_DIR:-}" ]; then
-  cargo build --release --locked --workspace --bins >&2
-  BIN_DIR="$CARGO_TARGET_DIR/release"
-fi
-bin="$BIN_DIR"
 . deploy/bench/lib.sh
+release_bins
 start_system checkout
 seed_bench_products
 on_url="$CHECKOUT_URL"

@@ -3,6 +3,15 @@ dir="$(mktemp -d "${TMPDIR:-/tmp}/soldonce-bench.XXXXXX")"
 results="$dir/results.txt"
 up=""
 trap '[ -n "$up" ] && kill "$up" 2>/dev/null; [ -n "$up" ] && wait "$up" 2>/dev/null; rm -rf "$dir"' EXIT
+# release_bins: `bin` is $BIN_DIR when given (binaries already built, e.g. an
+# earlier revision's for before/after figures), else a fresh release build.
+release_bins() {
+  if [ -z "${BIN_DIR:-}" ]; then
+    cargo build --release --locked --workspace --bins >&2
+    BIN_DIR="$CARGO_TARGET_DIR/release"
+  fi
+  bin="$BIN_DIR"
+}
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # Benchmarks drive one account far past the default per-account rate limit.
 export ACCOUNT_RATE_LIMIT=0

@@ -12,12 +12,8 @@ cd "$(dirname "$0")/../.."
 . deploy/setup.sh >&2
 secs="${1:-20}"
 expired="${2:-100000}"
-if [ -z "${BIN_DIR:-}" ]; then
-  cargo build --release --locked --workspace --bins >&2
-  BIN_DIR="$CARGO_TARGET_DIR/release"
-fi
-bin="$BIN_DIR"
 . deploy/bench/lib.sh
+release_bins
 sql() { psql -qtA "$DATABASE_URL" -c "$1"; }
 wait_settled() { while [ "$(sql "SELECT count(*) FROM orders WHERE state = 'payment_pending'")" != "0" ]; do sleep 0.2; done; }
 wait_delivered() { while [ "$(sql "SELECT count(*) FROM orders o LEFT JOIN shipments s ON s.order_id = o.id WHERE o.state = 'confirmed' AND s.state IS DISTINCT FROM 'delivered'")" != "0" ]; do sleep 0.2; done; }

@@ -59,19 +59,35 @@ async fn publish(js: &async_nats::jetstream::Context, msg_id: &str, payload: Vec
         .expect("ack");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consumer_goes_on() {
+/// A fresh database with `test_effects` (`constraint` added to its one
+/// column) and a private NATS with the stream.
+async fn setup(constraint: &str) -> (PgPool, Nats, async_nats::jetstream::Context) {
     let url = servers::fresh_database().await;
     let pool = PgPool::connect(&url).await.expect("db");
-    sqlx::query("CREATE TABLE test_effects (event_id uuid NOT NULL)")
-        .execute(&pool)
-        .await
-        .expect("table");
+    sqlx::query(&format!(
+        "CREATE TABLE test_effects (event_id uuid NOT NULL {constraint})"
+    ))
+    .execute(&pool)
+    .await
+    .expect("table");
     let nats = Nats::start_temporary().expect("nats");
     let js = bus::connect(&nats.url()).await.expect("connect");
     bus::ensure_stream(&js, &bus::StreamSettings::default())
         .await
         .expect("stream");
+    (pool, nats, js)
+}
+
+/// Runs [`RecordEffects`] as `test-consumer`; send `true` to stop it.
+fn start(
+    js: &async_nats::jetstream::Context,
+    pool: &PgPool,
+    concurrency: usize,
+    batch_size: usize,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
     let spec = ConsumerSpec {
         name: "test-consumer".into(),
         filter_subjects: vec!["soldonce.order.placed.>".into()],
@@ -79,8 +95,8 @@ async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consum
         ack_wait: Duration::from_secs(5),
         max_deliver: 3,
         backoff: vec![],
-        concurrency: 4,
-        batch_size: 4,
+        concurrency,
+        batch_size,
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let runner = tokio::spawn(bus::consumer::run(
@@ -90,6 +106,20 @@ async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consum
         Arc::new(RecordEffects),
         stopped,
     ));
+    (stop, runner)
+}
+
+async fn count(pool: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar::<_, i64>(sql)
+        .fetch_one(pool)
+        .await
+        .expect("count")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consumer_goes_on() {
+    let (pool, _nats, js) = setup("").await;
+    let (stop, runner) = start(&js, &pool, 4, 4);
 
     let (first, last) = (Uuid::now_v7(), Uuid::now_v7());
     publish(&js, "m1", b"{ not json".to_vec()).await;
@@ -104,15 +134,6 @@ async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consum
     publish(&js, "m4", envelope(first, "soldonce.order.placed.v1")).await;
     publish(&js, "m5", envelope(last, "soldonce.order.placed.v1")).await;
 
-    let count = |sql: &'static str| {
-        let pool = pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(sql)
-                .fetch_one(&pool)
-                .await
-                .expect("count")
-        }
-    };
     eventually(
         "the last event to be handled",
         Duration::from_secs(30),
@@ -130,7 +151,7 @@ async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consum
     eventually(
         "both poison messages to be dead-lettered",
         Duration::from_secs(30),
-        || async { (count("SELECT count(*) FROM dead_letters").await == 2).then_some(()) },
+        || async { (count(&pool, "SELECT count(*) FROM dead_letters").await == 2).then_some(()) },
     )
     .await;
     // Messages are handled concurrently: wait until the consumer has nothing
@@ -153,7 +174,7 @@ async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consum
         }
     })
     .await;
-    let effects: i64 = count("SELECT count(*) FROM test_effects").await;
+    let effects: i64 = count(&pool, "SELECT count(*) FROM test_effects").await;
     assert_eq!(
         effects, 2,
         "first and last once each; the duplicate had no effect"
@@ -171,21 +192,9 @@ async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consum
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_that_fails_inside_a_batch_fails_alone_and_the_rest_commit_together() {
-    let url = servers::fresh_database().await;
-    let pool = PgPool::connect(&url).await.expect("db");
     let bad = Uuid::now_v7();
     // The effect of one event is refused by the database, every time.
-    sqlx::query(&format!(
-        "CREATE TABLE test_effects (event_id uuid NOT NULL CHECK (event_id <> '{bad}'))"
-    ))
-    .execute(&pool)
-    .await
-    .expect("table");
-    let nats = Nats::start_temporary().expect("nats");
-    let js = bus::connect(&nats.url()).await.expect("connect");
-    bus::ensure_stream(&js, &bus::StreamSettings::default())
-        .await
-        .expect("stream");
+    let (pool, _nats, js) = setup(&format!("CHECK (event_id <> '{bad}')")).await;
     // Everything is on the stream before the consumer starts, so it pulls full batches.
     let good: Vec<Uuid> = (0..60).map(|_| Uuid::now_v7()).collect();
     for (i, id) in good.iter().enumerate() {
@@ -200,51 +209,25 @@ async fn a_message_that_fails_inside_a_batch_fails_alone_and_the_rest_commit_tog
             publish(&js, "junk", b"{ not json".to_vec()).await;
         }
     }
-    let spec = ConsumerSpec {
-        name: "test-consumer".into(),
-        filter_subjects: vec!["soldonce.order.placed.>".into()],
-        types: vec!["soldonce.order.placed.v1".into()],
-        ack_wait: Duration::from_secs(5),
-        max_deliver: 3,
-        backoff: vec![],
-        concurrency: 64,
-        batch_size: 16,
-    };
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let runner = tokio::spawn(bus::consumer::run(
-        js.clone(),
-        PgInbox::new(pool.clone()),
-        spec,
-        Arc::new(RecordEffects),
-        stopped,
-    ));
-    let count = |sql: String| {
-        let pool = pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(&sql)
-                .fetch_one(&pool)
-                .await
-                .expect("count")
-        }
-    };
+    let (stop, runner) = start(&js, &pool, 64, 16);
     eventually(
         "the failing event and the junk to be dead-lettered",
         Duration::from_secs(60),
-        || async { (count("SELECT count(*) FROM dead_letters".into()).await == 2).then_some(()) },
+        || async { (count(&pool, "SELECT count(*) FROM dead_letters").await == 2).then_some(()) },
     )
     .await;
     eventually(
         "every good event's effect",
         Duration::from_secs(60),
-        || async { (count("SELECT count(*) FROM test_effects".into()).await == 60).then_some(()) },
+        || async { (count(&pool, "SELECT count(*) FROM test_effects").await == 60).then_some(()) },
     )
     .await;
     assert_eq!(
-        count("SELECT count(DISTINCT event_id) FROM test_effects".into()).await,
+        count(&pool, "SELECT count(DISTINCT event_id) FROM test_effects").await,
         60,
         "each good event once"
     );
-    let transactions = count("SELECT count(DISTINCT xmin::text) FROM test_effects".into()).await;
+    let transactions = count(&pool, "SELECT count(DISTINCT xmin::text) FROM test_effects").await;
     assert!(
         transactions < 60,
         "good events were committed in batches: 60 effects in {transactions} transactions"
@@ -256,9 +239,10 @@ async fn a_message_that_fails_inside_a_batch_fails_alone_and_the_rest_commit_tog
             .expect("the failing event's dead letter");
     assert!(reason.contains("test_effects"), "{reason}");
     assert_eq!(
-        count(format!(
-            "SELECT count(*) FROM inbox WHERE event_id = '{bad}'"
-        ))
+        count(
+            &pool,
+            &format!("SELECT count(*) FROM inbox WHERE event_id = '{bad}'")
+        )
         .await,
         0,
         "the failed event left no inbox row"

@@ -45,18 +45,8 @@ impl RelayProcess {
             _child: child,
             _dir: dir,
         };
-        let url = format!("http://127.0.0.1:{port}/readyz");
-        eventually("outbox-relay to be ready", Duration::from_secs(30), || {
-            let url = url.clone();
-            async move {
-                reqwest::get(&url)
-                    .await
-                    .ok()
-                    .filter(|r| r.status().is_success())
-                    .map(|_| ())
-            }
-        })
-        .await;
+        soldonce_tests::poll::ready("outbox-relay", &format!("http://127.0.0.1:{port}/readyz"))
+            .await;
         relay
     }
 

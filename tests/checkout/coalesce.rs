@@ -303,20 +303,8 @@ async fn a_checkout_killed_mid_load_answered_202_only_for_committed_orders() {
         .kill_on_drop(true)
         .spawn()
         .expect("start checkout");
+    soldonce_tests::poll::ready("checkout", &format!("{base}/readyz")).await;
     let client = reqwest::Client::new();
-    eventually("checkout to be ready", Duration::from_secs(30), || {
-        let (client, url) = (client.clone(), format!("{base}/readyz"));
-        async move {
-            client
-                .get(url)
-                .send()
-                .await
-                .ok()
-                .filter(|r| r.status().is_success())
-                .map(|_| ())
-        }
-    })
-    .await;
 
     // 200 buyers in a closed loop until the process dies under them.
     let answers: Arc<std::sync::Mutex<HashMap<String, Option<Reply>>>> = Arc::default();

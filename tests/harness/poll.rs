@@ -24,3 +24,26 @@ where
         pause = (pause * 2).min(Duration::from_millis(100));
     }
 }
+
+/// Waits until `GET url` answers 2xx (a service's `/readyz` or `/healthz`),
+/// or panics naming `what` after 30 s.
+pub async fn ready(what: &str, url: &str) {
+    let client = reqwest::Client::new();
+    eventually(
+        &format!("{what} to be ready"),
+        Duration::from_secs(30),
+        || {
+            let (client, url) = (client.clone(), url.to_owned());
+            async move {
+                client
+                    .get(url)
+                    .send()
+                    .await
+                    .ok()
+                    .filter(|r| r.status().is_success())
+                    .map(|_| ())
+            }
+        },
+    )
+    .await;
+}

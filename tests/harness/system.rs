@@ -3,7 +3,6 @@
 //! signals, scrape metrics and check configuration as an operator would.
 
 use crate::app::{TestApp, WEBHOOK_SECRET};
-use crate::eventually;
 use crate::relay::binary;
 use localservers::{free_port, Nats};
 use std::collections::BTreeMap;
@@ -137,25 +136,7 @@ impl System {
         } else {
             "/readyz"
         };
-        let url = format!("{}{probe}", self.url(service));
-        let client = reqwest::Client::new();
-        eventually(
-            &format!("{service} to be ready"),
-            Duration::from_secs(30),
-            || {
-                let (client, url) = (client.clone(), url.clone());
-                async move {
-                    client
-                        .get(&url)
-                        .send()
-                        .await
-                        .ok()
-                        .filter(|r| r.status().is_success())
-                        .map(|_| ())
-                }
-            },
-        )
-        .await;
+        crate::poll::ready(service, &format!("{}{probe}", self.url(service))).await;
     }
 
     /// Where a service's log goes: a file beside psp-sim's books, appended across restarts.

@@ -41,9 +41,16 @@ pub enum Charged {
     Nothing,
 }
 
-/// What recording a batch learned, for the metrics and logs after the commit.
-/// Per fact: order id, trace id, payment id, amount, what was learned.
-pub struct Learnt(Vec<(Uuid, String, String, i64, Learned)>);
+/// One recorded PSP answer, for the log lines and metrics after the commit.
+pub struct Answer {
+    order_id: Uuid,
+    trace_id: String,
+    payment_id: String,
+    amount_minor: i64,
+}
+
+/// What recording a batch learned, answer by answer.
+pub struct Learnt(Vec<(Answer, Learned)>);
 
 impl Handler for PayOrders {
     type Inbox = PgInbox;
@@ -119,10 +126,11 @@ impl Handler for PayOrders {
         batch: &[(&Delivery, &Charged)],
     ) -> Result<Learnt, HandleError> {
         let mut facts = Vec::with_capacity(batch.len());
-        let mut orders = Vec::with_capacity(batch.len());
+        let mut about = Vec::with_capacity(batch.len());
         for (delivery, charged) in batch {
-            let (fact, source) = match charged {
+            let (order_id, fact, source) = match charged {
                 Charged::Free(order) => (
+                    order.id,
                     store::payments::PaymentFact {
                         payment_id: format!("{}{}", store::payments::FREE_PREFIX, order.id),
                         order_id: Some(order.id),
@@ -133,39 +141,31 @@ impl Handler for PayOrders {
                     },
                     Source::Free,
                 ),
-                Charged::Paid { payment, .. } => (payment.fact(), Source::Worker),
+                Charged::Paid { order_id, payment } => (*order_id, payment.fact(), Source::Worker),
                 Charged::Nothing => continue,
             };
-            orders.push(match charged {
-                Charged::Free(order) => (order.id, delivery.trace_id()),
-                Charged::Paid { order_id, .. } => (*order_id, delivery.trace_id()),
-                Charged::Nothing => continue,
+            about.push(Answer {
+                order_id,
+                trace_id: delivery.trace_id(),
+                payment_id: fact.payment_id.clone(),
+                amount_minor: fact.amount_minor,
             });
             facts.push((fact, source, meta(delivery)));
         }
         let learned = store::payments::learn_many(tx, &facts)
             .await
             .context("recording the payments")?;
-        Ok(Learnt(
-            facts
-                .into_iter()
-                .zip(orders)
-                .zip(learned)
-                .map(|(((fact, _, _), (order_id, trace_id)), learned)| {
-                    (
-                        order_id,
-                        trace_id,
-                        fact.payment_id,
-                        fact.amount_minor,
-                        learned,
-                    )
-                })
-                .collect(),
-        ))
+        Ok(Learnt(about.into_iter().zip(learned).collect()))
     }
 
     fn committed(&self, Learnt(learnt): Learnt) {
-        for (order_id, trace_id, payment_id, amount_minor, learned) in learnt {
+        for (answer, learned) in learnt {
+            let Answer {
+                order_id,
+                trace_id,
+                payment_id,
+                amount_minor,
+            } = answer;
             match learned {
                 Learned::Confirmed { reclaimed, .. } => {
                     if payment_id.starts_with(store::payments::FREE_PREFIX) {
