@@ -2,8 +2,10 @@
 //! digest. Known tokens and unknown ones are cached apart (so a flood of
 //! made-up tokens can never push a buyer's token out), a token of the wrong
 //! shape is refused without a query, and the lookups of tokens the cache does
-//! not know are rate-limited, so they cannot drain the pool. Each account's
-//! requests then pass its own rate limit.
+//! not know are rate-limited, so they cannot drain the pool. A token that
+//! was known and only aged out of the cache is looked up again outside that
+//! limit: a flood of guesses never locks out a buyer who was already buying.
+//! Each account's requests then pass its own rate limit.
 
 use crate::error::ApiError;
 use crate::AppState;
@@ -17,6 +19,8 @@ use uuid::Uuid;
 
 /// How long a known token's account stays cached.
 const KNOWN_TTL: Duration = Duration::from_secs(30);
+/// How long an aged-out known token is still looked up outside the guess limit.
+const KNOWN_REMEMBERED: Duration = Duration::from_secs(3_600);
 /// How long an unknown token stays refused without a query.
 const UNKNOWN_TTL: Duration = Duration::from_secs(10);
 /// Most entries in each of the two caches.
@@ -32,6 +36,12 @@ impl<T: Copy> Entries<T> {
         map.get(digest)
             .filter(|(_, at)| at.elapsed() < ttl)
             .map(|(v, _)| *v)
+    }
+
+    fn remove(&self, digest: &[u8; 32]) {
+        if let Ok(mut map) = self.0.write() {
+            map.remove(digest);
+        }
     }
 
     fn put(&self, digest: [u8; 32], value: T, ttl: Duration) {
@@ -108,19 +118,23 @@ async fn resolve(state: &AppState, token: &str) -> Result<Uuid, ApiError> {
         outcome("cached_unknown");
         return Err(ApiError::Unauthorized("unknown token"));
     }
-    state.limiter.admit_lookup().map_err(|wait| {
-        outcome("limited");
-        metrics::counter!("soldonce_rate_limited_total", "limit" => "token_lookup").increment(1);
-        ApiError::RateLimited(wait.as_secs().saturating_add(1))
-    })?;
+    if state.tokens.known.get(&digest, KNOWN_REMEMBERED).is_none() {
+        state.limiter.admit_lookup().map_err(|wait| {
+            outcome("limited");
+            metrics::counter!("soldonce_rate_limited_total", "limit" => "token_lookup")
+                .increment(1);
+            ApiError::RateLimited(wait.as_secs().saturating_add(1))
+        })?;
+    }
     match store::accounts::authenticate(&state.pool, token).await? {
         Some(account) => {
             outcome("found");
-            state.tokens.known.put(digest, account, KNOWN_TTL);
+            state.tokens.known.put(digest, account, KNOWN_REMEMBERED);
             Ok(account)
         }
         None => {
             outcome("unknown");
+            state.tokens.known.remove(&digest);
             state.tokens.unknown.put(digest, (), UNKNOWN_TTL);
             Err(ApiError::Unauthorized("unknown token"))
         }
