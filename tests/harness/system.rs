@@ -26,15 +26,36 @@ pub struct System {
     pub env: BTreeMap<&'static str, BTreeMap<&'static str, String>>,
     pub ports: BTreeMap<&'static str, u16>,
     children: BTreeMap<&'static str, Child>,
-    /// Where psp-sim keeps its books, so it can be killed and restarted.
-    _psp_books: tempfile::TempDir,
+    /// Where psp-sim keeps its books (so it can be killed and restarted) and
+    /// the services write their logs.
+    dir: std::path::PathBuf,
+    _temp: Option<tempfile::TempDir>,
+}
+
+/// How a [`System`] starts.
+#[derive(Debug, Default)]
+pub struct SystemOptions {
+    /// A migrated database to run on (default: a fresh one on the shared server).
+    pub database_url: Option<String>,
+    /// Where psp-sim's books and the services' logs go (default: a temporary folder).
+    pub dir: Option<std::path::PathBuf>,
+    /// Extra settings per service, over the defaults.
+    pub env: Vec<(&'static str, &'static str, String)>,
 }
 
 impl System {
     /// Starts every service as a process; the test's own in-process
     /// checkout (`app`) is only used for its database helpers.
     pub async fn start() -> System {
-        let app = TestApp::spawn().await;
+        System::start_with(SystemOptions::default()).await
+    }
+
+    /// Starts every service as a process, as `options` say.
+    pub async fn start_with(options: SystemOptions) -> System {
+        let app = match options.database_url {
+            Some(url) => TestApp::spawn_on(url, Duration::from_secs(900)).await,
+            None => TestApp::spawn().await,
+        };
         let nats = Nats::start_temporary().expect("private nats");
         let mut ports = BTreeMap::new();
         for s in SERVICES {
@@ -43,12 +64,21 @@ impl System {
         let addr = |s: &str| format!("127.0.0.1:{}", ports[s]);
         let db = app.database_url.clone();
         let mut env: BTreeMap<&'static str, BTreeMap<&'static str, String>> = BTreeMap::new();
-        let psp_books = tempfile::tempdir().expect("psp-sim data dir");
+        let (dir, temp) = match options.dir {
+            Some(dir) => (dir, None),
+            None => {
+                let temp = tempfile::tempdir().expect("psp-sim data dir");
+                (temp.path().to_owned(), Some(temp))
+            }
+        };
         env.insert(
             "psp-sim",
             BTreeMap::from([
                 ("PSP_SIM_ADDR", addr("psp-sim")),
-                ("PSP_SIM_DATA_DIR", psp_books.path().display().to_string()),
+                (
+                    "PSP_SIM_DATA_DIR",
+                    dir.join("psp-books").display().to_string(),
+                ),
                 (
                     "PSP_WEBHOOK_URL",
                     format!("http://{}/v1/psp/webhooks", addr("checkout")),
@@ -99,13 +129,19 @@ impl System {
                 ("FULFILLMENT_STEP_DELAY", "20ms".to_owned()),
             ]),
         );
+        for (service, name, value) in options.env {
+            env.get_mut(service)
+                .expect("a known service")
+                .insert(name, value);
+        }
         let mut system = System {
             app,
             nats,
             env,
             ports,
             children: BTreeMap::new(),
-            _psp_books: psp_books,
+            dir,
+            _temp: temp,
         };
         for s in SERVICES {
             system.launch(s).await;
@@ -141,7 +177,7 @@ impl System {
 
     /// Where a service's log goes: a file beside psp-sim's books, appended across restarts.
     fn log(&self, service: &str) -> std::process::Stdio {
-        let path = self._psp_books.path().join(format!("{service}.log"));
+        let path = self.dir.join(format!("{service}.log"));
         match std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -152,10 +188,15 @@ impl System {
         }
     }
 
+    /// The folder holding psp-sim's books and every service's log.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     /// The last lines a service logged (for a failing assertion's message).
     pub fn log_tail(&self, service: &str) -> String {
-        let text = std::fs::read_to_string(self._psp_books.path().join(format!("{service}.log")))
-            .unwrap_or_default();
+        let text =
+            std::fs::read_to_string(self.dir.join(format!("{service}.log"))).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(20)..].join("\n")
     }

@@ -3,7 +3,7 @@
 //! saga carries on without a double charge.
 
 use soldonce_tests::eventually;
-use soldonce_tests::saga::assert_audit_clean;
+use soldonce_tests::saga::{assert_audit_clean, psp_listing};
 use soldonce_tests::system::System;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,36 +11,19 @@ use uuid::Uuid;
 
 /// Every payment the PSP lists, by id, with its refunds' ids.
 async fn psp_books(system: &System) -> BTreeMap<String, Vec<String>> {
-    let mut books = BTreeMap::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut request = system
-            .app
-            .client
-            .get(format!("{}/v1/payments", system.url("psp-sim")))
-            .query(&[("limit", "100")]);
-        if let Some(c) = &cursor {
-            request = request.query(&[("cursor", c)]);
-        }
-        let page = system.app.send(request).await;
-        assert_eq!(page.status, 200, "{}", page.body);
-        for p in page.body["data"].as_array().expect("data") {
+    psp_listing(&system.app, &system.url("psp-sim"), "payments")
+        .await
+        .iter()
+        .map(|p| {
             let refunds = p["refunds"]
                 .as_array()
                 .expect("refunds")
                 .iter()
                 .map(|r| r["id"].as_str().unwrap_or("").to_owned())
                 .collect();
-            books.insert(p["id"].as_str().expect("id").to_owned(), refunds);
-        }
-        match (
-            page.body["has_more"].as_bool(),
-            page.body["next_cursor"].as_str(),
-        ) {
-            (Some(true), Some(next)) => cursor = Some(next.to_owned()),
-            _ => return books,
-        }
-    }
+            (p["id"].as_str().expect("id").to_owned(), refunds)
+        })
+        .collect()
 }
 
 async fn place(system: &System, n: usize) -> Vec<String> {

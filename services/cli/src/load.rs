@@ -47,6 +47,11 @@ pub struct LoadArgs {
     /// Skip counting accepted orders in the database (DATABASE_URL).
     #[arg(long)]
     no_verify: bool,
+    /// Write every request's outcome to this file, one JSON object per line:
+    /// `at_ms` (intended send time from the start), `key`, `sku`, `status`
+    /// (absent on a transport error), `order_id` (on 202) and `latency_ms`.
+    #[arg(long, value_name = "FILE")]
+    history: Option<std::path::PathBuf>,
 }
 
 /// The run's figures.
@@ -106,6 +111,7 @@ pub async fn flash_sale(
         rate: None,
         duration: None,
         no_verify: false,
+        history: None,
     };
     measure(&args, Some(pool)).await
 }
@@ -158,6 +164,13 @@ async fn measure(args: &LoadArgs, verify: Option<&sqlx::PgPool>) -> Result<Repor
         accepted_ids: vec![],
         errors: 0,
     }));
+    let history = match &args.history {
+        Some(path) => Some(Mutex::new(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .map_err(|e| CliError::Usage(format!("--history {}: {e}", path.display())))?,
+        ))),
+        None => None,
+    };
     let shared = Arc::new(Shared {
         client,
         args_url: args.url.trim_end_matches('/').to_owned(),
@@ -166,6 +179,8 @@ async fn measure(args: &LoadArgs, verify: Option<&sqlx::PgPool>) -> Result<Repor
         sku_count: args.sku_count,
         quantity: args.quantity,
         tally: tally.clone(),
+        started: Instant::now(),
+        history,
     });
     let started = Instant::now();
     let mode = match (args.connections, args.requests, &args.rate, args.duration) {
@@ -185,6 +200,13 @@ async fn measure(args: &LoadArgs, verify: Option<&sqlx::PgPool>) -> Result<Repor
         }
     };
     let seconds = started.elapsed().as_secs_f64();
+    if let Some(history) = &shared.history {
+        use std::io::Write;
+        let mut file = history
+            .lock()
+            .map_err(|_| anyhow::anyhow!("history poisoned"))?;
+        file.flush().context("writing --history")?;
+    }
     let tally = std::mem::replace(
         &mut *tally
             .lock()
@@ -250,6 +272,8 @@ struct Shared {
     sku_count: u32,
     quantity: i64,
     tally: Arc<Mutex<Tally>>,
+    started: Instant,
+    history: Option<Mutex<std::io::BufWriter<std::fs::File>>>,
 }
 
 impl Shared {
@@ -263,13 +287,14 @@ impl Shared {
 
     /// Sends one order; `intended` is when it should have gone out.
     async fn one(&self, intended: Instant) {
-        let body =
-            serde_json::json!({ "lines": [{ "sku": self.pick_sku(), "quantity": self.quantity }] });
+        let sku = self.pick_sku();
+        let key = Uuid::new_v4().to_string();
+        let body = serde_json::json!({ "lines": [{ "sku": sku, "quantity": self.quantity }] });
         let sent = self
             .client
             .post(format!("{}/v1/orders", self.args_url))
             .bearer_auth(&self.token)
-            .header("idempotency-key", Uuid::new_v4().to_string())
+            .header("idempotency-key", &key)
             .json(&body)
             .send()
             .await;
@@ -290,6 +315,20 @@ impl Shared {
             Err(_) => None,
         };
         let micros = u64::try_from(intended.elapsed().as_micros()).unwrap_or(u64::MAX);
+        if let Some(history) = &self.history {
+            use std::io::Write;
+            let line = serde_json::json!({
+                "at_ms": intended.saturating_duration_since(self.started).as_millis() as u64,
+                "key": key,
+                "sku": sku,
+                "status": outcome.map(|(status, _)| status),
+                "order_id": outcome.and_then(|(_, id)| id),
+                "latency_ms": micros as f64 / 1000.0,
+            });
+            if let Ok(mut file) = history.lock() {
+                let _ = writeln!(file, "{line}");
+            }
+        }
         if let Ok(mut t) = self.tally.lock() {
             let _ = t.latency.record(micros.max(1));
             match outcome {

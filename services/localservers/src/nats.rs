@@ -104,6 +104,13 @@ impl Nats {
         }
     }
 
+    /// Kills the server with SIGKILL; its JetStream store stays as it was left.
+    pub fn kill(&mut self) {
+        if let Some(mut s) = self.server.take() {
+            s.stop_with("KILL");
+        }
+    }
+
     /// Starts a stopped server again on the same port and store.
     pub fn restart(&mut self) -> Result<(), Error> {
         self.stop();

@@ -178,6 +178,14 @@ impl Postgres {
         }
     }
 
+    /// Crash-stops the server as `pg_ctl -m immediate` does (SIGQUIT: every
+    /// backend exits at once, no checkpoint); the next start runs crash recovery.
+    pub fn crash(&mut self) {
+        if let Some(mut s) = self.server.take() {
+            s.stop_with("QUIT");
+        }
+    }
+
     /// Starts a stopped server again on the same port and data.
     pub fn restart(&mut self) -> Result<(), Error> {
         self.stop();

@@ -1,7 +1,8 @@
 //! Running a server under a watchdog shell: the shell starts the server,
 //! then waits on its stdin, which is a pipe from this process. Whether this
 //! process drops the handle or dies, the pipe closes and the shell stops the
-//! server, so no server outlives its owner.
+//! server, so no server outlives its owner. A line written to the pipe names
+//! another signal to stop it with (a crash instead of a clean stop).
 
 use crate::Error;
 use std::path::{Path, PathBuf};
@@ -24,7 +25,7 @@ impl Watched {
     ) -> Result<Self, Error> {
         let quoted: Vec<String> = argv.iter().map(|a| shell_quote(a)).collect();
         let script = format!(
-            "{cmd} >>{log} 2>&1 </dev/null & pid=$!; read _ignored; kill -{sig} $pid 2>/dev/null; wait $pid",
+            "{cmd} >>{log} 2>&1 </dev/null & pid=$!; read sig; kill -${{sig:-{sig}}} $pid 2>/dev/null; wait $pid",
             cmd = quoted.join(" "),
             log = shell_quote(&log.to_string_lossy()),
             sig = stop_signal,
@@ -53,6 +54,15 @@ impl Watched {
     /// Stops the server and waits for it to exit.
     pub(crate) fn stop(&mut self) {
         drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
+
+    /// Stops the server with `signal` (such as `KILL`) and waits for it to exit.
+    pub(crate) fn stop_with(&mut self, signal: &str) {
+        use std::io::Write;
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = writeln!(stdin, "{signal}");
+        }
         let _ = self.child.wait();
     }
 

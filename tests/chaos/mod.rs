@@ -1,0 +1,613 @@
+//! The chaos suite: every binary as a real process over a private PostgreSQL
+//! and a private NATS, load from `soldonce load`, and faults at moments drawn
+//! from a seed — each service SIGKILLed twice, nats-server SIGKILLed,
+//! PostgreSQL crash-stopped (`pg_ctl -m immediate`), psp-sim killed (its books
+//! survive), and the PSP's own faults (first calls failing, lost replies,
+//! duplicated, reordered and dropped webhooks, declines, slow and `processing`
+//! answers) switched as the run goes.
+//!
+//! Once the faults stop and the saga settles, the promise is checked from
+//! three places that do not share code with soldonce's own audit: the PSP's
+//! books, the database's rows and the stream's messages; then `soldonce
+//! audit`, `reconcile` and `replay` must all be clean.
+//!
+//! `CHAOS_SEEDS` picks the seeds (`1,2` by default; `1-20` for a long run),
+//! `CHAOS_SECONDS` the load's length (20), `CHAOS_KEEP=1` keeps every run's
+//! folder. A run writes its folder (named on stderr) with `requests.jsonl`
+//! (every request and its outcome), `faults.jsonl` (every fault, when),
+//! `summary.json` and the services' logs; a failing run keeps it. A seed fixes
+//! the faults and their moments; the interleavings around them still vary.
+
+use localservers::{PgOptions, Postgres};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+use soldonce_tests::relay::{binary, read_stream};
+use soldonce_tests::saga::psp_listing;
+use soldonce_tests::servers::migrated_database_on;
+use soldonce_tests::system::{System, SystemOptions, SERVICES};
+use soldonce_tests::TestApp;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+const SKUS: usize = 4;
+const UNITS_PER_SKU: i64 = 120;
+const PRICE_MINOR: i64 = 1_500;
+const KILLS_PER_SERVICE: usize = 2;
+const PSP_FAULT_SWITCHES: usize = 3;
+
+/// One fault, `at` from the start of the load.
+#[derive(Debug, Clone)]
+struct Fault {
+    at: Duration,
+    kind: Kind,
+}
+
+#[derive(Debug, Clone)]
+enum Kind {
+    /// SIGKILL a service, start it again after `down`.
+    Kill {
+        service: &'static str,
+        down: Duration,
+    },
+    /// SIGKILL nats-server, start it again after `down`.
+    Nats { down: Duration },
+    /// Crash-stop PostgreSQL, start it again (crash recovery) after `down`.
+    Postgres { down: Duration },
+    /// Put these faults in force at the PSP.
+    Psp(Value),
+}
+
+/// The seeds to run: `CHAOS_SEEDS` as `1,2,5` or `1-20`.
+fn seeds() -> Vec<u64> {
+    let text = std::env::var("CHAOS_SEEDS").unwrap_or_else(|_| "1,2".into());
+    let mut seeds = vec![];
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || panic!("CHAOS_SEEDS: {part:?} is not a seed or a range such as 1-20");
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (
+                    a.trim().parse::<u64>().unwrap_or_else(|_| bad()),
+                    b.trim().parse::<u64>().unwrap_or_else(|_| bad()),
+                );
+                seeds.extend(a..=b);
+            }
+            None => seeds.push(part.parse().unwrap_or_else(|_| bad())),
+        }
+    }
+    assert!(!seeds.is_empty(), "CHAOS_SEEDS names no seed");
+    seeds
+}
+
+fn load_seconds() -> u64 {
+    std::env::var("CHAOS_SECONDS")
+        .ok()
+        .map(|s| s.parse().expect("CHAOS_SECONDS: a whole number of seconds"))
+        .unwrap_or(20)
+        .max(8)
+}
+
+/// The faults of one seed, in time order, inside `[1 s, load − 3 s]`.
+fn plan(seed: u64, load: Duration) -> Vec<Fault> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let window = 1.0..(load.as_secs_f64() - 3.0);
+    let mut faults = vec![];
+    for service in SERVICES {
+        for _ in 0..KILLS_PER_SERVICE {
+            faults.push(Fault {
+                at: Duration::from_secs_f64(rng.random_range(window.clone())),
+                kind: Kind::Kill {
+                    service,
+                    down: Duration::from_millis(rng.random_range(50..1_200)),
+                },
+            });
+        }
+    }
+    faults.push(Fault {
+        at: Duration::from_secs_f64(rng.random_range(window.clone())),
+        kind: Kind::Nats {
+            down: Duration::from_millis(rng.random_range(200..2_000)),
+        },
+    });
+    faults.push(Fault {
+        at: Duration::from_secs_f64(rng.random_range(window.clone())),
+        kind: Kind::Postgres {
+            down: Duration::from_millis(rng.random_range(200..2_000)),
+        },
+    });
+    for _ in 0..PSP_FAULT_SWITCHES {
+        let faults_json = json!({
+            "decline_rate": rng.random_range(0.0..0.3),
+            "latency_ms": rng.random_range(0..200),
+            "fail_first": rng.random_range(0..4),
+            "lose_reply_rate": rng.random_range(0.0..0.3),
+            "webhook_delay_ms": rng.random_range(0..300),
+            "webhook_duplicates": rng.random_range(1..4),
+            "webhook_reorder": rng.random_bool(0.5),
+            "drop_webhook_rate": rng.random_range(0.0..0.3),
+            "processing_rate": rng.random_range(0.0..0.3),
+            "processing_ms": rng.random_range(200..1_500),
+        });
+        faults.push(Fault {
+            at: Duration::from_secs_f64(rng.random_range(window.clone())),
+            kind: Kind::Psp(faults_json),
+        });
+    }
+    faults.sort_by_key(|f| f.at);
+    faults
+}
+
+/// Runs `soldonce` with the system's settings; returns the exit code and output.
+fn soldonce(system: &System, database_url: &str, args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(binary("soldonce"))
+        .args(args)
+        .env("DATABASE_URL", database_url)
+        .env("NATS_URL", system.nats.url())
+        .env("PSP_URL", system.url("psp-sim"))
+        .output()
+        .expect("run soldonce");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+async fn put_psp_faults(system: &System, faults: &Value) {
+    let request = system
+        .app
+        .client
+        .put(format!("{}/admin/faults", system.url("psp-sim")))
+        .json(faults);
+    let r = system.app.send(request).await;
+    assert_eq!(
+        r.status, 200,
+        "psp-sim took the faults {faults}: {}",
+        r.body
+    );
+}
+
+/// Appends one JSON line to a file of the run's folder.
+fn append(path: &Path, line: &Value) {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("history file");
+    writeln!(file, "{line}").expect("write history");
+}
+
+/// What is still in flight: orders not ended, refunds owed, confirmed orders
+/// not delivered, outbox rows, events not yet on the stream, and messages
+/// either consumer has not finished.
+async fn in_flight(
+    app: &TestApp,
+    js: &async_nats::jetstream::Context,
+) -> BTreeMap<&'static str, i64> {
+    let mut figures = BTreeMap::new();
+    for (what, sql) in [
+        (
+            "orders pending",
+            "SELECT count(*) FROM orders WHERE state = 'payment_pending'",
+        ),
+        (
+            "refunds owed",
+            "SELECT count(*) FROM payments WHERE refund_state = 'pending'",
+        ),
+        (
+            "confirmed, not delivered",
+            "SELECT count(*) FROM orders o LEFT JOIN shipments s ON s.order_id = o.id \
+             WHERE o.state = 'confirmed' AND (s.state IS NULL OR s.state <> 'delivered')",
+        ),
+        ("outbox rows", "SELECT count(*) FROM outbox"),
+    ] {
+        figures.insert(what, app.count(sql).await);
+    }
+    let events = app.count("SELECT count(*) FROM events").await;
+    let on_stream = i64::try_from(soldonce_tests::relay::stream_len(js).await).unwrap_or(i64::MAX);
+    figures.insert("events not on the stream", events - on_stream);
+    for consumer in ["payment-worker", "fulfillment"] {
+        let pending = match js
+            .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
+                consumer,
+                bus::STREAM,
+            )
+            .await
+        {
+            Ok(mut c) => c.info().await.map_or(-1, |i| {
+                i64::try_from(i.num_pending).unwrap_or(i64::MAX)
+                    + i64::try_from(i.num_ack_pending).unwrap_or(i64::MAX)
+            }),
+            Err(_) => -1,
+        };
+        figures.insert(
+            if consumer == "fulfillment" {
+                "fulfillment messages"
+            } else {
+                "payment-worker messages"
+            },
+            pending,
+        );
+    }
+    figures
+}
+
+/// Waits until nothing is in flight; on timeout names what still is.
+async fn wait_settled(app: &TestApp, nats_url: &str, within: Duration) {
+    let js = bus::connect(nats_url).await.expect("nats");
+    let deadline = Instant::now() + within;
+    loop {
+        let figures = in_flight(app, &js).await;
+        if figures.values().all(|n| *n == 0) {
+            return;
+        }
+        assert!(
+            figures["events not on the stream"] >= 0,
+            "the stream holds messages the store has no event for: {figures:?}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the saga did not settle within {within:?}: {figures:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fault_at_random_moments_sells_each_unit_once_charges_once_and_ends_every_order() {
+    for seed in seeds() {
+        run(seed).await;
+    }
+}
+
+#[allow(clippy::too_many_lines)]
+async fn run(seed: u64) {
+    let load = Duration::from_secs(load_seconds());
+    let faults = plan(seed, load);
+    let dir: PathBuf = std::env::temp_dir()
+        .join("soldonce-chaos")
+        .join(format!("seed-{seed}-{}", Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).expect("run folder");
+    eprintln!(
+        "chaos seed {seed}: {} faults over {load:?}; history in {}",
+        faults.len(),
+        dir.display()
+    );
+
+    // Durable: a crash-stopped server with synchronous_commit off forgets
+    // commits it acknowledged, which no system can be held to.
+    let mut pg = Postgres::start_temporary(PgOptions {
+        durable: true,
+        ..PgOptions::default()
+    })
+    .expect("private postgres");
+    let database_url = migrated_database_on(&pg).await;
+    let mut system = System::start_with(SystemOptions {
+        database_url: Some(database_url.clone()),
+        dir: Some(dir.clone()),
+        env: vec![
+            ("checkout", "RESERVATION_TTL", "4s".into()),
+            ("payment-worker", "PSP_TIMEOUT", "1s".into()),
+            ("payment-worker", "COMPENSATION_INTERVAL", "200ms".into()),
+            ("payment-worker", "RECONCILE_INTERVAL", "3s".into()),
+        ],
+    })
+    .await;
+    for i in 0..SKUS {
+        system
+            .app
+            .add_product(&format!("CHAOS-{i}"), PRICE_MINOR, UNITS_PER_SKU)
+            .await;
+    }
+
+    // The load, as an operator would run it.
+    let requests_file = dir.join("requests.jsonl");
+    let load_process = tokio::process::Command::new(binary("soldonce"))
+        .args([
+            "--json",
+            "load",
+            "--rate",
+            "60/s",
+            "--duration",
+            &format!("{}s", load.as_secs()),
+            "--sku",
+            "CHAOS",
+            "--sku-count",
+            &SKUS.to_string(),
+            "--history",
+        ])
+        .arg(&requests_file)
+        .env("CHECKOUT_URL", system.url("checkout"))
+        .env("SOLDONCE_TOKEN", &system.app.token)
+        .env("DATABASE_URL", &database_url)
+        .kill_on_drop(true)
+        .output();
+    let load_task = tokio::spawn(load_process);
+
+    // The faults, one after another, each at its moment (or at once if the
+    // previous one ran past it).
+    let started = Instant::now();
+    let faults_file = dir.join("faults.jsonl");
+    let mut kills: BTreeMap<String, usize> = BTreeMap::new();
+    let mut psp_faults = json!({});
+    for fault in &faults {
+        tokio::time::sleep_until((started + fault.at).into()).await;
+        let at_ms = started.elapsed().as_millis() as u64;
+        match &fault.kind {
+            Kind::Kill { service, down } => {
+                system.kill(service).await;
+                tokio::time::sleep(*down).await;
+                system.launch(service).await;
+                if *service == "psp-sim" {
+                    put_psp_faults(&system, &psp_faults).await;
+                }
+                *kills.entry((*service).to_owned()).or_default() += 1;
+                append(
+                    &faults_file,
+                    &json!({"at_ms": at_ms, "fault": "sigkill", "process": service, "down_ms": down.as_millis() as u64}),
+                );
+            }
+            Kind::Nats { down } => {
+                system.nats.kill();
+                tokio::time::sleep(*down).await;
+                system.nats.restart().expect("restart nats-server");
+                *kills.entry("nats-server".into()).or_default() += 1;
+                append(
+                    &faults_file,
+                    &json!({"at_ms": at_ms, "fault": "sigkill", "process": "nats-server", "down_ms": down.as_millis() as u64}),
+                );
+            }
+            Kind::Postgres { down } => {
+                pg.crash();
+                tokio::time::sleep(*down).await;
+                pg.restart().expect("restart postgres");
+                *kills.entry("postgres".into()).or_default() += 1;
+                append(
+                    &faults_file,
+                    &json!({"at_ms": at_ms, "fault": "crash-stop", "process": "postgres", "down_ms": down.as_millis() as u64}),
+                );
+            }
+            Kind::Psp(f) => {
+                put_psp_faults(&system, f).await;
+                psp_faults = f.clone();
+                *kills.entry("psp-faults".into()).or_default() += 1;
+                append(
+                    &faults_file,
+                    &json!({"at_ms": at_ms, "fault": "psp-faults", "faults": f}),
+                );
+            }
+        }
+    }
+
+    let output = load_task.await.expect("load task").expect("soldonce load");
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+        panic!(
+            "soldonce load printed no report (exit {:?}): {}",
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    assert!(
+        output.status.success(),
+        "soldonce load found every accepted order in the database: {report}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // Faults off; let the saga finish what it holds.
+    put_psp_faults(&system, &json!({})).await;
+    let app = &system.app;
+    let nats_url = system.nats.url();
+    wait_settled(app, &nats_url, Duration::from_secs(180)).await;
+    let (code, text) = soldonce(&system, &database_url, &["reconcile"]);
+    assert_eq!(
+        code,
+        Some(0),
+        "reconciliation repairs what it finds: {text}"
+    );
+    wait_settled(app, &nats_url, Duration::from_secs(120)).await;
+
+    // Every fault happened, as planned.
+    for service in SERVICES {
+        assert_eq!(
+            kills.get(*service).copied(),
+            Some(KILLS_PER_SERVICE),
+            "{service} killed"
+        );
+    }
+    for process in ["nats-server", "postgres"] {
+        assert_eq!(kills.get(process).copied(), Some(1), "{process} killed");
+    }
+    assert_eq!(
+        kills.get("psp-faults").copied(),
+        Some(PSP_FAULT_SWITCHES),
+        "PSP faults switched"
+    );
+
+    // What the buyers were told, from the load's own history.
+    let history: Vec<Value> = std::fs::read_to_string(&requests_file)
+        .expect("requests.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let accepted: HashSet<Uuid> = history
+        .iter()
+        .filter(|r| r["status"] == 202)
+        .map(|r| {
+            r["order_id"]
+                .as_str()
+                .expect("order id")
+                .parse()
+                .expect("uuid")
+        })
+        .collect();
+    let keys_sent: HashSet<&str> = history
+        .iter()
+        .map(|r| r["key"].as_str().expect("key"))
+        .collect();
+    let by_status = history.iter().fold(BTreeMap::new(), |mut m, r| {
+        *m.entry(
+            r["status"]
+                .as_u64()
+                .map_or("error".to_owned(), |s| s.to_string()),
+        )
+        .or_insert(0u64) += 1;
+        m
+    });
+
+    // The database.
+    let orders: Vec<(Uuid, String, Option<String>, String)> = sqlx::query_as(
+        "SELECT o.id, o.state, o.payment_id, k.key FROM orders o \
+         LEFT JOIN idempotency_keys k ON k.order_id = o.id AND k.account_id = o.account_id",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .expect("orders");
+    let states: HashMap<Uuid, &str> = orders.iter().map(|o| (o.0, o.1.as_str())).collect();
+    for id in &accepted {
+        assert!(
+            states.contains_key(id),
+            "order {id} was answered 202 and is gone"
+        );
+    }
+    for (id, state, _, key) in &orders {
+        assert!(
+            keys_sent.contains(key.as_str()),
+            "order {id} ({state}) comes from no request that was sent"
+        );
+        assert!(
+            matches!(
+                state.as_str(),
+                "confirmed" | "payment_failed" | "cancelled" | "expired" | "refunded"
+            ),
+            "order {id} never ended: {state}"
+        );
+    }
+    let stock: Vec<(String, i64, i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT s.sku, s.available, s.reserved, s.sold, \
+           (SELECT coalesce(sum(d_available), 0)::bigint FROM stock_ledger WHERE sku = s.sku AND movement = 'receive'), \
+           (SELECT coalesce(sum(l.quantity), 0)::bigint FROM order_lines l JOIN orders o ON o.id = l.order_id \
+             WHERE l.sku = s.sku AND o.state = 'confirmed') \
+         FROM stock s ORDER BY s.sku",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .expect("stock");
+    assert_eq!(stock.len(), SKUS);
+    for (sku, available, reserved, sold, received, confirmed) in &stock {
+        assert!(
+            *available >= 0 && *reserved >= 0 && *sold >= 0,
+            "{sku}: a bucket went negative"
+        );
+        assert_eq!(*received, UNITS_PER_SKU, "{sku}: received");
+        assert_eq!(
+            available + reserved + sold,
+            UNITS_PER_SKU,
+            "{sku}: units conserved"
+        );
+        assert_eq!(
+            *reserved, 0,
+            "{sku}: nothing reserved once every order ended"
+        );
+        assert_eq!(sold, confirmed, "{sku}: sold = units of confirmed orders");
+    }
+
+    // The PSP's books: one standing payment per confirmed order, the one it
+    // holds; none for any order that ended otherwise, refunds included.
+    let books = psp_listing(app, &system.url("psp-sim"), "payments").await;
+    let mut standing: HashMap<Uuid, Vec<String>> = HashMap::new();
+    let (mut charges, mut refunded) = (0, 0);
+    for p in &books {
+        if p["status"] != "succeeded" {
+            continue;
+        }
+        charges += 1;
+        let amount = p["amount_minor"].as_i64().expect("amount");
+        let back: i64 = p["refunds"]
+            .as_array()
+            .expect("refunds")
+            .iter()
+            .filter(|r| r["status"] == "succeeded")
+            .map(|r| r["amount_minor"].as_i64().unwrap_or(0))
+            .sum();
+        if back >= amount {
+            refunded += 1;
+            continue;
+        }
+        let reference: Uuid = p["reference"]
+            .as_str()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or_else(|| panic!("a standing charge with no order: {p}"));
+        standing
+            .entry(reference)
+            .or_default()
+            .push(p["id"].as_str().expect("id").to_owned());
+    }
+    for (id, state, payment_id, _) in &orders {
+        let held = standing.remove(id).unwrap_or_default();
+        if state == "confirmed" {
+            assert_eq!(
+                held.iter().map(String::as_str).collect::<Vec<_>>(),
+                vec![payment_id.as_deref().expect("a confirmed order's payment")],
+                "order {id}: exactly its one payment stands at the PSP"
+            );
+        } else {
+            assert!(
+                held.is_empty(),
+                "order {id} ({state}) still charged: {held:?}"
+            );
+        }
+    }
+    assert!(
+        standing.is_empty(),
+        "charges standing for no order: {standing:?}"
+    );
+
+    // The stream: every event exactly once, nothing else.
+    let events: Vec<(Uuid,)> = sqlx::query_as("SELECT event_id FROM events")
+        .fetch_all(&app.pool)
+        .await
+        .expect("events");
+    let stream = read_stream(&nats_url).await;
+    for (id,) in &events {
+        let copies = stream.get(id).map_or(0, |(n, _)| *n);
+        assert_eq!(copies, 1, "event {id} on the stream {copies} times");
+    }
+    assert_eq!(
+        stream.len(),
+        events.len(),
+        "the stream holds only the store's events"
+    );
+
+    // And soldonce's own tools agree.
+    for args in [&["audit"][..], &["reconcile"], &["replay"]] {
+        let (code, text) = soldonce(&system, &database_url, args);
+        assert_eq!(code, Some(0), "soldonce {} is clean: {text}", args[0]);
+    }
+
+    let mut by_state: BTreeMap<&str, u64> = BTreeMap::new();
+    for (_, state, _, _) in &orders {
+        *by_state.entry(state.as_str()).or_default() += 1;
+    }
+    let summary = json!({
+        "seed": seed,
+        "load_seconds": load.as_secs(),
+        "faults": kills,
+        "requests": history.len(),
+        "responses": by_status,
+        "orders": by_state,
+        "units_sold": stock.iter().map(|s| s.3).sum::<i64>(),
+        "psp_charges": charges,
+        "psp_refunded": refunded,
+        "events": events.len(),
+        "seconds": started.elapsed().as_secs(),
+    });
+    std::fs::write(dir.join("summary.json"), summary.to_string()).expect("summary");
+    eprintln!("chaos seed {seed} passed: {summary}");
+    if std::env::var_os("CHAOS_KEEP").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
