@@ -106,6 +106,70 @@ async fn with_coalescing_off_every_placement_has_a_transaction_of_its_own() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_aborted_to_break_a_deadlock_is_run_again_and_every_buyer_gets_one_order() {
+    let db = servers::fresh_database().await;
+    let app = checkout(&db, |_| {}).await;
+    app.add_product("MUG", 1000, 100).await;
+    // PostgreSQL breaks a deadlock by aborting one transaction with 40P01.
+    // Here the first two transactions holding the unlucky order are aborted
+    // so (a sequence is not rolled back with them, so it counts the tries).
+    for statement in [
+        "CREATE SEQUENCE deadlock_tries",
+        "CREATE FUNCTION deadlock_twice() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN IF NEW.shipping->>'name' = 'UNLUCKY' THEN IF nextval('deadlock_tries') <= 2 THEN \
+         RAISE EXCEPTION 'deadlock detected' USING ERRCODE = '40P01'; END IF; END IF; RETURN NEW; END $$",
+        "CREATE TRIGGER deadlock_twice BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION deadlock_twice()",
+    ] {
+        sqlx::query(statement)
+            .execute(&app.pool)
+            .await
+            .expect("install the deadlock trigger");
+    }
+    let replies: Vec<Reply> = stream::iter(0..20)
+        .map(|i| {
+            let app = app.clone();
+            async move {
+                let mut body = one("MUG");
+                if i == 10 {
+                    body["shipping"] = serde_json::json!({
+                        "name": "UNLUCKY", "line1": "1 Main St", "city": "Porto Alegre",
+                        "postal_code": "90000", "country": "BR"
+                    });
+                }
+                app.place(&app.token, &Uuid::new_v4().to_string(), &body)
+                    .await
+            }
+        })
+        .buffer_unordered(20)
+        .collect()
+        .await;
+    for reply in &replies {
+        assert_eq!(reply.status, 202, "{}", reply.body);
+    }
+    let tries: i64 = sqlx::query_scalar("SELECT last_value FROM deadlock_tries")
+        .fetch_one(&app.pool)
+        .await
+        .expect("tries");
+    assert_eq!(tries, 3, "aborted twice, committed on the third run");
+    assert_eq!(app.count("SELECT count(*) FROM orders").await, 20);
+    assert_eq!(
+        app.count("SELECT count(*) FROM orders WHERE shipping->>'name' = 'UNLUCKY'")
+            .await,
+        1
+    );
+    assert_eq!(app.count("SELECT count(*) FROM idempotency_keys").await, 20);
+    assert_eq!(
+        app.buckets("MUG").await,
+        Buckets {
+            available: 80,
+            reserved: 20,
+            sold: 0
+        }
+    );
+    assert_eq!(app.ledger("MUG").await, app.buckets("MUG").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_failing_placement_never_fails_the_others_in_its_group() {
     let db = servers::fresh_database().await;
     // One lane and small groups: many groups, only one of them poisoned.

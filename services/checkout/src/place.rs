@@ -137,6 +137,10 @@ pub(crate) async fn place_group(ctx: &Context, drafts: &[Draft]) -> Vec<Answer> 
                     metrics::counter!("soldonce_checkout_group_retries_total", "reason" => "isolated")
                         .increment(1);
                 }
+                if report.transient_retries > 0 {
+                    metrics::counter!("soldonce_checkout_group_retries_total", "reason" => "deadlock")
+                        .increment(u64::from(report.transient_retries));
+                }
                 for ((i, p), outcome) in placed_from.iter().zip(&placements).zip(outcomes) {
                     answers[*i] = Some(match outcome {
                         Ok(outcome) => answer(p, outcome),

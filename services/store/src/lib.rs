@@ -66,6 +66,18 @@ impl StoreError {
     pub fn is_conflict(&self) -> bool {
         matches!(self, StoreError::Conflict(_))
     }
+
+    /// Whether PostgreSQL aborted the transaction to break a deadlock or a
+    /// serialization conflict (SQLSTATE `40P01`, `40001`): nothing of it was
+    /// committed, and running it again is the documented remedy.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Database(sqlx::Error::Database(e)) => {
+                matches!(e.code().as_deref(), Some("40P01" | "40001"))
+            }
+            _ => false,
+        }
+    }
 }
 
 /// Opens a pool of at most `max_connections`: the bound on database

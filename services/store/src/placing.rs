@@ -88,6 +88,8 @@ pub struct GroupReport {
     pub relocked: bool,
     /// The group failed: retried one placement per transaction.
     pub isolated: bool,
+    /// Transactions PostgreSQL aborted to break a deadlock, run again.
+    pub transient_retries: u32,
 }
 
 /// Places every order of `group` (in arrival order) in one transaction;
@@ -117,8 +119,32 @@ pub async fn place(
     }
 }
 
-/// One try, then (if the unlocked read was stale) one with the SKUs locked.
+/// How many times a transaction PostgreSQL aborted to break a deadlock is run again.
+const TRANSIENT_RETRIES: u32 = 3;
+
+/// [`attempt_once`], run again when PostgreSQL aborted it to break a
+/// deadlock or a serialization conflict (nothing of it was committed).
 async fn attempt(
+    pool: &PgPool,
+    group: &[Placement<'_>],
+    refusal: &impl Fn(&PlaceOutcome) -> StoredResponse,
+    report: &mut GroupReport,
+) -> Result<Vec<PlaceOutcome>, StoreError> {
+    let mut retries = 0;
+    loop {
+        match attempt_once(pool, group, refusal, report).await {
+            Err(e) if e.is_transient() && retries < TRANSIENT_RETRIES => {
+                retries += 1;
+                report.transient_retries += 1;
+                tracing::warn!(error = %e, size = group.len(), retries, "placement aborted by the database: running it again");
+            }
+            other => return other,
+        }
+    }
+}
+
+/// One try, then (if the unlocked read was stale) one with the SKUs locked.
+async fn attempt_once(
     pool: &PgPool,
     group: &[Placement<'_>],
     refusal: &impl Fn(&PlaceOutcome) -> StoredResponse,
