@@ -74,8 +74,22 @@ pub enum BusError {
 /// stream: what every service on the bus does first.
 pub async fn open(url: &str, stream: &StreamSettings) -> anyhow::Result<jetstream::Context> {
     use anyhow::Context;
+    use backon::{ExponentialBuilder, Retryable};
     let js = connect(url).await.context("connecting to NATS_URL")?;
-    ensure_stream(&js, stream)
+    // JetStream may be briefly without a leader (a cluster member restarting,
+    // an election): a process starting then waits for it, for up to about
+    // two minutes, instead of exiting.
+    (|| ensure_stream(&js, stream))
+        .retry(
+            ExponentialBuilder::default()
+                .with_jitter()
+                .with_min_delay(Duration::from_millis(200))
+                .with_max_delay(Duration::from_secs(5))
+                .with_max_times(30),
+        )
+        .notify(|e: &BusError, after| {
+            tracing::warn!(error = %e, ?after, "JetStream is not answering yet; retrying");
+        })
         .await
         .context("creating the SOLDONCE stream")?;
     Ok(js)

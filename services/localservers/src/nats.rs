@@ -70,6 +70,20 @@ impl Nats {
     /// `deploy/nats-cluster.conf`). Streams may then have up to `size` replicas.
     pub fn start_cluster_temporary(size: usize) -> Result<Self, Error> {
         check_version()?;
+        // A free port can be taken by another process before a server binds
+        // it: start again on fresh ports a few times before giving up.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match Nats::try_cluster(size) {
+                Err(Error::Failed { detail, .. })
+                    if attempt < 5 && detail.contains("address already in use") => {}
+                other => return other,
+            }
+        }
+    }
+
+    fn try_cluster(size: usize) -> Result<Self, Error> {
         let temp = tempfile::Builder::new()
             .prefix("soldonce-nats-cluster-")
             .tempdir()?;
@@ -179,6 +193,8 @@ impl Node {
             argv.push(conf.to_string_lossy().into_owned());
         }
         let log = self.dir.join("nats.log");
+        // The log is appended across restarts: read only what this start writes.
+        let before = std::fs::metadata(&log).map_or(0, |m| m.len() as usize);
         let mut server = Watched::spawn(&argv, None, &log, "TERM")?;
         process::wait_for_port(
             self.port,
@@ -187,6 +203,30 @@ impl Node {
             "nats-server",
             &log,
         )?;
+        // A cluster member binds its route port after the client port, and
+        // exits if it cannot: ready only once it listens for routes.
+        if self
+            .conf
+            .as_deref()
+            .is_some_and(|c| c.contains("cluster {"))
+        {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let all = std::fs::read_to_string(&log).unwrap_or_default();
+                let text = all.get(before..).unwrap_or_default();
+                if text.contains("Listening for route connections") && !server.exited() {
+                    break;
+                }
+                if server.exited() || std::time::Instant::now() > deadline {
+                    let tail: Vec<&str> = text.lines().rev().take(3).collect();
+                    return Err(Error::Failed {
+                        what: "starting nats-server".into(),
+                        detail: tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         self.server = Some(server);
         Ok(())
     }
