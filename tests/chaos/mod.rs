@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 use soldonce_tests::relay::{binary, read_stream};
 use soldonce_tests::saga::psp_listing;
 use soldonce_tests::servers::migrated_database_on;
-use soldonce_tests::system::{System, SystemOptions, SERVICES};
+use soldonce_tests::system::{System, SystemOptions};
 use soldonce_tests::TestApp;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -81,14 +81,6 @@ impl Shape {
     }
 }
 
-/// Every instance a shape runs: `service` for the first, `service#k` for more.
-fn instance_names(shape: Shape) -> Vec<String> {
-    let mut names: Vec<String> = SERVICES.iter().map(|s| (*s).to_owned()).collect();
-    for (service, count) in shape.instances() {
-        names.extend((2..=count).map(|k| format!("{service}#{k}")));
-    }
-    names
-}
 const PSP_FAULT_SWITCHES: usize = 3;
 
 /// One fault, `at` from the start of the load.
@@ -140,11 +132,11 @@ fn load_seconds() -> u64 {
 }
 
 /// The faults of one seed, in time order, inside `[1 s, load − 3 s]`.
-fn plan(seed: u64, load: Duration, shape: Shape) -> Vec<Fault> {
+fn plan(seed: u64, load: Duration, shape: Shape, instances: &[String]) -> Vec<Fault> {
     let mut rng = StdRng::seed_from_u64(seed);
     let window = 1.0..(load.as_secs_f64() - 3.0);
     let mut faults = vec![];
-    for instance in instance_names(shape) {
+    for instance in instances {
         for _ in 0..shape.kills_per_instance() {
             faults.push(Fault {
                 at: Duration::from_secs_f64(rng.random_range(window.clone())),
@@ -195,19 +187,14 @@ fn plan(seed: u64, load: Duration, shape: Shape) -> Vec<Fault> {
 
 /// Runs `soldonce` with the system's settings; returns the exit code and output.
 fn soldonce(system: &System, database_url: &str, args: &[&str]) -> (Option<i32>, String) {
-    let out = std::process::Command::new(binary("soldonce"))
-        .args(args)
-        .env("DATABASE_URL", database_url)
-        .env("NATS_URL", system.nats.url())
-        .env("PSP_URL", system.url("psp-sim"))
-        .output()
-        .expect("run soldonce");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code(), text)
+    soldonce_tests::relay::soldonce(
+        args,
+        &[
+            ("DATABASE_URL", database_url),
+            ("NATS_URL", &system.nats.url()),
+            ("PSP_URL", &system.url("psp-sim")),
+        ],
+    )
 }
 
 async fn put_psp_faults(system: &System, faults: &Value) {
@@ -266,7 +253,10 @@ async fn in_flight(
     let on_stream = i64::try_from(soldonce_tests::relay::stream_len(js).await).unwrap_or(i64::MAX);
     let events = app.count("SELECT count(*) FROM events").await;
     figures.insert("events not on the stream", events - on_stream);
-    for consumer in ["payment-worker", "fulfillment"] {
+    for (consumer, label) in [
+        ("payment-worker", "payment-worker messages"),
+        ("fulfillment", "fulfillment messages"),
+    ] {
         let pending = match js
             .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
                 consumer,
@@ -280,14 +270,7 @@ async fn in_flight(
             }),
             Err(_) => -1,
         };
-        figures.insert(
-            if consumer == "fulfillment" {
-                "fulfillment messages"
-            } else {
-                "payment-worker messages"
-            },
-            pending,
-        );
+        figures.insert(label, pending);
     }
     figures
 }
@@ -330,7 +313,6 @@ async fn several_instances_of_every_service_on_a_nats_cluster_losing_a_node_keep
 #[allow(clippy::too_many_lines)]
 async fn run(seed: u64, shape: Shape) {
     let load = Duration::from_secs(load_seconds());
-    let faults = plan(seed, load, shape);
     let dir: PathBuf = std::env::temp_dir().join("soldonce-chaos").join(format!(
         "{}-seed-{seed}-{}",
         shape.name(),
@@ -338,9 +320,8 @@ async fn run(seed: u64, shape: Shape) {
     ));
     std::fs::create_dir_all(&dir).expect("run folder");
     eprintln!(
-        "chaos ({}) seed {seed}: {} faults over {load:?}; history in {}",
+        "chaos ({}) seed {seed}: {load:?} of load; history in {}",
         shape.name(),
-        faults.len(),
         dir.display()
     );
 
@@ -365,6 +346,7 @@ async fn run(seed: u64, shape: Shape) {
         nats_cluster: (shape == Shape::Cluster).then_some(3),
     })
     .await;
+    let faults = plan(seed, load, shape, &system.instances);
     for i in 0..SKUS {
         system
             .app

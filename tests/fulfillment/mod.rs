@@ -7,18 +7,14 @@ use soldonce_tests::saga::Saga;
 use std::time::Duration;
 
 fn run_cli(saga: &Saga, args: &[&str]) -> (i32, String) {
-    let out = std::process::Command::new(binary("soldonce"))
-        .args(args)
-        .env("DATABASE_URL", &saga.app.database_url)
-        .env("NATS_URL", saga.nats.url())
-        .output()
-        .expect("run soldonce");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let (code, text) = soldonce_tests::relay::soldonce(
+        args,
+        &[
+            ("DATABASE_URL", &saga.app.database_url),
+            ("NATS_URL", &saga.nats.url()),
+        ],
     );
-    (out.status.code().unwrap_or(-1), text)
+    (code.unwrap_or(-1), text)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,6 +20,24 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// Runs the `soldonce` CLI with only these variables set (and PATH);
+/// returns its exit code and what it printed, stdout then stderr.
+pub fn soldonce(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(binary("soldonce"))
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(env.iter().copied())
+        .output()
+        .expect("run soldonce");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
 /// Starts the relay binary as a child process (killed when dropped).
 pub fn spawn_process(database_url: &str, nats_url: &str) -> tokio::process::Child {
     tokio::process::Command::new(binary("outbox-relay"))

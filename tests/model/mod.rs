@@ -87,7 +87,11 @@ fn check(defines: &[&str]) -> Verdict {
         );
         text.lines()
             .map(str::trim)
-            .filter(|l| l.starts_with("MSC:") || l.contains("assertion violated"))
+            .filter(|l| {
+                l.starts_with("MSC:")
+                    || l.contains("assertion violated")
+                    || l.contains("text of failed assertion")
+            })
             .collect::<Vec<_>>()
             .join("\n")
     } else {
@@ -149,6 +153,21 @@ fn a_late_payment_that_undoes_a_cancel_fails_the_model() {
         verdict.counterexample.contains("confirmed again")
             && verdict.counterexample.contains("assertion violated"),
         "the counterexample shows the order confirmed again:\n{}",
+        verdict.counterexample
+    );
+}
+
+#[test]
+fn without_expiry_an_order_whose_answer_is_lost_never_ends_and_the_model_says_so() {
+    let verdict = check(&["NO_EXPIRY"]);
+    assert!(
+        verdict.errors > 0,
+        "a stuck order went unnoticed:\n{}",
+        verdict.output
+    );
+    assert!(
+        verdict.counterexample.contains("!=PENDING"),
+        "the counterexample ends with an order still pending:\n{}",
         verdict.counterexample
     );
 }

@@ -1,26 +1,18 @@
 //! The audit an operator can trust: silent under live traffic, loud about
 //! every planted fault — including a charge the PSP holds that no order owns.
 
-use soldonce_tests::relay::binary;
 use soldonce_tests::saga::{audit_with, Saga, SagaOptions};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 fn soldonce(args: &[&str], saga: &Saga) -> (Option<i32>, String) {
-    let out = std::process::Command::new(binary("soldonce"))
-        .args(args)
-        .env("DATABASE_URL", &saga.app.database_url)
-        .env("PSP_URL", &saga.psp_url)
-        .output()
-        .expect("run soldonce");
-    (
-        out.status.code(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
+    soldonce_tests::relay::soldonce(
+        args,
+        &[
+            ("DATABASE_URL", &saga.app.database_url),
+            ("PSP_URL", &saga.psp_url),
+        ],
     )
 }
 

@@ -70,6 +70,28 @@ pub enum BusError {
     Stream(#[from] jetstream::context::CreateStreamError),
 }
 
+impl BusError {
+    /// Whether JetStream only could not answer yet (a timeout, no leader, a
+    /// cluster still forming); a refused configuration is not transient.
+    fn is_transient(&self) -> bool {
+        use async_nats::jetstream::context::CreateStreamErrorKind as Kind;
+        use async_nats::jetstream::ErrorCode;
+        match self {
+            BusError::Connect(_) => true,
+            BusError::Stream(e) => match e.kind() {
+                Kind::TimedOut | Kind::JetStreamUnavailable | Kind::Response => true,
+                Kind::JetStream(e) => [
+                    ErrorCode::CLUSTER_NOT_AVAILABLE,
+                    ErrorCode::CLUSTER_NO_PEERS,
+                    ErrorCode::CLUSTER_INCOMPLETE,
+                ]
+                .contains(&e.error_code()),
+                _ => false,
+            },
+        }
+    }
+}
+
 /// Connects to NATS at `url` (the service's `NATS_URL`) and ensures the
 /// stream: what every service on the bus does first.
 pub async fn open(url: &str, stream: &StreamSettings) -> anyhow::Result<jetstream::Context> {
@@ -78,7 +100,7 @@ pub async fn open(url: &str, stream: &StreamSettings) -> anyhow::Result<jetstrea
     let js = connect(url).await.context("connecting to NATS_URL")?;
     // JetStream may be briefly without a leader (a cluster member restarting,
     // an election): a process starting then waits for it, for up to about
-    // two minutes, instead of exiting.
+    // two minutes, instead of exiting. A refused configuration fails at once.
     (|| ensure_stream(&js, stream))
         .retry(
             ExponentialBuilder::default()
@@ -87,6 +109,7 @@ pub async fn open(url: &str, stream: &StreamSettings) -> anyhow::Result<jetstrea
                 .with_max_delay(Duration::from_secs(5))
                 .with_max_times(30),
         )
+        .when(BusError::is_transient)
         .notify(|e: &BusError, after| {
             tracing::warn!(error = %e, ?after, "JetStream is not answering yet; retrying");
         })

@@ -49,7 +49,7 @@ pub struct LoadArgs {
     no_verify: bool,
     /// Write every request's outcome to this file, one JSON object per line:
     /// `at_ms` (intended send time from the start), `key`, `sku`, `status`
-    /// (absent on a transport error), `order_id` (on 202) and `latency_ms`.
+    /// (null on a transport error), `order_id` (null unless 202) and `latency_ms`.
     #[arg(long, value_name = "FILE")]
     history: Option<std::path::PathBuf>,
 }
