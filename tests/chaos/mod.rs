@@ -13,14 +13,18 @@
 //!
 //! A second test runs the same faults against several instances of every
 //! service on a 3-node JetStream cluster (stream replicas 3), one NATS node
-//! killed and brought back.
+//! killed and brought back. A third runs the single shape over a primary
+//! with a synchronous standby: the primary crash-stops for good, the standby
+//! is promoted, and the services find it through a multi-host
+//! `DATABASE_URL` (`target_session_attrs=read-write`).
 //!
 //! `CHAOS_SEEDS` picks the seeds (`1,2` by default; `1-20` for a long run),
-//! `CHAOS_CLUSTER_SEEDS` the cluster run's (`1`), `CHAOS_SECONDS` the load's
+//! `CHAOS_CLUSTER_SEEDS` the cluster run's (`1`), `CHAOS_FAILOVER_SEEDS` the
+//! failover run's (`1`), `CHAOS_SECONDS` the load's
 //! length (20), `CHAOS_KEEP=1` keeps every run's folder. A run writes its
 //! folder (named on stderr) with `requests-N.jsonl` (every request to
 //! checkout instance N and its outcome), `faults.jsonl` (every fault, when),
-//! `summary.json` and the services' logs; a failing run keeps it. A seed fixes
+//! `summary.json`, the services' logs and PostgreSQL's data and log; a failing run keeps it. A seed fixes
 //! the faults and their moments; the interleavings around them still vary.
 
 use localservers::{PgOptions, Postgres};
@@ -50,12 +54,16 @@ enum Shape {
     /// 3-node JetStream cluster (stream replicas 3); every instance
     /// SIGKILLed once, one NATS node killed and brought back.
     Cluster,
+    /// As `Single`, over a primary with a synchronous standby: the primary
+    /// is crash-stopped for good and the standby promoted; the services
+    /// find it through their multi-host `DATABASE_URL`.
+    Failover,
 }
 
 impl Shape {
     fn instances(self) -> Vec<(&'static str, usize)> {
         match self {
-            Shape::Single => vec![],
+            Shape::Single | Shape::Failover => vec![],
             Shape::Cluster => vec![
                 ("checkout", 3),
                 ("outbox-relay", 2),
@@ -68,7 +76,7 @@ impl Shape {
 
     fn kills_per_instance(self) -> usize {
         match self {
-            Shape::Single => 2,
+            Shape::Single | Shape::Failover => 2,
             Shape::Cluster => 1,
         }
     }
@@ -77,6 +85,7 @@ impl Shape {
         match self {
             Shape::Single => "single",
             Shape::Cluster => "cluster",
+            Shape::Failover => "failover",
         }
     }
 }
@@ -96,7 +105,8 @@ enum Kind {
     Kill { instance: String, down: Duration },
     /// SIGKILL nats-server `node`, start it again after `down`.
     Nats { node: usize, down: Duration },
-    /// Crash-stop PostgreSQL, start it again (crash recovery) after `down`.
+    /// Crash-stop PostgreSQL, start it again (crash recovery) after `down`;
+    /// with a standby, promote the standby after `down` instead.
     Postgres { down: Duration },
     /// Put these faults in force at the PSP.
     Psp(Value),
@@ -151,7 +161,7 @@ fn plan(seed: u64, load: Duration, shape: Shape, instances: &[String]) -> Vec<Fa
         at: Duration::from_secs_f64(rng.random_range(window.clone())),
         kind: Kind::Nats {
             node: match shape {
-                Shape::Single => 0,
+                Shape::Single | Shape::Failover => 0,
                 Shape::Cluster => rng.random_range(0..3),
             },
             down: Duration::from_millis(rng.random_range(200..2_000)),
@@ -310,6 +320,96 @@ async fn several_instances_of_every_service_on_a_nats_cluster_losing_a_node_keep
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_primary_crashing_for_good_and_its_synchronous_standby_promoted_loses_no_accepted_order(
+) {
+    for seed in seeds("CHAOS_FAILOVER_SEEDS", "1") {
+        run(seed, Shape::Failover).await;
+    }
+}
+
+/// PostgreSQL for a run, in the run's folder (its log kept with a failing
+/// run): one durable server, or a primary with a synchronous standby.
+struct Database {
+    primary: Postgres,
+    standby: Option<Postgres>,
+    url: String,
+}
+
+impl Database {
+    async fn start(dir: &Path, shape: Shape) -> Database {
+        // Durable: a crash-stopped server with synchronous_commit off forgets
+        // commits it acknowledged, which no system can be held to.
+        let durable = PgOptions {
+            durable: true,
+            ..PgOptions::default()
+        };
+        if shape != Shape::Failover {
+            let primary =
+                Postgres::start_in(&dir.join("postgres"), durable).expect("private postgres");
+            let url = migrated_database_on(&primary).await;
+            return Database {
+                primary,
+                standby: None,
+                url,
+            };
+        }
+        let primary = Postgres::start_in(
+            &dir.join("postgres-primary"),
+            PgOptions {
+                settings: vec!["synchronous_standby_names=standby".into()],
+                ..durable.clone()
+            },
+        )
+        .expect("private primary");
+        let standby =
+            Postgres::start_standby_in(&dir.join("postgres-standby"), &primary, "standby", durable)
+                .expect("its standby");
+        migrated_database_on(&primary).await;
+        let state: (String, String) =
+            sqlx::query_as("SELECT application_name, sync_state FROM pg_stat_replication")
+                .fetch_one(
+                    &sqlx::PgPool::connect(&primary.url("postgres"))
+                        .await
+                        .expect("primary"),
+                )
+                .await
+                .expect("the primary streams to its standby");
+        assert_eq!(
+            state,
+            ("standby".into(), "sync".into()),
+            "a synchronous standby"
+        );
+        let url = format!(
+            "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+            primary.port(),
+            standby.port()
+        );
+        Database {
+            primary,
+            standby: Some(standby),
+            url,
+        }
+    }
+
+    /// Crash-stops the primary; after `down`, starts it again, or promotes
+    /// the standby (the old primary stays down: fenced).
+    async fn fail(&mut self, down: Duration) -> &'static str {
+        self.primary.crash();
+        tokio::time::sleep(down).await;
+        match &mut self.standby {
+            None => {
+                self.primary.restart().expect("restart postgres");
+                "crash-stop"
+            }
+            Some(standby) => {
+                standby.promote().expect("promote the standby");
+                "crash-stop, standby promoted"
+            }
+        }
+    }
+}
+
 #[allow(clippy::too_many_lines)]
 async fn run(seed: u64, shape: Shape) {
     let load = Duration::from_secs(load_seconds());
@@ -325,14 +425,8 @@ async fn run(seed: u64, shape: Shape) {
         dir.display()
     );
 
-    // Durable: a crash-stopped server with synchronous_commit off forgets
-    // commits it acknowledged, which no system can be held to.
-    let mut pg = Postgres::start_temporary(PgOptions {
-        durable: true,
-        ..PgOptions::default()
-    })
-    .expect("private postgres");
-    let database_url = migrated_database_on(&pg).await;
+    let mut database = Database::start(&dir, shape).await;
+    let database_url = database.url.clone();
     let mut system = System::start_with(SystemOptions {
         database_url: Some(database_url.clone()),
         dir: Some(dir.clone()),
@@ -425,13 +519,11 @@ async fn run(seed: u64, shape: Shape) {
                 );
             }
             Kind::Postgres { down } => {
-                pg.crash();
-                tokio::time::sleep(*down).await;
-                pg.restart().expect("restart postgres");
+                let what = database.fail(*down).await;
                 *kills.entry("postgres".into()).or_default() += 1;
                 append(
                     &faults_file,
-                    &json!({"at_ms": at_ms, "fault": "crash-stop", "process": "postgres", "down_ms": down.as_millis() as u64}),
+                    &json!({"at_ms": at_ms, "fault": what, "process": "postgres", "down_ms": down.as_millis() as u64}),
                 );
             }
             Kind::Psp(f) => {

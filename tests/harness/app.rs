@@ -112,7 +112,9 @@ impl TestApp {
         tokio::spawn(app.run_until_stopped(async move {
             let _ = stopped.await;
         }));
-        let pool = PgPool::connect(&database_url)
+        // Through the store, so a test on a primary and its standby follows
+        // the failover as the services do.
+        let pool = store::connect(&database_url, 10)
             .await
             .expect("connect test database");
         let account = store::accounts::create(&pool, "test buyer")

@@ -5,6 +5,7 @@
 
 mod bench;
 mod compose;
+mod failover;
 mod lifecycle;
 mod psp_books;
 mod readiness;

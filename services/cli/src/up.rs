@@ -67,6 +67,7 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
             let options = PgOptions {
                 durable: true,
                 max_connections: 200,
+                settings: vec![],
             };
             let pg = Postgres::start_in(&data_dir.join("postgres"), options)
                 .context("starting PostgreSQL")?;

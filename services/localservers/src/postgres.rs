@@ -18,6 +18,8 @@ pub struct PgOptions {
     /// Keep fsync on. Tests turn it off: their data is disposable.
     pub durable: bool,
     pub max_connections: u32,
+    /// More server settings, each `name=value` (passed as `-c`).
+    pub settings: Vec<String>,
 }
 
 impl Default for PgOptions {
@@ -25,6 +27,7 @@ impl Default for PgOptions {
         PgOptions {
             durable: false,
             max_connections: 400,
+            settings: vec![],
         }
     }
 }
@@ -50,6 +53,52 @@ impl Postgres {
 
     /// Starts the cluster kept in `dir`, creating it on first use.
     pub fn start_in(dir: &Path, options: PgOptions) -> Result<Self, Error> {
+        let mut pg = Postgres::prepare(dir, options)?;
+        if !pg.data_dir().join("PG_VERSION").exists() {
+            pg.initdb()?;
+        }
+        pg.launch()?;
+        Ok(pg)
+    }
+
+    /// Creates a streaming-replication standby of `primary` in `dir`
+    /// (`pg_basebackup`) and starts it; it connects to the primary as
+    /// `application_name` = `name`, which the primary's
+    /// `synchronous_standby_names` may list to make it synchronous.
+    pub fn start_standby_in(
+        dir: &Path,
+        primary: &Postgres,
+        name: &str,
+        options: PgOptions,
+    ) -> Result<Self, Error> {
+        process::which("pg_basebackup", HINT)?;
+        let mut options = options;
+        options.settings.push(format!(
+            "primary_conninfo=host=127.0.0.1 port={} user=postgres application_name={name}",
+            primary.port
+        ));
+        let mut pg = Postgres::prepare(dir, options)?;
+        let mut c = pg.command("pg_basebackup");
+        c.arg("-D").arg(pg.data_dir()).args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &primary.port.to_string(),
+            "-U",
+            "postgres",
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+            "-R",
+            "--no-sync",
+        ]);
+        process::run(c, "pg_basebackup")?;
+        pg.launch()?;
+        Ok(pg)
+    }
+
+    fn prepare(dir: &Path, options: PgOptions) -> Result<Self, Error> {
         process::which("initdb", HINT)?;
         process::which("postgres", HINT)?;
         let user = server_user()?;
@@ -57,19 +106,26 @@ impl Postgres {
         if let Some(u) = &user {
             chown_to(dir, u)?;
         }
-        let mut pg = Postgres {
+        Ok(Postgres {
             port: crate::free_port()?,
             dir: dir.to_owned(),
             user,
             options,
             server: None,
             _temp: None,
-        };
-        if !pg.data_dir().join("PG_VERSION").exists() {
-            pg.initdb()?;
-        }
-        pg.launch()?;
-        Ok(pg)
+        })
+    }
+
+    /// Promotes a standby to primary (`pg_ctl promote`, waiting until it
+    /// takes writes).
+    pub fn promote(&mut self) -> Result<(), Error> {
+        process::which("pg_ctl", HINT)?;
+        let mut c = self.command("pg_ctl");
+        c.arg("promote")
+            .arg("-D")
+            .arg(self.data_dir())
+            .args(["-w", "-t", "60"]);
+        process::run(c, "pg_ctl promote").map(|_| ())
     }
 
     fn data_dir(&self) -> PathBuf {
@@ -128,7 +184,18 @@ impl Postgres {
             "-c".into(),
             "track_commit_timestamp=on".into(),
         ];
-        let log = self.dir.join("postgres.log");
+        let argv: Vec<String> = argv
+            .into_iter()
+            .chain(
+                self.options
+                    .settings
+                    .iter()
+                    .flat_map(|s| ["-c".to_owned(), s.clone()]),
+            )
+            .collect();
+        let log = self.log();
+        // Readiness is read from what this start adds to the log.
+        let offset = std::fs::metadata(&log).map_or(0, |m| m.len() as usize);
         let mut server = Watched::spawn(&argv, self.user.as_deref(), &log, "INT")?;
         process::wait_for_port(
             self.port,
@@ -138,17 +205,20 @@ impl Postgres {
             &log,
         )?;
         self.server = Some(server);
-        self.wait_until_accepting()
+        self.wait_until_accepting(offset)
     }
 
-    /// The server accepts TCP before it accepts queries; ask `psql`-free: retry
-    /// a startup handshake until it stops saying "starting up".
-    fn wait_until_accepting(&mut self) -> Result<(), Error> {
+    /// The server accepts TCP before it accepts queries: wait until this
+    /// start's part of the log says it is ready.
+    fn wait_until_accepting(&mut self, offset: usize) -> Result<(), Error> {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        let log = self.dir.join("postgres.log");
+        let log = self.log();
         loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if text.contains("database system is ready to accept connections") {
+            let bytes = std::fs::read(&log).unwrap_or_default();
+            let text = String::from_utf8_lossy(bytes.get(offset..).unwrap_or_default());
+            if text.contains("database system is ready to accept connections")
+                || text.contains("database system is ready to accept read-only connections")
+            {
                 return Ok(());
             }
             if std::time::Instant::now() > deadline {
@@ -159,6 +229,11 @@ impl Postgres {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The server's log; a restart appends to it.
+    pub fn log(&self) -> PathBuf {
+        self.dir.join("postgres.log")
     }
 
     /// The port it listens on.
@@ -189,7 +264,6 @@ impl Postgres {
     /// Starts a stopped server again on the same port and data.
     pub fn restart(&mut self) -> Result<(), Error> {
         self.stop();
-        let _ = std::fs::write(self.dir.join("postgres.log"), "");
         self.launch()
     }
 }

@@ -133,6 +133,8 @@ impl Relay {
         if rows.is_empty() {
             return Ok(Batch::default());
         }
+        // Nothing leaves for the bus that a failover could still take back.
+        store::outbox::await_replication(&self.pool).await?;
         // 0 before the first connection: then only the client's own check applies.
         let max_payload = self.js.client().server_info().max_payload;
         let mut parked: Vec<(usize, Poison)> = Vec::new();

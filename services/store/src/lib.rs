@@ -18,6 +18,7 @@
 //! - `outbox.rs` — what the relay claims, publishes and parks
 //! - `payments.rs`, `compensations.rs`, `reconcile.rs` — PSP facts, refunds owed, reconciliation state
 //! - `accounts.rs` — accounts and bearer tokens
+//! - `connect.rs` — pools on one server or several (`DATABASE_URL` with a list of hosts), following the primary after a failover
 //! - `audit.rs`, `audit_money.rs`, `projections.rs`, `replay.rs`, `order_counts.rs` — checks, rebuilds and reads for operators
 
 pub mod accounts;
@@ -25,6 +26,7 @@ pub mod audit;
 mod audit_money;
 pub mod catalog;
 pub mod compensations;
+mod connect;
 pub mod dead_letters;
 pub mod idempotency;
 pub mod inbox;
@@ -42,10 +44,8 @@ pub mod shipments;
 mod stock;
 mod write;
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+pub use connect::{connect, Target};
 use sqlx::PgPool;
-use std::str::FromStr;
-use std::time::Duration;
 
 /// The schema, embedded once.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
@@ -78,17 +78,6 @@ impl StoreError {
             _ => false,
         }
     }
-}
-
-/// Opens a pool of at most `max_connections`: the bound on database
-/// concurrency that keeps the hot row's queue short.
-pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
-    let options = PgConnectOptions::from_str(url)?.application_name("soldonce");
-    PgPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect_with(options)
-        .await
 }
 
 /// A readiness probe that passes while PostgreSQL answers.
