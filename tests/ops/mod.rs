@@ -3,9 +3,11 @@
 //! readiness that names the dependency that is down, the local run with its
 //! demo, and the flash-sale bench.
 
+mod alerts;
 mod bench;
 mod compose;
 mod failover;
 mod lifecycle;
 mod psp_books;
 mod readiness;
+mod trace;

@@ -157,6 +157,8 @@ pub async fn run<H: Handler>(
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let consumer = ensure_consumer(&js, &spec).await?;
+    let lag = tokio::spawn(report_lag(consumer.clone(), spec.name.clone()));
+    let _lag = AbortOnDrop(lag);
     let spec = Arc::new(spec);
     let inbox = Arc::new(inbox);
     let permits = Arc::new(Semaphore::new(spec.concurrency.max(1)));
@@ -200,6 +202,37 @@ pub async fn run<H: Handler>(
         .acquire_many(u32::try_from(spec.concurrency.max(1)).unwrap_or(1))
         .await;
     Ok(())
+}
+
+/// How often the consumer's lag is read from JetStream.
+const LAG_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Exports what the stream holds that this consumer has not finished:
+/// `soldonce_consumer_pending` (not yet delivered) and
+/// `soldonce_consumer_ack_pending` (delivered, not yet acknowledged). Every
+/// copy of a service reads the same durable consumer, so alert on `max`.
+async fn report_lag(mut consumer: jetstream::consumer::Consumer<pull::Config>, name: String) {
+    loop {
+        match consumer.info().await {
+            Ok(info) => {
+                metrics::gauge!("soldonce_consumer_pending", "consumer" => name.clone())
+                    .set(info.num_pending as f64);
+                metrics::gauge!("soldonce_consumer_ack_pending", "consumer" => name.clone())
+                    .set(info.num_ack_pending as f64);
+            }
+            Err(e) => tracing::debug!(error = %e, consumer = %name, "consumer info unavailable"),
+        }
+        tokio::time::sleep(LAG_EVERY).await;
+    }
+}
+
+/// Aborts a task when dropped, so the lag reporter ends with its consumer.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// A message in a batch, with its delivery once the envelope is valid.

@@ -27,7 +27,7 @@ impl RequestTrace {
     }
 
     /// The trace id, 32 hex digits.
-    fn trace_id(&self) -> Option<String> {
+    pub(crate) fn trace_id(&self) -> Option<String> {
         TraceParent::parse(&self.0).map(|t| t.trace_id())
     }
 }

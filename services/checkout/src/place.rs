@@ -142,6 +142,13 @@ pub(crate) async fn place_group(ctx: &Context, drafts: &[Draft]) -> Vec<Answer> 
                         .increment(u64::from(report.transient_retries));
                 }
                 for ((i, p), outcome) in placed_from.iter().zip(&placements).zip(outcomes) {
+                    if matches!(outcome, Ok(PlaceOutcome::Placed)) {
+                        tracing::debug!(
+                            order_id = %p.order.id,
+                            trace_id = platform::trace::TraceParent::parse(&drafts[*i].traceparent).map(|t| t.trace_id()),
+                            "order placed"
+                        );
+                    }
                     answers[*i] = Some(match outcome {
                         Ok(outcome) => answer(p, outcome),
                         Err(e) => Err(ApiError::from(e)),

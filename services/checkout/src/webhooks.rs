@@ -178,6 +178,7 @@ pub fn authenticate(
 /// Receives one webhook.
 pub(crate) async fn receive(
     State(state): State<AppState>,
+    trace: crate::logging::RequestTrace,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, ApiError> {
@@ -229,7 +230,13 @@ pub(crate) async fn receive(
     }
     let outcome = match &fact {
         Some(fact) => {
-            let meta = Metadata::from_request("checkout", order_id.unwrap_or_default(), None);
+            // The PSP's webhook continues the order's trace (its traceparent
+            // is one hop on from the worker's charge), and so do its events.
+            let meta = Metadata::from_request(
+                "checkout",
+                order_id.unwrap_or_default(),
+                Some(trace.to_string()),
+            );
             store::payments::learn(&mut tx, fact, Source::Webhook, &meta).await?
         }
         None => Learned::AlreadyKnown,
@@ -243,5 +250,13 @@ pub(crate) async fn receive(
         Learned::Unknown(_) => "unknown_status",
     };
     metrics::counter!("soldonce_webhooks_total", "outcome" => label).increment(1);
+    tracing::info!(
+        order_id = order_id.map(tracing::field::display),
+        trace_id = trace.trace_id(),
+        webhook_id,
+        event_type = %callback.event_type.chars().take(64).collect::<String>(),
+        outcome = label,
+        "webhook recorded"
+    );
     Ok(StatusCode::OK)
 }

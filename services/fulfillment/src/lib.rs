@@ -63,8 +63,8 @@ impl Handler for ShipOrders {
     type Inbox = PgInbox;
     /// The order to ship.
     type Prepared = Uuid;
-    /// Shipments created.
-    type Recorded = u64;
+    /// Shipments created: each order with its trace id, for the log.
+    type Recorded = Vec<(Uuid, String)>;
 
     async fn prepare(&self, d: &Delivery) -> Result<Uuid, HandleError> {
         Ok(events::decode(&d.event)
@@ -76,8 +76,8 @@ impl Handler for ShipOrders {
         &self,
         tx: &mut Tx<Self>,
         batch: &[(&Delivery, &Uuid)],
-    ) -> Result<u64, HandleError> {
-        let mut created = 0;
+    ) -> Result<Vec<(Uuid, String)>, HandleError> {
+        let mut created = vec![];
         // Orders in id order, the order every batch locks them in, so batches never deadlock.
         let mut batch = batch.to_vec();
         batch.sort_by_key(|(_, order_id)| **order_id);
@@ -97,14 +97,17 @@ impl Handler for ShipOrders {
                 .context("creating the shipment")?
                 .is_some()
             {
-                created += 1;
+                created.push((order_id, d.trace_id()));
             }
         }
         Ok(created)
     }
 
-    fn committed(&self, created: u64) {
-        metrics::counter!("soldonce_shipments_created_total").increment(created);
+    fn committed(&self, created: Vec<(Uuid, String)>) {
+        metrics::counter!("soldonce_shipments_created_total").increment(created.len() as u64);
+        for (order_id, trace_id) in created {
+            tracing::info!(%order_id, %trace_id, "shipment created");
+        }
     }
 }
 

@@ -179,6 +179,18 @@ impl Relay {
                         / 1e6;
                     metrics::histogram!("soldonce_outbox_commit_to_puback_seconds")
                         .record(lag.max(0.0));
+                    tracing::debug!(
+                        event_id = %row.id,
+                        order_id = %row.stream_id,
+                        trace_id = row
+                            .headers
+                            .get("traceparent")
+                            .and_then(|v| v.as_str())
+                            .and_then(platform::trace::TraceParent::parse)
+                            .map(|t| t.trace_id()),
+                        subject = %row.subject,
+                        "event published"
+                    );
                     published.push(row.id);
                 }
                 Err(e) => match poison::classify(&e) {

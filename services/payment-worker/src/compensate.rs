@@ -40,8 +40,12 @@ pub async fn run_due(pool: &PgPool, psp: &Psp) -> Result<Round, store::StoreErro
             Outcome::Refused => round.refused += 1,
         }
     }
-    if let Ok((n, _)) = compensations::outstanding(pool).await {
+    if let Ok((n, oldest)) = compensations::outstanding(pool).await {
         metrics::gauge!("soldonce_compensations_outstanding").set(n as f64);
+        let age = oldest.map_or(0.0, |t| {
+            (chrono::Utc::now() - t).num_milliseconds().max(0) as f64 / 1000.0
+        });
+        metrics::gauge!("soldonce_compensations_oldest_seconds").set(age);
     }
     Ok(round)
 }

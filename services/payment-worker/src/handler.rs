@@ -80,7 +80,12 @@ impl Handler for PayOrders {
                     Ok(Some(p)) => Ok(p),
                     Ok(None) => {
                         self.psp
-                            .pay(order_id, order.total_minor, order.currency.as_str())
+                            .pay(
+                                order_id,
+                                order.total_minor,
+                                order.currency.as_str(),
+                                delivery.traceparent.as_deref(),
+                            )
                             .await
                     }
                     Err(e) => Err(e),
@@ -88,7 +93,12 @@ impl Handler for PayOrders {
             }
             OrderState::PaymentPending => {
                 self.psp
-                    .pay(order_id, order.total_minor, order.currency.as_str())
+                    .pay(
+                        order_id,
+                        order.total_minor,
+                        order.currency.as_str(),
+                        delivery.traceparent.as_deref(),
+                    )
                     .await
             }
             // Ended or settled meanwhile: never charge now, but learn of a charge made before.
@@ -177,13 +187,18 @@ impl Handler for PayOrders {
                         .increment(u64::try_from(amount_minor).unwrap_or(0));
                     if reclaimed {
                         tracing::info!(%order_id, %trace_id, %payment_id, "late payment reclaimed the expired order's units");
+                    } else {
+                        tracing::info!(%order_id, %trace_id, %payment_id, amount_minor, "payment recorded: order confirmed");
                     }
                 }
                 Learned::RefundDecided(reason) => {
                     metrics::counter!("soldonce_compensations_recorded_total", "reason" => reason.as_str(), "source" => "worker").increment(1);
                     tracing::warn!(%order_id, %trace_id, %payment_id, reason = reason.as_str(), "payment cannot settle the order: refund recorded");
                 }
-                Learned::Declined(_) | Learned::AlreadyKnown | Learned::Unknown(_) => {}
+                Learned::Declined(_) => {
+                    tracing::info!(%order_id, %trace_id, %payment_id, "payment declined: order failed");
+                }
+                Learned::AlreadyKnown | Learned::Unknown(_) => {}
             }
         }
     }

@@ -112,18 +112,29 @@ impl Psp {
             .with_total_delay(Some(self.deadline))
     }
 
-    /// Charges the order, or learns the outcome of an earlier charge with the same key.
+    /// Charges the order, or learns the outcome of an earlier charge with
+    /// the same key. `traceparent` (the order's trace) goes with the call, so
+    /// the PSP's logs and webhooks carry the order's trace id.
     pub async fn pay(
         &self,
         order_id: Uuid,
         amount_minor: i64,
         currency: &str,
+        traceparent: Option<&str>,
     ) -> Result<PspPayment, PspError> {
+        let traceparent = traceparent
+            .and_then(platform::trace::TraceParent::parse)
+            .map(|t| t.child().to_string());
         let key = format!("pay:{order_id}");
         let body = serde_json::json!({ "amount_minor": amount_minor, "currency": currency, "reference": order_id.to_string() });
         (|| async {
             match self
-                .post(&format!("{}/v1/payments", self.base), &key, &body)
+                .post(
+                    &format!("{}/v1/payments", self.base),
+                    &key,
+                    &body,
+                    traceparent.as_deref(),
+                )
                 .await
             {
                 Err(PspError::Retryable(why)) => {
@@ -149,7 +160,7 @@ impl Psp {
     /// caller owns retrying (a compensation is retried across restarts).
     pub async fn refund_once(&self, payment_id: &str, key: &str) -> Result<PspRefund, PspError> {
         let url = format!("{}/v1/payments/{payment_id}/refunds", self.base);
-        self.post(&url, key, &serde_json::json!({})).await
+        self.post(&url, key, &serde_json::json!({}), None).await
     }
 
     /// One page of payments created at or after `since`, oldest first.
@@ -210,15 +221,18 @@ impl Psp {
         url: &str,
         key: &str,
         body: &serde_json::Value,
+        traceparent: Option<&str>,
     ) -> Result<T, PspError> {
         let started = std::time::Instant::now();
-        let sent = self
+        let mut request = self
             .http
             .post(url)
             .header("idempotency-key", key)
-            .json(body)
-            .send()
-            .await;
+            .json(body);
+        if let Some(traceparent) = traceparent {
+            request = request.header("traceparent", traceparent);
+        }
+        let sent = request.send().await;
         metrics::histogram!("soldonce_psp_latency_seconds").record(started.elapsed().as_secs_f64());
         let response = sent.map_err(|e| {
             if e.is_timeout() {

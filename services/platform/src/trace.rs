@@ -56,6 +56,14 @@ impl TraceParent {
         }
     }
 
+    /// The same trace, one hop on: a new parent (span) id, the same flags,
+    /// as a caller sends it to the next service.
+    pub fn child(&self) -> TraceParent {
+        let mut parent_id: [u8; 8] = rand::random();
+        parent_id[0] |= 1;
+        TraceParent { parent_id, ..*self }
+    }
+
     /// The header's value if it is valid, else a new trace.
     pub fn from_header(value: Option<&str>) -> TraceParent {
         value

@@ -32,7 +32,13 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // JSON lines, like every soldonce service, so one order's trace id can
+    // be followed through all of their logs.
     tracing_subscriber::fmt()
+        .json()
+        .with_current_span(true)
+        .with_span_list(false)
+        .with_writer(std::io::stderr)
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )

@@ -15,6 +15,8 @@ use uuid::Uuid;
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct OutboxRow {
     pub id: Uuid,
+    /// The aggregate it belongs to (the order, or the shipment).
+    pub stream_id: Uuid,
     pub subject: String,
     pub payload: serde_json::Value,
     pub headers: serde_json::Value,
@@ -28,7 +30,7 @@ pub struct OutboxRow {
 /// relays hold are skipped.
 pub async fn claim(conn: &mut PgConnection, limit: i64) -> Result<Vec<OutboxRow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT o.id, o.subject, o.payload, o.headers, \
+        "SELECT o.id, o.stream_id, o.subject, o.payload, o.headers, \
                 coalesce(CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(o.xmin) END, o.created_at) AS created_at \
          FROM outbox o \
          WHERE NOT EXISTS (SELECT 1 FROM outbox p WHERE p.stream_id = o.stream_id AND p.position < o.position) \

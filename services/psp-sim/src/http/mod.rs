@@ -10,6 +10,7 @@ mod refunds;
 mod reply;
 mod request;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -35,6 +36,10 @@ pub(crate) struct AppState {
     counters: Arc<Counters>,
     webhooks: WebhookQueue,
     settlements: SettlementQueue,
+    /// The W3C trace each payment was created under, until its outcome is
+    /// announced: its webhooks continue that trace. Kept in memory only; a
+    /// payment settled after a restart starts a new trace.
+    traces: Mutex<HashMap<String, platform::trace::TraceParent>>,
     /// Turns true when the application stops, releasing replies held by `lose_reply_rate`.
     stop: watch::Receiver<bool>,
 }
@@ -54,6 +59,7 @@ impl AppState {
             counters,
             webhooks,
             settlements,
+            traces: Mutex::new(HashMap::new()),
             stop,
         }
     }
@@ -72,7 +78,21 @@ fn payment_outcome(state: &AppState, payment: &Payment) {
     if payment.status == PaymentStatus::Failed {
         state.counters.fault_injected(Fault::Decline, 1);
     }
-    state.webhooks.payment_outcome(payment);
+    let trace = state
+        .traces
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .remove(&payment.id);
+    state.webhooks.payment_outcome(payment, trace);
+}
+
+/// Remembers the trace a payment still `processing` was created under.
+fn remember_trace(state: &AppState, payment_id: &str, trace: platform::trace::TraceParent) {
+    state
+        .traces
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(payment_id.to_owned(), trace);
 }
 
 /// Settles a `processing` payment that fell due: journaled and applied, then counted and
@@ -81,7 +101,7 @@ pub(crate) fn settle(state: &AppState, payment_id: &str) -> Settled {
     let settled = state.ledger().settle(payment_id, chrono::Utc::now());
     match settled {
         Ok(Some(payment)) => {
-            tracing::info!(payment_id, status = ?payment.status, "payment settled");
+            tracing::info!(payment_id, order_id = %payment.reference, status = ?payment.status, "payment settled");
             payment_outcome(state, &payment);
             Settled::Done
         }

@@ -22,15 +22,22 @@ use crate::model::{Payment, PaymentRequest, PaymentStatus};
 use crate::problem::ApiError;
 
 /// `POST /v1/payments`: charges once per `Idempotency-Key`.
-#[tracing::instrument(skip_all, fields(idempotency_key))]
+#[tracing::instrument(skip_all, fields(idempotency_key, order_id, trace_id))]
 pub(super) async fn create(
     State(state): SharedState,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    // The caller's trace continues here (an invalid header starts a new one).
+    let trace = platform::trace::TraceParent::from_header(
+        headers.get("traceparent").and_then(|v| v.to_str().ok()),
+    );
+    let span = tracing::Span::current();
+    span.record("trace_id", trace.trace_id().as_str());
     let (faults, key) = super::admit_keyed(&state, &headers)?;
     let request: PaymentRequest = json_body(&body)?;
     request.validate()?;
+    span.record("order_id", request.reference.as_str());
     let rolled = Roll {
         outcome: Outcome::declined_if(roll(faults.decline_rate)),
         processing: roll(faults.processing_rate),
@@ -38,7 +45,14 @@ pub(super) async fn create(
     let recorded = state.ledger().charge(&key, request, rolled, Utc::now())?;
     match &recorded {
         Recorded::Created(payment) => {
-            tracing::info!(payment_id = %payment.id, status = ?payment.status, "payment created");
+            tracing::info!(
+                payment_id = %payment.id,
+                order_id = %payment.reference,
+                trace_id = %trace.trace_id(),
+                status = ?payment.status,
+                "payment created"
+            );
+            super::remember_trace(&state, &payment.id, trace);
             if payment.status == PaymentStatus::Processing {
                 state.counters.fault_injected(Fault::Processing, 1);
                 let after = Duration::from_millis(faults.processing_ms);

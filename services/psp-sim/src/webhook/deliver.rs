@@ -68,7 +68,12 @@ impl Deliverer {
     }
 
     /// Delivers one copy of the event, retrying until acknowledged or out of budget.
-    #[tracing::instrument(skip_all, fields(webhook_id = %event.id, event_type = %event.event_type))]
+    #[tracing::instrument(skip_all, fields(
+        webhook_id = %event.id,
+        event_type = %event.event_type,
+        order_id = event.reference.as_deref(),
+        trace_id = event.traceparent.map(|t| t.trace_id()),
+    ))]
     pub async fn deliver(&self, event: &WebhookEvent) {
         let outcome = (|| self.attempt(event))
             .retry(self.policy)
@@ -78,7 +83,7 @@ impl Deliverer {
         match outcome {
             Ok(()) => {
                 self.counters.webhook_finished(true);
-                tracing::debug!("webhook acknowledged");
+                tracing::info!("webhook acknowledged");
             }
             Err(error) => {
                 self.counters.webhook_finished(false);
@@ -91,21 +96,25 @@ impl Deliverer {
         // Each attempt is signed with its own time, as Standard Webhooks receivers check the age.
         let timestamp = Utc::now().timestamp();
         let signature = sign(&self.secret, &event.id, timestamp, &event.body);
-        let result = self
+        let request = self
             .client
             .post(self.url.clone())
             .header(CONTENT_TYPE, "application/json")
             .header("webhook-id", &event.id)
             .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", signature)
-            .body(event.body.clone())
-            .send()
-            .await
-            .map_err(AttemptError::from)
-            .and_then(|response| match response.status() {
-                status if status.is_success() => Ok(()),
-                status => Err(AttemptError::Refused(status)),
-            });
+            .header("webhook-signature", signature);
+        let result = match event.traceparent {
+            Some(trace) => request.header("traceparent", trace.to_string()),
+            None => request,
+        }
+        .body(event.body.clone())
+        .send()
+        .await
+        .map_err(AttemptError::from)
+        .and_then(|response| match response.status() {
+            status if status.is_success() => Ok(()),
+            status => Err(AttemptError::Refused(status)),
+        });
         self.counters.webhook_attempted(result.is_ok());
         result
     }

@@ -78,6 +78,11 @@ pub struct WebhookEvent {
     pub event_type: EventType,
     /// The JSON body.
     pub body: Bytes,
+    /// The trace it continues (`traceparent`, one hop on from the call that
+    /// created the payment), when there is one.
+    pub traceparent: Option<platform::trace::TraceParent>,
+    /// The merchant's reference (the order), for the logs.
+    pub reference: Option<String>,
 }
 
 impl WebhookEvent {
@@ -91,6 +96,8 @@ impl WebhookEvent {
             id: format!("msg_{}", Uuid::new_v4().simple()),
             event_type,
             body: Bytes::from(serde_json::to_vec(&payload)?),
+            traceparent: None,
+            reference: None,
         })
     }
 }
@@ -120,21 +127,30 @@ impl WebhookQueue {
 
     /// Announces a payment's outcome: when it is created, or when it settles from
     /// `processing`; a payment still processing has none, so nothing is sent.
-    pub fn payment_outcome(&self, payment: &Payment) {
+    /// `trace` is the one the payment was created under.
+    pub fn payment_outcome(&self, payment: &Payment, trace: Option<platform::trace::TraceParent>) {
         if let Some(event_type) = EventType::for_payment(payment.status) {
-            self.publish(event_type, payment);
+            self.publish(event_type, payment, trace, Some(&payment.reference));
         }
     }
 
     /// Announces a new refund.
     pub fn refund_created(&self, refund: &Refund) {
-        self.publish(EventType::RefundSucceeded, refund);
+        self.publish(EventType::RefundSucceeded, refund, None, None);
     }
 
-    fn publish<T: Serialize>(&self, event_type: EventType, data: &T) {
+    fn publish<T: Serialize>(
+        &self,
+        event_type: EventType,
+        data: &T,
+        trace: Option<platform::trace::TraceParent>,
+        reference: Option<&str>,
+    ) {
         let Some(sender) = &self.sender else { return };
         match WebhookEvent::new(event_type, data) {
-            Ok(event) => {
+            Ok(mut event) => {
+                event.traceparent = trace.map(|t| t.child());
+                event.reference = reference.map(str::to_owned);
                 tracing::debug!(webhook_id = %event.id, %event_type, "webhook queued");
                 if sender.send(event).is_err() {
                     tracing::warn!(%event_type, "webhook dispatcher has stopped; event not sent");

@@ -197,3 +197,51 @@ async fn reordered_webhooks_arrive_newest_first() {
         .collect();
     assert_eq!(arrived, ["ord_c", "ord_b", "ord_a"]);
 }
+
+#[tokio::test]
+async fn a_payments_webhook_continues_the_trace_its_charge_came_with() {
+    let receiver = Receiver::start(0).await;
+    let app = TestApp::spawn_with(Faults::default(), Some(&receiver)).await;
+    let sent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let response = app
+        .client
+        .post(app.url("/v1/payments"))
+        .header("Idempotency-Key", "pay:ord_traced")
+        .header("traceparent", sent)
+        .json(&payment_body(500, "ord_traced"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    // And one without a trace (or with an invalid one): a fresh, valid trace.
+    app.client
+        .post(app.url("/v1/payments"))
+        .header("Idempotency-Key", "pay:ord_untraced")
+        .header("traceparent", "00-not-a-trace-01")
+        .json(&payment_body(500, "ord_untraced"))
+        .send()
+        .await
+        .unwrap();
+
+    let deliveries = receiver.wait_for(2).await;
+    let by_reference = |reference: &str| {
+        deliveries
+            .iter()
+            .find(|d| d.payload().data["reference"] == reference)
+            .map(|d| d.header("traceparent").to_owned())
+            .expect("a webhook for the payment")
+    };
+    let traced = by_reference("ord_traced");
+    assert!(
+        traced.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+        "{traced}"
+    );
+    assert_ne!(traced, sent, "one hop on: a new parent id");
+    assert!(
+        platform::trace::TraceParent::parse(&traced).is_some(),
+        "{traced}"
+    );
+    let untraced = by_reference("ord_untraced");
+    let parsed = platform::trace::TraceParent::parse(&untraced).expect("a valid traceparent");
+    assert_ne!(parsed.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+}
