@@ -249,7 +249,7 @@ mod tests {
 
     #[test]
     fn one_server_is_one_target_and_unwatched() {
-        let t = Target::parse("postgres://u:p@db:5433/shop?sslmode=disable").unwrap();
+        let t = Target::parse("postgres://u:p@db:5433/shop?sslmode=disable").expect("a URL");
         assert_eq!(t.servers.len(), 1);
         assert_eq!(name(&t.servers[0]), "db:5433");
         assert!(!t.read_write && !t.watched());
@@ -260,7 +260,7 @@ mod tests {
         let t = Target::parse(
             "postgresql://soldonce:pw@db1:5432,db2,[::1]:6000/shop?target_session_attrs=read-write&application_name=x",
         )
-        .unwrap();
+        .expect("a URL");
         let names: Vec<String> = t.servers.iter().map(name).collect();
         assert_eq!(names, ["db1:5432", "db2:5432", "[::1]:6000"]);
         for s in &t.servers {
@@ -272,15 +272,16 @@ mod tests {
 
     #[test]
     fn unsupported_session_attributes_and_empty_hosts_are_refused_clearly() {
-        let e = Target::parse("postgres://db1,db2/x?target_session_attrs=standby").unwrap_err();
+        let e = Target::parse("postgres://db1,db2/x?target_session_attrs=standby")
+            .expect_err("refused");
         assert!(
             e.to_string()
                 .contains("target_session_attrs=standby is not supported"),
             "{e}"
         );
-        let e = Target::parse("postgres://db1,,db2/x").unwrap_err();
+        let e = Target::parse("postgres://db1,,db2/x").expect_err("refused");
         assert!(e.to_string().contains("empty host"), "{e}");
-        let e = Target::parse("mysql://db/x").unwrap_err();
+        let e = Target::parse("mysql://db/x").expect_err("refused");
         assert!(e.to_string().contains("not a postgres:// URL"), "{e}");
     }
 }
