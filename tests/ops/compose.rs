@@ -40,6 +40,7 @@ fn interpolate(value: &str) -> String {
     }
     match inner.and_then(|v| v.split_once(":?")) {
         Some(("WEBHOOK_SECRET", _)) => soldonce_tests::app::WEBHOOK_SECRET.to_owned(),
+        Some(("CONSOLE_TOKEN", _)) => "an-operator-token-of-enough-characters".to_owned(),
         Some((name, _)) => panic!("no test value for the required {name}"),
         None => value.to_owned(),
     }
@@ -102,15 +103,21 @@ fn compose_runs_workspace_binaries_with_exactly_the_variables_they_read() {
                 })
                 .collect();
         if program == "soldonce" {
-            assert_eq!(
-                command.get(1).and_then(Yaml::as_str),
-                Some("migrate"),
-                "{name}: the CLI only migrates here"
+            let sub = command.get(1).and_then(Yaml::as_str);
+            assert!(
+                matches!(sub, Some("migrate" | "console")),
+                "{name}: the CLI only migrates and serves the console here"
             );
             assert!(
                 env.contains_key("DATABASE_URL"),
-                "{name}: migrate needs DATABASE_URL"
+                "{name}: {sub:?} needs DATABASE_URL"
             );
+            if sub == Some("console") {
+                assert!(
+                    env.get("CONSOLE_TOKEN").is_some_and(|t| t.len() >= 24),
+                    "{name}: the console needs an operator token"
+                );
+            }
             continue;
         }
         // psp-sim's data directory is the container's; check a private one here.

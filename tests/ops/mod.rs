@@ -6,6 +6,7 @@
 mod alerts;
 mod bench;
 mod compose;
+mod console;
 mod failover;
 mod lifecycle;
 mod psp_books;

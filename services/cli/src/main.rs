@@ -8,6 +8,7 @@
 //! - `up.rs` — a whole local system for trying soldonce
 //! - `demo.rs` — a flash sale shown end to end
 //! - `load.rs` — the load generator
+//! - `console/` — `console`: the live operator page (its assets in `console/assets/`)
 //! - `bench.rs` — `bench flash-sale`: write strategies compared on a database of its own
 //! - `events.rs` — `events tail` and `order show`
 //! - `replay.rs` — rebuild from the stream and diff with the live projections
@@ -17,6 +18,7 @@
 
 mod admin;
 mod bench;
+mod console;
 mod demo;
 mod events;
 mod load;
@@ -89,6 +91,8 @@ enum Commands {
     Bench(bench::BenchCommand),
     /// Run the whole system locally (private PostgreSQL and NATS unless DATABASE_URL/NATS_URL are set).
     Up(up::UpArgs),
+    /// Serve the live operator console (reads DATABASE_URL, NATS_URL and CONSOLE_TOKEN).
+    Console(console::ConsoleArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -185,5 +189,6 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Commands::Load(args) => load::run(args, &out).await,
         Commands::Bench(cmd) => bench::run(cmd, &out).await,
         Commands::Up(args) => up::run(args, &out).await,
+        Commands::Console(args) => console::run(args).await,
     }
 }

@@ -118,9 +118,13 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
         ("CHECKOUT_ADDR", args.checkout_addr.clone()),
         ("OUTBOX_RELAY_ADDR", "127.0.0.1:0".to_owned()),
     ];
-    if let Some(unknown) = args.only.iter().find(|s| !SERVICES.contains(&s.as_str())) {
+    if let Some(unknown) = args
+        .only
+        .iter()
+        .find(|s| !SERVICES.contains(&s.as_str()) && s.as_str() != "console")
+    {
         return Err(CliError::Usage(format!(
-            "--only: unknown service {unknown:?}; known: {}",
+            "--only: unknown service {unknown:?}; known: {}, console",
             SERVICES.join(", ")
         )));
     }
@@ -153,15 +157,47 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
     {
         children.push(spawn_service(service, &env)?);
     }
+    // The operator console: the soldonce binary itself, on CONSOLE_ADDR
+    // (127.0.0.1:8095 unless set), behind a fresh operator token.
+    let console_addr = std::env::var("CONSOLE_ADDR")
+        .ok()
+        .filter(|a| !a.is_empty())
+        .unwrap_or_else(|| "127.0.0.1:8095".to_owned());
+    let console_token = std::env::var("CONSOLE_TOKEN")
+        .ok()
+        .filter(|t| !t.trim().is_empty())
+        .unwrap_or_else(|| {
+            format!(
+                "{}{}",
+                uuid::Uuid::new_v4().simple(),
+                uuid::Uuid::new_v4().simple()
+            )
+        });
+    let console = args.only.is_empty() || args.only.iter().any(|s| s == "console");
+    if console {
+        let mut console_env = env.clone();
+        console_env.push(("CONSOLE_ADDR", console_addr.clone()));
+        console_env.push(("CONSOLE_TOKEN", console_token.clone()));
+        children.push(spawn_console(&console_env)?);
+    }
     if args.only.is_empty() || args.only.iter().any(|s| s == "psp-sim") {
         wait_ready(&format!("http://{psp_addr}/healthz")).await?;
+    }
+    if console {
+        wait_ready(&format!("http://{console_addr}/healthz")).await?;
+        eprintln!("up: console at http://{console_addr}/#token={console_token}");
     }
     if args.only.is_empty() || args.only.iter().any(|s| s == "checkout") {
         wait_ready(&format!("{checkout_url}/readyz")).await?;
     }
     let env_file = data_dir.join("env");
     let exports = format!(
-        "export DATABASE_URL='{database_url}'\nexport NATS_URL='{nats_url}'\nexport CHECKOUT_URL='{checkout_url}'\nexport SOLDONCE_TOKEN='{token}'\n"
+        "export DATABASE_URL='{database_url}'\nexport NATS_URL='{nats_url}'\nexport CHECKOUT_URL='{checkout_url}'\nexport SOLDONCE_TOKEN='{token}'\n{}",
+        if console {
+            format!("export CONSOLE_URL='http://{console_addr}/'\nexport CONSOLE_TOKEN='{console_token}'\n")
+        } else {
+            String::new()
+        }
     );
     write_private(&env_file, &exports).context("writing the env file")?;
     print_banner(&checkout_url, &database_url, &nats_url, &token, &env_file);
@@ -273,6 +309,26 @@ async fn stop(children: Vec<Child>) {
             let _ = child.kill().await;
         }
     }
+}
+
+/// `soldonce console`, this very binary, with its output prefixed like a service's.
+fn spawn_console(env: &[(&str, String)]) -> Result<Child, CliError> {
+    let exe = std::env::current_exe().context("locating the soldonce binary")?;
+    let mut child = Command::new(exe)
+        .arg("console")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting the console")?;
+    if let Some(stderr) = child.stderr.take() {
+        tokio::spawn(prefix_lines("console", BufReader::new(stderr)));
+    }
+    if let Some(stdout) = child.stdout.take() {
+        tokio::spawn(prefix_lines("console", BufReader::new(stdout)));
+    }
+    Ok(child)
 }
 
 fn print_banner(checkout: &str, db: &str, nats: &str, token: &str, env_file: &Path) {

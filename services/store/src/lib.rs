@@ -19,6 +19,7 @@
 //! - `payments.rs`, `compensations.rs`, `reconcile.rs` — PSP facts, refunds owed, reconciliation state
 //! - `accounts.rs` — accounts and bearer tokens
 //! - `connect.rs` — pools on one server or several (`DATABASE_URL` with a list of hosts), following the primary after a failover
+//! - `console.rs` — the operator console's figures, in one snapshot
 //! - `audit.rs`, `audit_money.rs`, `projections.rs`, `replay.rs`, `order_counts.rs` — checks, rebuilds and reads for operators
 
 pub mod accounts;
@@ -27,6 +28,7 @@ mod audit_money;
 pub mod catalog;
 pub mod compensations;
 mod connect;
+pub mod console;
 pub mod dead_letters;
 pub mod idempotency;
 pub mod inbox;
