@@ -191,6 +191,11 @@ async fn soldonce_up_then_demo_flash_sale_sells_the_unit_once_and_ships_it() {
         .args(["up", "--data-dir"])
         .arg(dir.path())
         .args(["--checkout-addr", &format!("127.0.0.1:{port}")])
+        .env(
+            "CONSOLE_ADDR",
+            format!("127.0.0.1:{}", localservers::free_port().expect("port")),
+        )
+        .env_remove("CONSOLE_TOKEN")
         .env_remove("DATABASE_URL")
         .env_remove("NATS_URL")
         .stdout(std::process::Stdio::null())
@@ -246,6 +251,24 @@ async fn soldonce_up_then_demo_flash_sale_sells_the_unit_once_and_ships_it() {
         (Some(true), Some(true)),
         "{summary}"
     );
+    // up serves the console too, behind the token it wrote to the env file.
+    let var = |name: &str| {
+        env_text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("export {name}='")))
+            .map(|v| v.trim_end_matches('\'').to_owned())
+            .unwrap_or_else(|| panic!("{name} in the env file"))
+    };
+    let client = reqwest::Client::new();
+    let figures = client
+        .get(format!("{}api/figures", var("CONSOLE_URL")))
+        .bearer_auth(var("CONSOLE_TOKEN"))
+        .send()
+        .await
+        .expect("the console answers");
+    assert_eq!(figures.status(), 200);
+    let figures: serde_json::Value = figures.json().await.expect("figures");
+    assert_eq!(figures["orders"]["confirmed"], 1, "{figures}");
     let pid = up.id().expect("pid");
     std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
