@@ -12,3 +12,6 @@ bash deploy/lint.sh
 # The end-to-end tests start the service binaries (outbox-relay) as real processes.
 cargo build --workspace --bins --locked
 cargo test --workspace --locked -- --test-threads 4
+# deploy/compose.yaml, run for real on a private Docker engine with the
+# binaries just built (SOLDONCE_SKIP_COMPOSE=1 skips it where dockerd cannot run).
+bash deploy/test-compose.sh
