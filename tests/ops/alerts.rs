@@ -91,6 +91,20 @@ fn the_alerting_rules_are_valid_and_each_fires_on_its_series_and_stays_quiet_bel
 }
 
 #[test]
+fn composes_prometheus_profile_loads_the_alerts_and_scrapes_every_service() {
+    let check = promtool(&["check", "config", "prometheus.yml"]);
+    assert!(check.contains("SUCCESS"), "{check}");
+    let config = std::fs::read_to_string(deploy().join("prometheus.yml")).expect("prometheus.yml");
+    assert!(config.contains("- alerts.yml"), "the alerts are loaded");
+    for service in soldonce_tests::system::SERVICES {
+        assert!(
+            config.contains(&format!("job_name: {service}")),
+            "{service} is scraped"
+        );
+    }
+}
+
+#[test]
 fn every_metric_an_alert_watches_is_one_a_service_exports() {
     let rules = std::fs::read_to_string(deploy().join("alerts.yml")).expect("alerts.yml");
     let mut exported = BTreeSet::new();
