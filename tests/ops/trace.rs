@@ -78,7 +78,8 @@ async fn one_orders_trace_id_runs_through_every_services_logs_and_the_psps_webho
     let expected: [(&str, &[&str]); 5] = [
         ("checkout", &["order placed", "webhook recorded"]),
         ("outbox-relay", &["event published"]),
-        ("payment-worker", &["payment recorded: order confirmed"]),
+        // Confirmed by the worker's answer, or already by the webhook.
+        ("payment-worker", &["payment recorded"]),
         ("psp-sim", &["payment created", "webhook acknowledged"]),
         ("fulfillment", &["shipment created"]),
     ];
@@ -93,7 +94,13 @@ async fn one_orders_trace_id_runs_through_every_services_logs_and_the_psps_webho
                     .collect();
                 messages
                     .iter()
-                    .all(|m| about.iter().any(|l| l["fields"]["message"] == *m))
+                    .all(|m| {
+                        about.iter().any(|l| {
+                            l["fields"]["message"]
+                                .as_str()
+                                .is_some_and(|t| t.starts_with(m))
+                        })
+                    })
                     .then_some(about)
             },
         )

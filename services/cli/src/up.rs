@@ -173,7 +173,14 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
                 uuid::Uuid::new_v4().simple()
             )
         });
-    let console = args.only.is_empty() || args.only.iter().any(|s| s == "console");
+    let mut console = args.only.is_empty() || args.only.iter().any(|s| s == "console");
+    // A console whose address is taken is not worth failing the system for.
+    if console && std::net::TcpListener::bind(console_addr.as_str()).is_err() {
+        eprintln!(
+            "up: not starting the console: {console_addr} is taken or invalid (set CONSOLE_ADDR)"
+        );
+        console = false;
+    }
     if console {
         let mut console_env = env.clone();
         console_env.push(("CONSOLE_ADDR", console_addr.clone()));

@@ -198,7 +198,13 @@ impl Handler for PayOrders {
                 Learned::Declined(_) => {
                     tracing::info!(%order_id, %trace_id, %payment_id, "payment declined: order failed");
                 }
-                Learned::AlreadyKnown | Learned::Unknown(_) => {}
+                // A webhook (or a redelivery) got there first.
+                Learned::AlreadyKnown => {
+                    tracing::info!(%order_id, %trace_id, %payment_id, "payment recorded: already known");
+                }
+                Learned::Unknown(status) => {
+                    tracing::warn!(%order_id, %trace_id, %payment_id, status = %status, "payment recorded: a status soldonce does not know");
+                }
             }
         }
     }
