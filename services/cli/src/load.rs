@@ -372,8 +372,28 @@ async fn open_loop(shared: Arc<Shared>, rate: f64, duration: Duration) {
     futures::future::join_all(tasks).await;
 }
 
+/// Counts the accepted orders the database holds. A lost connection (the
+/// server restarted under the load, as the chaos suite makes it) is retried
+/// for about half a minute: the count is the point of the run.
 async fn count_orders(pool: &sqlx::PgPool, ids: &[Uuid]) -> Result<u64, CliError> {
-    Ok(store::order_counts::existing(pool, ids)
+    use backon::Retryable;
+    let backoff = backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(5))
+        .with_max_times(10);
+    Ok((|| store::order_counts::existing(pool, ids))
+        .retry(backoff)
+        .when(|e| {
+            e.is_unavailable()
+                || matches!(e, store::StoreError::Database(sqlx::Error::Protocol(_)))
+                || matches!(e, store::StoreError::Database(d) if d
+                    .as_database_error()
+                    .and_then(|d| d.code())
+                    .is_some_and(|c| c.starts_with("57P") || c.starts_with("08")))
+        })
+        .notify(|e, pause| {
+            eprintln!("load: counting accepted orders failed ({e}); again in {pause:?}")
+        })
         .await
         .context("counting accepted orders")?)
 }
