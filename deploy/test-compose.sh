@@ -195,7 +195,8 @@ import json, sys
 s = json.loads(sys.argv[1]); stock = int(sys.argv[2])
 assert s["ok"] and s["audit_clean"], s
 assert s["accepted"] == stock and s["paid"] == stock and s["shipped"] == stock, s
-print(f"accepted {s['accepted']}, sold out {s['sold_out']}, paid {s['paid']}, shipped {s['shipped']}")
+other = {k: v for k, v in s["answers"].items() if k not in ("202", "409")}
+print(f"accepted {s['accepted']}, sold out {s['sold_out']}, other answers {other or 'none'}, paid {s['paid']}, shipped {s['shipped']}")
 PY
 }
 say "flash sale: $(sale 300 1)"

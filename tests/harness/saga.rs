@@ -249,6 +249,24 @@ impl Saga {
         .expect("psp client")
     }
 
+    /// One sample of psp-sim's `/metrics`, e.g.
+    /// `psp_sim_webhook_attempts_total{result="acknowledged"}`; 0 if absent.
+    pub async fn psp_metric(&self, sample: &str) -> f64 {
+        let text = self
+            .app
+            .client
+            .get(format!("{}/metrics", self.psp_url))
+            .send()
+            .await
+            .expect("psp-sim metrics")
+            .text()
+            .await
+            .expect("psp-sim metrics body");
+        text.lines()
+            .find_map(|l| l.strip_prefix(sample)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
     /// Waits until the payment worker has nothing in hand or pending.
     pub async fn wait_worker_idle(&self, within: Duration) {
         let js = bus::connect(&self.nats.url()).await.expect("nats");

@@ -29,6 +29,9 @@ struct Summary {
     stock: i64,
     accepted: u64,
     sold_out: u64,
+    /// Every answer by HTTP status (a `429` is the account's rate limit:
+    /// the demo's buyers share one account).
+    answers: std::collections::BTreeMap<String, u64>,
     paid: i64,
     failed: i64,
     expired: i64,
@@ -128,6 +131,7 @@ pub async fn flash_sale(
         stock,
         accepted: report.accepted,
         sold_out,
+        answers: report.by_status.clone(),
         paid,
         failed,
         expired,

@@ -11,7 +11,7 @@ use crate::write::{self, Changes, Written};
 use crate::StoreError;
 use domain::{Command, Event, Order, PaidFact, PspStatus, RefundReason};
 use events::Metadata;
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 /// The payment id of a free order's settlement: no PSP holds it.
@@ -261,6 +261,18 @@ async fn record(
     .execute(&mut *conn)
     .await?;
     Ok(inserted.rows_affected() == 1)
+}
+
+/// Whether a payment is already recorded (attached to its order, or owed a
+/// refund). A recorded payment's disposition is final, so every later report
+/// of its success is already known; a plain read, no lock.
+pub async fn is_known(pool: &PgPool, payment_id: &str) -> Result<bool, StoreError> {
+    let known: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM payments WHERE payment_id = $1)")
+            .bind(payment_id)
+            .fetch_one(pool)
+            .await?;
+    Ok(known)
 }
 
 /// Records a webhook id; `false` if it was seen before (then do nothing).
