@@ -6,7 +6,8 @@
 #     batch) — then a closed loop at saturation: accepted and settled orders/s;
 #  2. expiry releases/s for N expired orders, and the audit's time over them.
 #   bash deploy/bench/saga.sh [seconds] [expired-orders]
-# BIN_DIR=… runs binaries already built (e.g. an older build, for before/after).
+# BIN_DIR=… runs binaries already built (e.g. an older build, for before/after);
+# SKIP_E2E=1 runs only the expiry part, SKIP_EXPIRY=1 only the saga part.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . deploy/setup.sh >&2
@@ -96,10 +97,12 @@ for case in "hot:BENCH-0:1" "10k:BENCH:10000"; do
   read -r acc rate <<<"$closed"
   python3 -c "import time; t=time.time()-$t0; print(f'[$name closed] 300 connections: {$acc} orders accepted at {float(\"$rate\"):.0f}/s; all settled (charged and confirmed) after {t:.1f}s: {$acc/t:.0f} orders/s through the saga')" | tee -a "$results"
 done
+echo "[webhooks] checkout's answers by outcome: $(curl -s "$CHECKOUT_URL/metrics" | grep -E '^soldonce_webhooks_total' | sed -E 's/.*outcome="([^"]*)".* ([0-9.e+]+)$/\1 \2/' | paste -sd, -)" | tee -a "$results"
 kill "$up"; wait "$up" 2>/dev/null || true; up=""
 unset DATABASE_URL NATS_URL CHECKOUT_URL SOLDONCE_TOKEN PSP_FAULTS FULFILLMENT_STEP_DELAY
 fi
 
+[ -n "${SKIP_EXPIRY:-}" ] && exit 0
 # Expiry: N orders with a 1 s window and nobody paying, then one expiry process.
 rm -rf "$dir/data"
 export RESERVATION_TTL=1s
