@@ -203,11 +203,16 @@ impl TestApp {
     /// something else, which is the answer counted.
     pub async fn place_retrying(&self, token: &str, key: &str, body: &Value) -> Reply {
         crate::eventually(
-            "checkout to answer without 503",
+            "checkout to answer without 503 or key-in-flight",
             std::time::Duration::from_secs(120),
             || async {
                 let r = self.place(token, key, body).await;
-                (r.status != 503).then_some(r)
+                // A 503 may come while the first attempt is still being
+                // placed: the retry is then told the key is in flight, and
+                // retries later too, as the contract asks.
+                let in_flight = r.status == 409
+                    && r.body["type"] == "urn:soldonce:problem:idempotency-key-in-flight";
+                (r.status != 503 && !in_flight).then_some(r)
             },
         )
         .await

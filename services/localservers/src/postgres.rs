@@ -57,7 +57,7 @@ impl Postgres {
         if !pg.data_dir().join("PG_VERSION").exists() {
             pg.initdb()?;
         }
-        pg.launch()?;
+        pg.launch(true)?;
         Ok(pg)
     }
 
@@ -94,7 +94,7 @@ impl Postgres {
             "--no-sync",
         ]);
         process::run(c, "pg_basebackup")?;
-        pg.launch()?;
+        pg.launch(true)?;
         Ok(pg)
     }
 
@@ -158,7 +158,35 @@ impl Postgres {
         }
     }
 
-    fn launch(&mut self) -> Result<(), Error> {
+    /// Starts the server. A port picked as free can be taken before the
+    /// server binds it (by another server, or as a connection's local
+    /// port): a first start (`may_move`) then tries a new port; a restart,
+    /// whose clients know its port, waits for the port to be released.
+    fn launch(&mut self, may_move: bool) -> Result<(), Error> {
+        let mut attempts = 0;
+        loop {
+            match self.launch_once()? {
+                Started::Ready => return Ok(()),
+                Started::PortTaken if attempts < 20 => {
+                    attempts += 1;
+                    self.server = None;
+                    if may_move {
+                        self.port = crate::free_port()?;
+                    } else {
+                        std::thread::sleep(Duration::from_millis(250));
+                    }
+                }
+                Started::PortTaken => {
+                    return Err(Error::Failed {
+                        what: "starting postgres".into(),
+                        detail: format!("port {} stayed taken", self.port),
+                    })
+                }
+            }
+        }
+    }
+
+    fn launch_once(&mut self) -> Result<Started, Error> {
         let durable = if self.options.durable { "on" } else { "off" };
         let argv: Vec<String> = vec![
             "postgres".into(),
@@ -196,21 +224,16 @@ impl Postgres {
         let log = self.log();
         // Readiness is read from what this start adds to the log.
         let offset = std::fs::metadata(&log).map_or(0, |m| m.len() as usize);
-        let mut server = Watched::spawn(&argv, self.user.as_deref(), &log, "INT")?;
-        process::wait_for_port(
-            self.port,
-            Duration::from_secs(60),
-            &mut server,
-            "postgres",
-            &log,
-        )?;
-        self.server = Some(server);
+        // The log, not the port, tells when it is ready: a port taken by
+        // someone else would accept connections for it.
+        self.server = Some(Watched::spawn(&argv, self.user.as_deref(), &log, "INT")?);
         self.wait_until_accepting(offset)
     }
 
     /// The server accepts TCP before it accepts queries: wait until this
-    /// start's part of the log says it is ready.
-    fn wait_until_accepting(&mut self, offset: usize) -> Result<(), Error> {
+    /// start's part of the log says it is ready (or that the server gave up:
+    /// its watchdog outlives it, so the log is what tells).
+    fn wait_until_accepting(&mut self, offset: usize) -> Result<Started, Error> {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         let log = self.log();
         loop {
@@ -219,7 +242,18 @@ impl Postgres {
             if text.contains("database system is ready to accept connections")
                 || text.contains("database system is ready to accept read-only connections")
             {
-                return Ok(());
+                return Ok(Started::Ready);
+            }
+            if text.contains("could not create any TCP/IP sockets") {
+                return Ok(Started::PortTaken);
+            }
+            if text.contains("database system is shut down") {
+                let tail: Vec<&str> = text.lines().rev().take(5).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                return Err(Error::Failed {
+                    what: "starting postgres".into(),
+                    detail: tail.join(" | "),
+                });
             }
             if std::time::Instant::now() > deadline {
                 return Err(Error::Failed {
@@ -264,8 +298,15 @@ impl Postgres {
     /// Starts a stopped server again on the same port and data.
     pub fn restart(&mut self) -> Result<(), Error> {
         self.stop();
-        self.launch()
+        self.launch(false)
     }
+}
+
+/// How a start ended.
+enum Started {
+    Ready,
+    /// Another process holds the port.
+    PortTaken,
 }
 
 impl Drop for Postgres {
