@@ -175,7 +175,33 @@ impl Node {
         Ok(node)
     }
 
+    /// Starts the server. A port picked as free can be taken by another
+    /// process before the server binds it; it is tried again until it is
+    /// released (clients and cluster routes know this port).
     fn launch(&mut self) -> Result<(), Error> {
+        let mut attempts = 0;
+        loop {
+            match self.launch_once()? {
+                Some(server) => {
+                    self.server = Some(server);
+                    return Ok(());
+                }
+                None if attempts < 20 => {
+                    attempts += 1;
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+                None => {
+                    return Err(Error::Failed {
+                        what: "starting nats-server".into(),
+                        detail: format!("port {} stayed taken", self.port),
+                    })
+                }
+            }
+        }
+    }
+
+    /// One start; `None` when its port was taken.
+    fn launch_once(&mut self) -> Result<Option<Watched>, Error> {
         let mut argv: Vec<String> = vec![
             "nats-server".into(),
             "-a".into(),
@@ -196,39 +222,40 @@ impl Node {
         // The log is appended across restarts: read only what this start writes.
         let before = std::fs::metadata(&log).map_or(0, |m| m.len() as usize);
         let mut server = Watched::spawn(&argv, None, &log, "TERM")?;
-        process::wait_for_port(
-            self.port,
-            Duration::from_secs(30),
-            &mut server,
-            "nats-server",
-            &log,
-        )?;
-        // A cluster member binds its route port after the client port, and
+        // The log, not the port, tells when it is ready (a port taken by
+        // someone else would accept connections for it); its watchdog
+        // outlives a server that gave up, so the log tells that too. A
+        // cluster member binds its route port after the client port, and
         // exits if it cannot: ready only once it listens for routes.
-        if self
+        let ready = if self
             .conf
             .as_deref()
             .is_some_and(|c| c.contains("cluster {"))
         {
-            let deadline = std::time::Instant::now() + Duration::from_secs(30);
-            loop {
-                let all = std::fs::read_to_string(&log).unwrap_or_default();
-                let text = all.get(before..).unwrap_or_default();
-                if text.contains("Listening for route connections") && !server.exited() {
-                    break;
-                }
-                if server.exited() || std::time::Instant::now() > deadline {
-                    let tail: Vec<&str> = text.lines().rev().take(3).collect();
-                    return Err(Error::Failed {
-                        what: "starting nats-server".into(),
-                        detail: tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(20));
+            "Listening for route connections"
+        } else {
+            "Server is ready"
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let all = std::fs::read_to_string(&log).unwrap_or_default();
+            let text = all.get(before..).unwrap_or_default();
+            if text.contains("address already in use") {
+                server.stop_with("TERM");
+                return Ok(None);
             }
+            if text.contains(ready) && text.contains("Server is ready") {
+                return Ok(Some(server));
+            }
+            if text.contains("[FTL]") || std::time::Instant::now() > deadline {
+                let tail: Vec<&str> = text.lines().rev().take(3).collect();
+                return Err(Error::Failed {
+                    what: "starting nats-server".into(),
+                    detail: tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        self.server = Some(server);
-        Ok(())
     }
 
     fn stop(&mut self, signal: &str) {

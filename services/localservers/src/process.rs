@@ -7,7 +7,6 @@
 use crate::Error;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// A running server under its watchdog.
 pub(crate) struct Watched {
@@ -65,11 +64,6 @@ impl Watched {
         }
         let _ = self.child.wait();
     }
-
-    /// Whether the watchdog (and so the server) has exited.
-    pub(crate) fn exited(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(Some(_)))
-    }
 }
 
 impl Drop for Watched {
@@ -89,39 +83,6 @@ pub(crate) fn which(binary: &'static str, hint: &'static str) -> Result<PathBuf,
         .map(|dir| dir.join(binary))
         .find(|p| p.is_file())
         .ok_or(Error::Missing { binary, hint })
-}
-
-/// Polls until a TCP connection to the port succeeds.
-pub(crate) fn wait_for_port(
-    port: u16,
-    within: Duration,
-    watched: &mut Watched,
-    what: &str,
-    log: &Path,
-) -> Result<(), Error> {
-    let deadline = Instant::now() + within;
-    loop {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok(());
-        }
-        if watched.exited() || Instant::now() > deadline {
-            let tail = std::fs::read_to_string(log).unwrap_or_default();
-            let tail: String = tail
-                .lines()
-                .rev()
-                .take(5)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect::<Vec<_>>()
-                .join(" | ");
-            return Err(Error::Failed {
-                what: format!("starting {what}"),
-                detail: tail,
-            });
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Runs a command to completion, returning its stdout.
