@@ -153,7 +153,18 @@ async fn attempt_once(
     for lock_stock in [false, true] {
         report.transactions += 1;
         let mut tx = pool.begin().await?;
-        match place_in(&mut tx, group, refusal, lock_stock).await? {
+        let placed = match place_in(&mut tx, group, refusal, lock_stock).await {
+            Ok(placed) => placed,
+            Err(e) => {
+                // Roll back now, not when the pool next uses the connection:
+                // until then the aborted transaction still holds the group's
+                // key locks, and a run again would find its own keys in
+                // flight (409 to buyers whose keys are new).
+                let _ = tx.rollback().await;
+                return Err(e);
+            }
+        };
+        match placed {
             Some(outcomes) => {
                 tx.commit().await?;
                 return Ok(outcomes);
