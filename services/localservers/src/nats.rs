@@ -1,6 +1,6 @@
 //! A private NATS server with JetStream, storing into its own directory.
 
-use crate::process::{self, Watched};
+use crate::process::{self, Started, Watched};
 use crate::Error;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -222,40 +222,31 @@ impl Node {
         // The log is appended across restarts: read only what this start writes.
         let before = std::fs::metadata(&log).map_or(0, |m| m.len() as usize);
         let mut server = Watched::spawn(&argv, None, &log, "TERM")?;
-        // The log, not the port, tells when it is ready (a port taken by
-        // someone else would accept connections for it); its watchdog
-        // outlives a server that gave up, so the log tells that too. A
-        // cluster member binds its route port after the client port, and
+        // A cluster member binds its route port after the client port, and
         // exits if it cannot: ready only once it listens for routes.
-        let ready = if self
+        let clustered = self
             .conf
             .as_deref()
-            .is_some_and(|c| c.contains("cluster {"))
-        {
-            "Listening for route connections"
-        } else {
-            "Server is ready"
-        };
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let all = std::fs::read_to_string(&log).unwrap_or_default();
-            let text = all.get(before..).unwrap_or_default();
-            if text.contains("address already in use") {
+            .is_some_and(|c| c.contains("cluster {"));
+        let started = process::await_start(
+            "nats-server",
+            &log,
+            before,
+            Duration::from_secs(30),
+            |text| {
+                text.contains("Server is ready")
+                    && (!clustered || text.contains("Listening for route connections"))
+            },
+            "address already in use",
+            "[FTL]",
+        )?;
+        Ok(match started {
+            Started::Ready => Some(server),
+            Started::PortTaken => {
                 server.stop_with("TERM");
-                return Ok(None);
+                None
             }
-            if text.contains(ready) && text.contains("Server is ready") {
-                return Ok(Some(server));
-            }
-            if text.contains("[FTL]") || std::time::Instant::now() > deadline {
-                let tail: Vec<&str> = text.lines().rev().take(3).collect();
-                return Err(Error::Failed {
-                    what: "starting nats-server".into(),
-                    detail: tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        })
     }
 
     fn stop(&mut self, signal: &str) {

@@ -3,7 +3,7 @@
 //! refuses to run as root, so under root it runs as the `postgres` user (or
 //! `SOLDONCE_PG_USER`).
 
-use crate::process::{self, Watched};
+use crate::process::{self, Started, Watched};
 use crate::Error;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -224,45 +224,25 @@ impl Postgres {
         let log = self.log();
         // Readiness is read from what this start adds to the log.
         let offset = std::fs::metadata(&log).map_or(0, |m| m.len() as usize);
-        // The log, not the port, tells when it is ready: a port taken by
-        // someone else would accept connections for it.
         self.server = Some(Watched::spawn(&argv, self.user.as_deref(), &log, "INT")?);
         self.wait_until_accepting(offset)
     }
 
     /// The server accepts TCP before it accepts queries: wait until this
-    /// start's part of the log says it is ready (or that the server gave up:
-    /// its watchdog outlives it, so the log is what tells).
+    /// start's part of the log says it is ready.
     fn wait_until_accepting(&mut self, offset: usize) -> Result<Started, Error> {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        let log = self.log();
-        loop {
-            let bytes = std::fs::read(&log).unwrap_or_default();
-            let text = String::from_utf8_lossy(bytes.get(offset..).unwrap_or_default());
-            if text.contains("database system is ready to accept connections")
-                || text.contains("database system is ready to accept read-only connections")
-            {
-                return Ok(Started::Ready);
-            }
-            if text.contains("could not create any TCP/IP sockets") {
-                return Ok(Started::PortTaken);
-            }
-            if text.contains("database system is shut down") {
-                let tail: Vec<&str> = text.lines().rev().take(5).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
-                return Err(Error::Failed {
-                    what: "starting postgres".into(),
-                    detail: tail.join(" | "),
-                });
-            }
-            if std::time::Instant::now() > deadline {
-                return Err(Error::Failed {
-                    what: "starting postgres".into(),
-                    detail: "not ready within 60 s".into(),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        process::await_start(
+            "postgres",
+            &self.log(),
+            offset,
+            Duration::from_secs(60),
+            |text| {
+                text.contains("database system is ready to accept connections")
+                    || text.contains("database system is ready to accept read-only connections")
+            },
+            "could not create any TCP/IP sockets",
+            "database system is shut down",
+        )
     }
 
     /// The server's log; a restart appends to it.
@@ -300,13 +280,6 @@ impl Postgres {
         self.stop();
         self.launch(false)
     }
-}
-
-/// How a start ended.
-enum Started {
-    Ready,
-    /// Another process holds the port.
-    PortTaken,
 }
 
 impl Drop for Postgres {

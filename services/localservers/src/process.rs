@@ -7,6 +7,7 @@
 use crate::Error;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// A running server under its watchdog.
 pub(crate) struct Watched {
@@ -83,6 +84,52 @@ pub(crate) fn which(binary: &'static str, hint: &'static str) -> Result<PathBuf,
         .map(|dir| dir.join(binary))
         .find(|p| p.is_file())
         .ok_or(Error::Missing { binary, hint })
+}
+
+/// How a server's start ended, as its log tells.
+pub(crate) enum Started {
+    Ready,
+    /// Another process holds the port (picked as free, then taken first).
+    PortTaken,
+}
+
+/// Waits on what this start adds to `log` (from `offset`): the log, not the
+/// port, tells when a server is ready (a port taken by someone else would
+/// accept connections for it), and that it gave up (its watchdog outlives
+/// it). `taken` marks a taken port; `failed`, any other failure.
+pub(crate) fn await_start(
+    what: &str,
+    log: &Path,
+    offset: usize,
+    within: Duration,
+    ready: impl Fn(&str) -> bool,
+    taken: &str,
+    failed: &str,
+) -> Result<Started, Error> {
+    let deadline = Instant::now() + within;
+    loop {
+        let bytes = std::fs::read(log).unwrap_or_default();
+        let text = String::from_utf8_lossy(bytes.get(offset..).unwrap_or_default());
+        if text.contains(taken) {
+            return Ok(Started::PortTaken);
+        }
+        if ready(&text) {
+            return Ok(Started::Ready);
+        }
+        if text.contains(failed) || Instant::now() > deadline {
+            let tail: Vec<&str> = text.lines().rev().take(5).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            return Err(Error::Failed {
+                what: format!("starting {what}"),
+                detail: if tail.is_empty() {
+                    format!("not ready within {} s", within.as_secs())
+                } else {
+                    tail.join(" | ")
+                },
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Runs a command to completion, returning its stdout.
