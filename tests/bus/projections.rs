@@ -81,10 +81,13 @@ async fn the_projections_rebuild_with_shipments_present_and_reports_drift_per_ta
         };
         let mut tx = app.pool.begin().await.expect("tx");
         shipments.push(
-            store::shipments::create(&mut tx, id.parse().expect("uuid"), &meta)
+            match store::shipments::create_many(&mut tx, &[(id.parse().expect("uuid"), meta)])
                 .await
-                .expect("ship")
-                .expect("new"),
+                .expect("ship")[..]
+            {
+                [store::shipments::Created::New(s)] => s,
+                ref other => panic!("expected a new shipment, got {other:?}"),
+            },
         );
         tx.commit().await.expect("commit");
     }

@@ -1,4 +1,5 @@
 mod audit;
+mod batch;
 mod flow;
 mod free;
 mod money;

@@ -10,7 +10,6 @@
 
 use anyhow::Context;
 use bus::consumer::{Delivery, HandleError, Handler, Tx};
-use domain::OrderState;
 use events::Metadata;
 use platform::app::{self, App};
 use platform::config::{self, ConfigError};
@@ -21,6 +20,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use store::inbox::PgInbox;
+use store::shipments::Created;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -77,27 +77,25 @@ impl Handler for ShipOrders {
         tx: &mut Tx<Self>,
         batch: &[(&Delivery, &Uuid)],
     ) -> Result<Vec<(Uuid, String)>, HandleError> {
+        // Never trust the message: the store ships only what the database says is confirmed.
+        let orders: Vec<(Uuid, Metadata)> = batch
+            .iter()
+            .map(|(d, order_id)| {
+                let meta = Metadata::caused_by("fulfillment", &d.event, d.traceparent.clone());
+                (**order_id, meta)
+            })
+            .collect();
+        let answers = store::shipments::create_many(tx, &orders)
+            .await
+            .context("creating the shipments")?;
         let mut created = vec![];
-        // Orders in id order, the order every batch locks them in, so batches never deadlock.
-        let mut batch = batch.to_vec();
-        batch.sort_by_key(|(_, order_id)| **order_id);
-        for (d, order_id) in batch {
-            let order_id = *order_id;
-            // Never trust the message: ship only what the database says is confirmed.
-            let state = store::orders::state_for_share(tx, order_id)
-                .await
-                .context("reading the order's state")?;
-            if state != Some(OrderState::Confirmed) {
-                tracing::warn!(%order_id, trace_id = %d.trace_id(), state = ?state, "not shipping an order that is not confirmed");
-                continue;
-            }
-            let meta = Metadata::caused_by("fulfillment", &d.event, d.traceparent.clone());
-            if store::shipments::create(tx, order_id, &meta)
-                .await
-                .context("creating the shipment")?
-                .is_some()
-            {
-                created.push((order_id, d.trace_id()));
+        for ((d, order_id), answer) in batch.iter().zip(answers) {
+            match answer {
+                Created::New(_) => created.push((**order_id, d.trace_id())),
+                Created::Existed => {}
+                Created::NotConfirmed(state) => {
+                    tracing::warn!(order_id = %order_id, trace_id = %d.trace_id(), state = ?state, "not shipping an order that is not confirmed");
+                }
             }
         }
         Ok(created)

@@ -378,19 +378,6 @@ pub(crate) async fn load_many_locked(
     rows.into_iter().map(Order::try_from).collect()
 }
 
-/// Locks the orders `ids` in id order until the transaction ends: what a
-/// batch that changes several orders takes first, so batches never deadlock.
-pub(crate) async fn lock_in_id_order(
-    conn: &mut PgConnection,
-    ids: &[Uuid],
-) -> Result<(), StoreError> {
-    sqlx::query("SELECT 1 FROM orders WHERE id = ANY($1) ORDER BY id FOR UPDATE")
-        .bind(ids)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
-}
-
 /// Every order of the projection, streamed.
 pub fn stream_all(pool: &PgPool) -> impl futures::Stream<Item = Result<Order, StoreError>> + '_ {
     use futures::StreamExt;
@@ -548,23 +535,4 @@ pub fn fold_history(events: &[RecordedEvent]) -> Result<Option<Order>, StoreErro
         .collect::<Result<_, _>>()
         .map_err(|e| StoreError::Corrupt(format!("event: {e}")))?;
     Ok(domain::fold(&parsed))
-}
-
-/// The order's state, its row share-locked until the transaction ends so
-/// the state cannot change meanwhile; `None` if there is no such order.
-pub async fn state_for_share(
-    conn: &mut PgConnection,
-    order_id: Uuid,
-) -> Result<Option<OrderState>, StoreError> {
-    let state: Option<String> =
-        sqlx::query_scalar("SELECT state FROM orders WHERE id = $1 FOR SHARE")
-            .bind(order_id)
-            .fetch_optional(&mut *conn)
-            .await?;
-    state
-        .map(|s| {
-            serde_json::from_value(serde_json::Value::String(s))
-                .map_err(|_| StoreError::Corrupt(format!("order {order_id}: state")))
-        })
-        .transpose()
 }

@@ -6,12 +6,13 @@
 //! the `payments` primary key serialises two deciders and a trigger keeps it
 //! final, so no later fact can confirm on a refunded payment or the reverse.
 
-use crate::orders::{self, Applied};
+use crate::orders;
 use crate::write::{self, Changes, Written};
 use crate::StoreError;
 use domain::{Command, Event, Order, PaidFact, PspStatus, RefundReason};
 use events::Metadata;
 use sqlx::{PgConnection, PgPool};
+use std::collections::{HashMap, HashSet};
 use uuid::Uuid;
 
 /// The payment id of a free order's settlement: no PSP holds it.
@@ -77,149 +78,151 @@ pub async fn learn(
     source: Source,
     meta: &Metadata,
 ) -> Result<Learned, StoreError> {
-    let at = crate::now();
-    match &fact.status {
-        PspStatus::Unknown(status) => Ok(Learned::Unknown(status.clone())),
-        PspStatus::Failed => {
-            let Some(order_id) = fact.order_id else {
-                return Ok(Learned::AlreadyKnown);
-            };
-            let payment_id = Some(fact.payment_id.clone());
-            let reason = fact
-                .failure_reason
-                .clone()
-                .unwrap_or_else(|| "declined".into());
-            let command = Command::FailPayment {
-                payment_id,
-                reason,
-                at,
-            };
-            match orders::transition_in(conn, order_id, None, meta, |_| command).await? {
-                orders::Transition::Applied(order) => Ok(Learned::Declined(order)),
-                _ => Ok(Learned::AlreadyKnown),
-            }
-        }
-        PspStatus::Succeeded => learn_success(conn, fact, source, meta, at, None).await,
-    }
+    let batch = [(fact.clone(), source, meta.clone())];
+    let mut learned = learn_many(conn, &batch).await?;
+    learned
+        .pop()
+        .ok_or_else(|| StoreError::Corrupt("learning a payment answered nothing".into()))
 }
 
 /// Applies several facts in the caller's transaction, in order; one
-/// answer per fact. The orders they name are locked first, in id order (the
-/// order every path locks orders in). The confirmations' events,
-/// projections and stock movements are gathered and written together at
-/// the end, on the write path: each SKU's row is moved once for the whole
-/// batch, by the last statement, so a hot SKU is locked for as short a time
-/// as possible. (A definite failure is rare: it is written as it comes.)
+/// answer per fact. Set-based whatever the batch's size: the orders the
+/// facts name are loaded and locked in one statement, in id order (the
+/// order every path locks orders in), then the payments already recorded
+/// (lock order: orders, then payments, on every path). Each fact is decided
+/// against the order as the facts before it in the batch left it, so two
+/// facts about one order (a redelivery, a decline after a success) agree.
+/// The payments are inserted in one statement, and the events, projections
+/// and stock movements written together last, on the write path: each SKU's
+/// row is moved once for the whole batch, by the last statement, so a hot
+/// SKU is locked for as short a time as possible.
 pub async fn learn_many(
     conn: &mut PgConnection,
     facts: &[(PaymentFact, Source, Metadata)],
 ) -> Result<Vec<Learned>, StoreError> {
-    let ids: Vec<Uuid> = facts.iter().filter_map(|(f, _, _)| f.order_id).collect();
-    if ids.len() > 1 {
-        orders::lock_in_id_order(conn, &ids).await?;
-    }
+    let mut ids: Vec<Uuid> = facts.iter().filter_map(|(f, _, _)| f.order_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut orders: HashMap<Uuid, Order> = orders::load_many_locked(conn, &ids)
+        .await?
+        .into_iter()
+        .map(|o| (o.id, o))
+        .collect();
+    let successes: Vec<&str> = facts
+        .iter()
+        .filter(|(f, _, _)| f.status == PspStatus::Succeeded)
+        .map(|(f, _, _)| f.payment_id.as_str())
+        .collect();
+    let mut known: HashSet<String> = if successes.is_empty() {
+        HashSet::new()
+    } else {
+        sqlx::query_scalar(
+            "SELECT payment_id FROM payments WHERE payment_id = ANY($1) ORDER BY payment_id FOR UPDATE",
+        )
+        .bind(&successes)
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .collect()
+    };
     let at = crate::now();
     let mut changes = Changes::new();
+    let mut payments = NewPayments::default();
     let mut learned = Vec::with_capacity(facts.len());
     for (fact, source, meta) in facts {
-        learned.push(match &fact.status {
-            PspStatus::Succeeded => {
-                learn_success(conn, fact, *source, meta, at, Some(&mut changes)).await?
-            }
-            _ => learn(conn, fact, *source, meta).await?,
-        });
+        let order = fact.order_id.and_then(|id| orders.get(&id));
+        let answer = match &fact.status {
+            PspStatus::Unknown(status) => Learned::Unknown(status.clone()),
+            PspStatus::Failed => match order {
+                Some(order) => {
+                    let command = Command::FailPayment {
+                        payment_id: Some(fact.payment_id.clone()),
+                        reason: fact
+                            .failure_reason
+                            .clone()
+                            .unwrap_or_else(|| "declined".into()),
+                        at,
+                    };
+                    match domain::decide(Some(order), command) {
+                        Ok(events) if !events.is_empty() => {
+                            let next = changes.order(Some(order), &events, meta)?;
+                            orders.insert(next.id, next.clone());
+                            Learned::Declined(next)
+                        }
+                        _ => Learned::AlreadyKnown,
+                    }
+                }
+                None => Learned::AlreadyKnown,
+            },
+            PspStatus::Succeeded if !known.insert(fact.payment_id.clone()) => Learned::AlreadyKnown,
+            PspStatus::Succeeded => match order {
+                None => {
+                    let reason = RefundReason::NoSuchOrder;
+                    payments.push(fact, None, Disposition::Refund(reason), *source);
+                    Learned::RefundDecided(reason)
+                }
+                Some(order) => {
+                    let paid = |units_gone| Command::Paid {
+                        fact: PaidFact {
+                            payment_id: fact.payment_id.clone(),
+                            amount_minor: fact.amount_minor,
+                            currency: fact.currency.clone(),
+                            at,
+                        },
+                        units_gone,
+                    };
+                    // An expired order takes its units back only if they are still there:
+                    // a fact the store supplies (under the stock rows' locks), the domain decides.
+                    let units_gone = order.payment_would_reclaim()
+                        && !crate::stock::covers(conn, &order.lines).await?;
+                    let events = decide(order, paid(units_gone))?;
+                    if events.is_empty() {
+                        Learned::AlreadyKnown
+                    } else {
+                        let next = changes.order(Some(order), &events, meta)?;
+                        let (disposition, answer) = match &events[..] {
+                            [Event::Confirmed { reactivated, .. }] => (
+                                Disposition::Attached,
+                                Learned::Confirmed {
+                                    order: next.clone(),
+                                    reclaimed: *reactivated,
+                                },
+                            ),
+                            [Event::RefundDecided { reason, .. }] => (
+                                Disposition::Refund(*reason),
+                                Learned::RefundDecided(*reason),
+                            ),
+                            other => {
+                                return Err(StoreError::Corrupt(format!(
+                                    "a payment decided {other:?}"
+                                )))
+                            }
+                        };
+                        payments.push(fact, Some(next.id), disposition, *source);
+                        orders.insert(next.id, next);
+                        answer
+                    }
+                }
+            },
+        };
+        learned.push(answer);
+    }
+    // Another decider may have recorded a payment since it was looked up
+    // (only one naming no order: the others wait on their order's lock).
+    let lost = payments.insert(conn).await?;
+    for (i, (fact, _, _)) in facts.iter().enumerate() {
+        if !lost.contains(&fact.payment_id) {
+            continue;
+        }
+        match fact.order_id {
+            None => learned[i] = Learned::AlreadyKnown,
+            Some(id) => return Err(StoreError::Conflict(id)),
+        }
     }
     if let Written::StockShort(sku) = write::commit(conn, &changes).await? {
         return Err(StoreError::Corrupt(format!(
             "confirming a batch of payments found {sku} short"
         )));
-    }
-    Ok(learned)
-}
-
-/// Learns a successful payment; with `batch`, its order's changes join the
-/// batch's (written by the caller) instead of being written now.
-async fn learn_success(
-    conn: &mut PgConnection,
-    fact: &PaymentFact,
-    source: Source,
-    meta: &Metadata,
-    at: chrono::DateTime<chrono::Utc>,
-    batch: Option<&mut Changes>,
-) -> Result<Learned, StoreError> {
-    // Lock order: the order row, then the payment row, on every path.
-    let order = match fact.order_id {
-        Some(id) => orders::load_locked(conn, id, None).await?,
-        None => None,
-    };
-    let known: Option<(String,)> =
-        sqlx::query_as("SELECT disposition FROM payments WHERE payment_id = $1 FOR UPDATE")
-            .bind(&fact.payment_id)
-            .fetch_optional(&mut *conn)
-            .await?;
-    if known.is_some() {
-        return Ok(Learned::AlreadyKnown);
-    }
-    let Some(order) = order else {
-        let recorded = record(
-            conn,
-            fact,
-            None,
-            Disposition::Refund(RefundReason::NoSuchOrder),
-            source,
-        )
-        .await?;
-        return Ok(if recorded {
-            Learned::RefundDecided(RefundReason::NoSuchOrder)
-        } else {
-            Learned::AlreadyKnown
-        });
-    };
-    let paid = |units_gone| Command::Paid {
-        fact: PaidFact {
-            payment_id: fact.payment_id.clone(),
-            amount_minor: fact.amount_minor,
-            currency: fact.currency.clone(),
-            at,
-        },
-        units_gone,
-    };
-    // An expired order takes its units back only if they are still there:
-    // a fact the store supplies (under the stock rows' locks), the domain decides.
-    let units_gone =
-        order.payment_would_reclaim() && !crate::stock::covers(conn, &order.lines).await?;
-    let events = decide(&order, paid(units_gone))?;
-    if events.is_empty() {
-        return Ok(Learned::AlreadyKnown);
-    }
-    let next = match batch {
-        Some(changes) => changes.order(Some(&order), &events, meta)?,
-        None => match orders::apply(conn, &order, &events, meta).await? {
-            Applied::Done(next) => *next,
-            Applied::StockShort(sku) => {
-                return Err(StoreError::Corrupt(format!(
-                    "order {}: confirming found {sku} short",
-                    order.id
-                )))
-            }
-        },
-    };
-    let (disposition, learned) = match &events[..] {
-        [Event::Confirmed { reactivated, .. }] => (
-            Disposition::Attached,
-            Learned::Confirmed {
-                order: next,
-                reclaimed: *reactivated,
-            },
-        ),
-        [Event::RefundDecided { reason, .. }] => (
-            Disposition::Refund(*reason),
-            Learned::RefundDecided(*reason),
-        ),
-        other => return Err(StoreError::Corrupt(format!("a payment decided {other:?}"))),
-    };
-    if !record(conn, fact, Some(order.id), disposition, source).await? {
-        return Err(StoreError::Conflict(order.id));
     }
     Ok(learned)
 }
@@ -234,33 +237,67 @@ enum Disposition {
     Refund(RefundReason),
 }
 
-/// Inserts the payment's one row; `false` if another decider got there first.
-async fn record(
-    conn: &mut PgConnection,
-    fact: &PaymentFact,
-    order_id: Option<Uuid>,
-    disposition: Disposition,
-    source: Source,
-) -> Result<bool, StoreError> {
-    let (disposition, reason, refund_state) = match disposition {
-        Disposition::Attached => ("attached", None, None),
-        Disposition::Refund(reason) => ("refund", Some(reason.as_str()), Some("pending")),
-    };
-    let inserted = sqlx::query(
-        "INSERT INTO payments (payment_id, order_id, amount_minor, currency, disposition, reason, learned_from, refund_state, next_attempt_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $8 IS NULL THEN NULL ELSE now() END) ON CONFLICT DO NOTHING",
-    )
-    .bind(&fact.payment_id)
-    .bind(order_id)
-    .bind(fact.amount_minor)
-    .bind(&fact.currency)
-    .bind(disposition)
-    .bind(reason)
-    .bind(source.as_str())
-    .bind(refund_state)
-    .execute(&mut *conn)
-    .await?;
-    Ok(inserted.rows_affected() == 1)
+/// Payments to record, one row each, inserted in one statement.
+#[derive(Default)]
+struct NewPayments<'a> {
+    ids: Vec<&'a str>,
+    orders: Vec<Option<Uuid>>,
+    amounts: Vec<i64>,
+    currencies: Vec<&'a str>,
+    dispositions: Vec<&'static str>,
+    reasons: Vec<Option<&'static str>>,
+    sources: Vec<&'static str>,
+}
+
+impl<'a> NewPayments<'a> {
+    fn push(
+        &mut self,
+        fact: &'a PaymentFact,
+        order_id: Option<Uuid>,
+        disposition: Disposition,
+        source: Source,
+    ) {
+        let (disposition, reason) = match disposition {
+            Disposition::Attached => ("attached", None),
+            Disposition::Refund(reason) => ("refund", Some(reason.as_str())),
+        };
+        self.ids.push(&fact.payment_id);
+        self.orders.push(order_id);
+        self.amounts.push(fact.amount_minor);
+        self.currencies.push(&fact.currency);
+        self.dispositions.push(disposition);
+        self.reasons.push(reason);
+        self.sources.push(source.as_str());
+    }
+
+    /// Inserts the rows; returns the payment ids another decider recorded first.
+    async fn insert(&self, conn: &mut PgConnection) -> Result<HashSet<String>, StoreError> {
+        if self.ids.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let inserted: Vec<String> = sqlx::query_scalar(
+            "INSERT INTO payments (payment_id, order_id, amount_minor, currency, disposition, reason, learned_from, refund_state, next_attempt_at) \
+             SELECT p, o, a, c, d, r, s, CASE WHEN d = 'refund' THEN 'pending' END, CASE WHEN d = 'refund' THEN now() END \
+             FROM unnest($1::text[], $2::uuid[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[]) AS t(p, o, a, c, d, r, s) \
+             ON CONFLICT DO NOTHING RETURNING payment_id",
+        )
+        .bind(&self.ids)
+        .bind(&self.orders)
+        .bind(&self.amounts)
+        .bind(&self.currencies)
+        .bind(&self.dispositions)
+        .bind(&self.reasons)
+        .bind(&self.sources)
+        .fetch_all(&mut *conn)
+        .await?;
+        let inserted: HashSet<String> = inserted.into_iter().collect();
+        Ok(self
+            .ids
+            .iter()
+            .filter(|id| !inserted.contains(**id))
+            .map(|id| (*id).to_owned())
+            .collect())
+    }
 }
 
 /// Whether a payment is already recorded (attached to its order, or owed a

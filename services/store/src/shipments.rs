@@ -7,8 +7,10 @@ use crate::write::{self, Changes};
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use domain::shipment::{self, ShipmentCommand, ShipmentState};
+use domain::OrderState;
 use events::Metadata;
 use sqlx::{PgConnection, PgPool};
+use std::collections::HashMap;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -41,34 +43,83 @@ impl TryFrom<ShipmentRow> for Shipment {
 
 const SELECT: &str = "SELECT id, order_id, state, version, updated_at FROM shipments";
 
-/// Creates the order's shipment unless it has one, in the caller's
-/// transaction; returns the new shipment's id.
-pub async fn create(
+/// What [`create_many`] did for one order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    /// A new shipment, with its id.
+    New(Uuid),
+    /// The order already had its shipment (a redelivery, a repeat in the batch).
+    Existed,
+    /// Not shipped: the database says the order is not confirmed (`None`: no such order).
+    NotConfirmed(Option<OrderState>),
+}
+
+/// Creates each confirmed order's shipment unless it has one, in the
+/// caller's transaction, set-based: the orders' states (share-locked in id
+/// order, the order every batch locks orders in, so they cannot change
+/// meanwhile), their shipments and the new shipments with their events are
+/// each one statement for the whole batch. One answer per order, in the
+/// order given. Never ships what the database does not say is confirmed.
+pub async fn create_many(
     conn: &mut PgConnection,
-    order_id: Uuid,
-    meta: &Metadata,
-) -> Result<Option<Uuid>, StoreError> {
-    let current: Option<ShipmentRow> =
-        sqlx::query_as(&format!("{SELECT} WHERE order_id = $1 FOR UPDATE"))
-            .bind(order_id)
-            .fetch_optional(&mut *conn)
-            .await?;
-    let current = current.map(Shipment::try_from).transpose()?;
-    let events = shipment::decide(
-        current.as_ref(),
-        ShipmentCommand::Create {
-            shipment_id: Uuid::now_v7(),
-            order_id,
-            at: crate::now(),
-        },
-    );
-    if events.is_empty() {
-        return Ok(None);
+    orders: &[(Uuid, Metadata)],
+) -> Result<Vec<Created>, StoreError> {
+    if orders.is_empty() {
+        return Ok(vec![]);
     }
+    let mut ids: Vec<Uuid> = orders.iter().map(|(id, _)| *id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let states: Vec<(Uuid, String)> =
+        sqlx::query_as("SELECT id, state FROM orders WHERE id = ANY($1) ORDER BY id FOR SHARE")
+            .bind(&ids)
+            .fetch_all(&mut *conn)
+            .await?;
+    let states: HashMap<Uuid, OrderState> = states
+        .into_iter()
+        .map(|(id, s)| {
+            serde_json::from_value(serde_json::Value::String(s))
+                .map(|state| (id, state))
+                .map_err(|_| StoreError::Corrupt(format!("order {id}: state")))
+        })
+        .collect::<Result<_, _>>()?;
+    let existing: Vec<ShipmentRow> = sqlx::query_as(&format!(
+        "{SELECT} WHERE order_id = ANY($1) ORDER BY order_id FOR UPDATE"
+    ))
+    .bind(&ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut shipped: HashMap<Uuid, Shipment> = existing
+        .into_iter()
+        .map(|r| Shipment::try_from(r).map(|s| (s.order_id, s)))
+        .collect::<Result<_, _>>()?;
     let mut changes = Changes::new();
-    let created = changes.shipment(None, &events, meta)?;
+    let mut answers = Vec::with_capacity(orders.len());
+    for (order_id, meta) in orders {
+        let state = states.get(order_id).copied();
+        if state != Some(OrderState::Confirmed) {
+            answers.push(Created::NotConfirmed(state));
+            continue;
+        }
+        let current = shipped.get(order_id);
+        let events = shipment::decide(
+            current,
+            ShipmentCommand::Create {
+                shipment_id: Uuid::now_v7(),
+                order_id: *order_id,
+                at: crate::now(),
+            },
+        );
+        match changes.shipment(current, &events, meta)? {
+            Some(s) if current.is_none() => {
+                answers.push(Created::New(s.id));
+                shipped.insert(*order_id, s);
+            }
+            _ => answers.push(Created::Existed),
+        }
+    }
     write::commit(conn, &changes).await?;
-    Ok(created.map(|s| s.id))
+    Ok(answers)
 }
 
 /// Moves every shipment whose last step is older than `step_delay` one
