@@ -250,3 +250,91 @@ async fn a_message_that_fails_inside_a_batch_fails_alone_and_the_rest_commit_tog
     stop.send(true).expect("stop");
     runner.await.expect("runner").expect("consumer ran cleanly");
 }
+
+/// How many delivered messages `test-consumer` holds unacknowledged.
+async fn ack_pending(js: &async_nats::jetstream::Context) -> Option<usize> {
+    let stream = js.get_stream(bus::STREAM).await.ok()?;
+    let mut consumer: async_nats::jetstream::consumer::PullConsumer =
+        stream.get_consumer("test-consumer").await.ok()?;
+    Some(consumer.info().await.ok()?.num_ack_pending)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_arriving_while_a_transaction_runs_share_the_next_ones_up_to_the_batch_size() {
+    let (pool, _nats, js) = setup("").await;
+    let (stop, runner) = start(&js, &pool, 64, 16);
+    // Hold the effects table so the first transaction waits on its insert.
+    let mut gate = pool.begin().await.expect("gate");
+    sqlx::query("LOCK TABLE test_effects IN EXCLUSIVE MODE")
+        .execute(&mut *gate)
+        .await
+        .expect("lock");
+    publish(
+        &js,
+        "first",
+        envelope(Uuid::now_v7(), "soldonce.order.placed.v1"),
+    )
+    .await;
+    eventually(
+        "the first transaction to wait on the held table",
+        Duration::from_secs(30),
+        || async {
+            (count(
+                &pool,
+                "SELECT count(*) FROM pg_locks WHERE relation = 'test_effects'::regclass AND NOT granted",
+            )
+            .await
+                > 0)
+            .then_some(())
+        },
+    )
+    .await;
+    // Forty more, one by one: each pulled as a batch of its own, while the first transaction waits.
+    for i in 0..40 {
+        publish(
+            &js,
+            &format!("m{i}"),
+            envelope(Uuid::now_v7(), "soldonce.order.placed.v1"),
+        )
+        .await;
+    }
+    eventually(
+        "all 41 messages to be in the consumer's hands",
+        Duration::from_secs(30),
+        || async { (ack_pending(&js).await == Some(41)).then_some(()) },
+    )
+    .await;
+    gate.rollback().await.expect("release");
+    eventually("every effect", Duration::from_secs(30), || async {
+        (count(&pool, "SELECT count(*) FROM test_effects").await == 41).then_some(())
+    })
+    .await;
+    let sizes: Vec<i64> = sqlx::query_scalar(
+        "SELECT count(*) FROM test_effects GROUP BY xmin::text ORDER BY count(*) DESC",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("transactions");
+    // The first alone, then the forty that queued meanwhile in ⌈40/16⌉ = 3.
+    assert!(
+        sizes.len() <= 4,
+        "41 effects in {} transactions {sizes:?}",
+        sizes.len()
+    );
+    assert!(
+        sizes[0] <= 16,
+        "no transaction above the batch size: {sizes:?}"
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(DISTINCT event_id) FROM test_effects").await,
+        41
+    );
+    eventually(
+        "every message acknowledged",
+        Duration::from_secs(30),
+        || async { (ack_pending(&js).await == Some(0)).then_some(()) },
+    )
+    .await;
+    stop.send(true).expect("stop");
+    runner.await.expect("runner").expect("consumer ran cleanly");
+}
