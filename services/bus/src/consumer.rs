@@ -167,7 +167,7 @@ pub async fn run<H: Handler>(
     let spec = Arc::new(spec);
     let inbox = Arc::new(inbox);
     let permits = Arc::new(Semaphore::new(spec.concurrency.max(1)));
-    let recorder = Arc::new(Recorder::<H>::new(&spec));
+    let recorder = Arc::new(Recorder::<H>::new());
     let mut messages = consumer.messages().await?;
     loop {
         let next = tokio::select! {
@@ -409,22 +409,20 @@ struct Queued<P> {
 /// Shares transactions between the batches in flight (group commit): a
 /// prepared delivery joins the queue; whichever batch holds the recording
 /// turn takes what is queued (up to `batch_size`, one delivery per event id)
-/// into one transaction and sends each its outcome. At most
-/// `concurrency / batch_size` transactions at once per process: while they
-/// run the queue fills, so the next one is as large as the load makes it,
-/// and the rows every transaction touches (a hot SKU's stock) are locked
-/// once per transaction, not once per small batch.
+/// into one transaction and sends each its outcome. One transaction at a
+/// time per process: while it runs the queue fills, so the next one is as
+/// large as the load makes it, and the rows every transaction touches (a
+/// hot SKU's stock) are locked once per transaction, not once per batch.
 struct Recorder<H: Handler> {
     queue: std::sync::Mutex<std::collections::VecDeque<Queued<H::Prepared>>>,
-    turns: Semaphore,
+    turn: tokio::sync::Mutex<()>,
 }
 
 impl<H: Handler> Recorder<H> {
-    /// As many transactions at once as full batches fit in the messages in hand.
-    fn new(spec: &ConsumerSpec) -> Self {
+    fn new() -> Self {
         Recorder {
             queue: std::sync::Mutex::new(std::collections::VecDeque::new()),
-            turns: Semaphore::new((spec.concurrency / spec.batch_size.max(1)).max(1)),
+            turn: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -449,9 +447,7 @@ impl<H: Handler> Recorder<H> {
     /// caller queued was taken, by it or by a turn before it.
     async fn drain(&self, inbox: &H::Inbox, spec: &ConsumerSpec, handler: &H) {
         loop {
-            let Ok(_turn) = self.turns.acquire().await else {
-                return;
-            };
+            let _turn = self.turn.lock().await;
             let taken = self.take(spec.batch_size.max(1));
             if taken.is_empty() {
                 return;
