@@ -8,11 +8,7 @@
 //! `batch_size`. A handler [`Handler::prepare`]s each message of a batch
 //! at once (its calls out, e.g. to the PSP, concurrent), then
 //! [`Handler::record`]s the batch's effects in one transaction with their
-//! inbox rows; acks follow the commit. Batches in flight at once share
-//! their transactions: what is prepared while a transaction runs waits for
-//! it and goes into the next one together (up to `batch_size`), so a busy
-//! consumer commits few large transactions rather than many small ones
-//! contending for the same rows (a hot SKU's stock). If that transaction fails, each
+//! inbox rows; acks follow the commit. If that transaction fails, each
 //! message is recorded again on its own, so a message that fails alone is
 //! retried (or dead-lettered) alone and never poisons its batch. Where the
 //! inbox and the dead letters are kept is the [`Inbox`]'s business, never
@@ -29,7 +25,7 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{oneshot, watch, Semaphore};
+use tokio::sync::{watch, Semaphore};
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -82,7 +78,6 @@ pub enum HandleError {
 }
 
 /// One delivery, handed to a handler.
-#[derive(Debug, Clone)]
 pub struct Delivery {
     pub event: CloudEvent,
     /// How many times this message has been delivered (1 the first time).
@@ -167,7 +162,6 @@ pub async fn run<H: Handler>(
     let spec = Arc::new(spec);
     let inbox = Arc::new(inbox);
     let permits = Arc::new(Semaphore::new(spec.concurrency.max(1)));
-    let recorder = Arc::new(Recorder::<H>::new());
     let mut messages = consumer.messages().await?;
     loop {
         let next = tokio::select! {
@@ -198,9 +192,8 @@ pub async fn run<H: Handler>(
             }
         }
         let (inbox, spec, handler) = (inbox.clone(), spec.clone(), handler.clone());
-        let recorder = recorder.clone();
         tokio::spawn(async move {
-            process(inbox.as_ref(), &spec, handler.as_ref(), &recorder, batch).await;
+            process(inbox.as_ref(), &spec, handler.as_ref(), batch).await;
             drop(held);
         });
     }
@@ -253,7 +246,6 @@ async fn process<H: Handler>(
     inbox: &H::Inbox,
     spec: &ConsumerSpec,
     handler: &H,
-    recorder: &Recorder<H>,
     batch: Vec<jetstream::Message>,
 ) {
     metrics::histogram!("soldonce_consumer_batch_size", "consumer" => spec.name.clone())
@@ -331,7 +323,7 @@ async fn process<H: Handler>(
         hand = fresh;
     }
     // Keep JetStream from redelivering messages while their handler is still at work.
-    let work = handle(inbox, spec, handler, recorder, &hand);
+    let work = handle(inbox, spec, handler, &hand);
     tokio::pin!(work);
     let mut beat = tokio::time::interval(spec.ack_wait / 3);
     beat.tick().await;
@@ -353,14 +345,12 @@ async fn process<H: Handler>(
     }
 }
 
-/// Prepares every delivery at once, then hands the prepared ones to the
-/// [`Recorder`], which records them in a transaction shared with other
-/// batches' (or each alone if that fails): one outcome per message.
+/// Prepares every delivery at once, then records the prepared ones in one
+/// transaction, or each alone if that fails: one outcome per message.
 async fn handle<H: Handler>(
     inbox: &H::Inbox,
     spec: &ConsumerSpec,
     handler: &H,
-    recorder: &Recorder<H>,
     hand: &[InHand],
 ) -> Vec<Result<(), HandleError>> {
     // Each message's preparation logs under its event id and trace id.
@@ -375,143 +365,36 @@ async fn handle<H: Handler>(
     }))
     .await;
     let mut outcomes: Vec<Result<(), HandleError>> = Vec::with_capacity(hand.len());
-    let mut waiting = Vec::new();
+    let mut ready = Vec::new();
     for (i, p) in prepared.into_iter().enumerate() {
         match p {
             Ok(p) => {
-                waiting.push((i, recorder.enqueue(hand[i].delivery.clone(), p)));
+                ready.push((i, p));
                 outcomes.push(Ok(()));
             }
             Err(e) => outcomes.push(Err(e)),
         }
     }
-    if waiting.is_empty() {
+    if ready.is_empty() {
         return outcomes;
     }
-    recorder.drain(inbox, spec, handler).await;
-    for (i, done) in waiting {
-        outcomes[i] = done.await.unwrap_or_else(|_| {
-            Err(HandleError::Transient(anyhow::anyhow!(
-                "the transaction recording this message was abandoned"
-            )))
-        });
-    }
-    outcomes
-}
-
-/// A prepared delivery waiting for a transaction, with where its outcome goes.
-struct Queued<P> {
-    delivery: Delivery,
-    prepared: P,
-    done: oneshot::Sender<Result<(), HandleError>>,
-}
-
-/// Shares transactions between the batches in flight (group commit): a
-/// prepared delivery joins the queue; whichever batch holds the recording
-/// turn takes what is queued (up to `batch_size`, one delivery per event id)
-/// into one transaction and sends each its outcome. One transaction at a
-/// time per process: while it runs the queue fills, so the next one is as
-/// large as the load makes it, and the rows every transaction touches (a
-/// hot SKU's stock) are locked once per transaction, not once per batch.
-struct Recorder<H: Handler> {
-    queue: std::sync::Mutex<std::collections::VecDeque<Queued<H::Prepared>>>,
-    turn: tokio::sync::Mutex<()>,
-}
-
-impl<H: Handler> Recorder<H> {
-    fn new() -> Self {
-        Recorder {
-            queue: std::sync::Mutex::new(std::collections::VecDeque::new()),
-            turn: tokio::sync::Mutex::new(()),
-        }
-    }
-
-    fn enqueue(
-        &self,
-        delivery: Delivery,
-        prepared: H::Prepared,
-    ) -> oneshot::Receiver<Result<(), HandleError>> {
-        let (done, outcome) = oneshot::channel();
-        self.queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push_back(Queued {
-                delivery,
-                prepared,
-                done,
-            });
-        outcome
-    }
-
-    /// Records transactions until the queue is empty: then everything this
-    /// caller queued was taken, by it or by a turn before it.
-    async fn drain(&self, inbox: &H::Inbox, spec: &ConsumerSpec, handler: &H) {
-        loop {
-            let _turn = self.turn.lock().await;
-            let taken = self.take(spec.batch_size.max(1));
-            if taken.is_empty() {
-                return;
-            }
-            record_taken(inbox, spec, handler, taken).await;
-        }
-    }
-
-    /// Up to `limit` queued deliveries in arrival order; a second delivery
-    /// of an event already taken stays for the next transaction (where the
-    /// inbox finds it handled).
-    fn take(&self, limit: usize) -> Vec<Queued<H::Prepared>> {
-        let mut queue = self
-            .queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut taken: Vec<Queued<H::Prepared>> = Vec::with_capacity(limit.min(queue.len()));
-        let mut ids = HashSet::new();
-        let mut later = std::collections::VecDeque::new();
-        while taken.len() < limit {
-            let Some(q) = queue.pop_front() else { break };
-            if ids.insert(q.delivery.event.id) {
-                taken.push(q);
-            } else {
-                later.push_back(q);
-            }
-        }
-        while let Some(q) = later.pop_back() {
-            queue.push_front(q);
-        }
-        taken
-    }
-}
-
-/// Records what a turn took in one transaction, or each alone if that
-/// fails, and sends every delivery its outcome.
-async fn record_taken<H: Handler>(
-    inbox: &H::Inbox,
-    spec: &ConsumerSpec,
-    handler: &H,
-    taken: Vec<Queued<H::Prepared>>,
-) {
     let items: Vec<(&Delivery, &H::Prepared)> =
-        taken.iter().map(|q| (&q.delivery, &q.prepared)).collect();
-    metrics::histogram!("soldonce_consumer_transaction_size", "consumer" => spec.name.clone())
-        .record(items.len() as f64);
-    let outcomes: Vec<Result<(), HandleError>> = match record(inbox, spec, handler, &items).await {
-        Ok(()) => items.iter().map(|_| Ok(())).collect(),
-        Err(e) if items.len() == 1 => vec![Err(e)],
+        ready.iter().map(|(i, p)| (&hand[*i].delivery, p)).collect();
+    match record(inbox, spec, handler, &items).await {
+        Ok(()) => {}
+        Err(e) if items.len() == 1 => outcomes[ready[0].0] = Err(e),
         Err(e) => {
             tracing::warn!(error = %e, consumer = %spec.name, size = items.len(), "batch failed; recording its messages one by one");
             metrics::counter!("soldonce_consumer_batches_split_total", "consumer" => spec.name.clone())
                 .increment(1);
-            let mut outcomes = Vec::with_capacity(items.len());
-            for item in &items {
-                outcomes.push(record(inbox, spec, handler, std::slice::from_ref(item)).await);
+            for ((i, _), item) in ready.iter().zip(&items) {
+                if let Err(e) = record(inbox, spec, handler, std::slice::from_ref(item)).await {
+                    outcomes[*i] = Err(e);
+                }
             }
-            outcomes
         }
-    };
-    drop(items);
-    for (q, outcome) in taken.into_iter().zip(outcomes) {
-        let _ = q.done.send(outcome);
     }
+    outcomes
 }
 
 /// One transaction: the inbox rows, the fresh deliveries' effects, the commit.
