@@ -327,12 +327,17 @@ pub(crate) const SELECT_ORDER: &str = concat!(
     " WHERE o.id = $1 AND ($2::uuid IS NULL OR o.account_id = $2)"
 );
 
+/// An order's `state` column as the domain's state.
+pub(crate) fn parse_state(order_id: Uuid, state: &str) -> Result<OrderState, StoreError> {
+    serde_json::from_value(serde_json::Value::String(state.to_owned()))
+        .map_err(|_| StoreError::Corrupt(format!("order {order_id}: state")))
+}
+
 impl TryFrom<OrderRow> for Order {
     type Error = StoreError;
     fn try_from(r: OrderRow) -> Result<Order, StoreError> {
         let corrupt = |what: &str| StoreError::Corrupt(format!("order {}: {what}", r.id));
-        let state: OrderState = serde_json::from_value(serde_json::Value::String(r.state.clone()))
-            .map_err(|_| corrupt("state"))?;
+        let state = parse_state(r.id, &r.state)?;
         let lines: Vec<OrderLine> =
             serde_json::from_value(r.lines.clone()).map_err(|_| corrupt("lines"))?;
         let shipping = r

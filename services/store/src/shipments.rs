@@ -77,11 +77,7 @@ pub async fn create_many(
             .await?;
     let states: HashMap<Uuid, OrderState> = states
         .into_iter()
-        .map(|(id, s)| {
-            serde_json::from_value(serde_json::Value::String(s))
-                .map(|state| (id, state))
-                .map_err(|_| StoreError::Corrupt(format!("order {id}: state")))
-        })
+        .map(|(id, s)| crate::orders::parse_state(id, &s).map(|state| (id, state)))
         .collect::<Result<_, _>>()?;
     let existing: Vec<ShipmentRow> = sqlx::query_as(&format!(
         "{SELECT} WHERE order_id = ANY($1) ORDER BY order_id FOR UPDATE"
