@@ -2,7 +2,9 @@
 
 use futures::stream::{self, StreamExt};
 use localservers::{Nats, PgOptions, Postgres};
-use soldonce_tests::relay::{read_stream, spawn_in_process, spawn_process, stream_len};
+use soldonce_tests::relay::{
+    read_stream, spawn_in_process, spawn_in_process_polling, spawn_process, stream_len,
+};
 use soldonce_tests::{eventually, servers, TestApp};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -113,6 +115,71 @@ async fn a_transaction_that_commits_last_is_still_published() {
         "the late-committing row was published"
     );
     assert_eq!(seen.len(), 21);
+}
+
+/// Inserts one outbox row for a test subject in `conn`'s transaction.
+async fn insert_row(conn: &mut sqlx::PgConnection, id: Uuid) {
+    sqlx::query("INSERT INTO outbox (id, stream_id, subject, payload) VALUES ($1, $1, 'soldonce.test.wake.x', '{}')")
+        .bind(id)
+        .execute(conn)
+        .await
+        .expect("insert outbox row");
+}
+
+/// The wake-up (one notification per 5 ms bucket) is claimed by a
+/// transaction as it commits, not as it inserts: a writer that inserted its
+/// outbox rows and then waits (on a hot stock row, say) must not swallow the
+/// notification of a transaction that commits meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_still_open_does_not_swallow_the_wake_up_of_one_that_commits() {
+    let app = TestApp::spawn().await;
+    let nats = Nats::start_temporary().expect("private nats");
+    // It polls once a minute: within the deadlines below only a notification wakes it.
+    let _relay =
+        spawn_in_process_polling(&app.database_url, &nats.url(), Duration::from_secs(60)).await;
+    sqlx::query("SELECT setval('outbox_wake_bucket', 1)")
+        .execute(&app.pool)
+        .await
+        .expect("reset the wake bucket");
+    let (waiting, committing) = (Uuid::now_v7(), Uuid::now_v7());
+    let mut open = app.pool.begin().await.expect("begin");
+    insert_row(&mut open, waiting).await;
+    let bucket = app.count("SELECT last_value FROM outbox_wake_bucket").await;
+    assert_eq!(bucket, 1, "an open transaction has claimed no wake-up");
+    let mut tx = app.pool.begin().await.expect("begin");
+    insert_row(&mut tx, committing).await;
+    tx.commit().await.expect("commit");
+    let nats_url = nats.url();
+    eventually(
+        "the committed row to be published while the other writer is open",
+        Duration::from_secs(20),
+        || async {
+            read_stream(&nats_url)
+                .await
+                .contains_key(&committing)
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(!read_stream(&nats_url).await.contains_key(&waiting));
+    open.commit().await.expect("commit the waiting writer");
+    eventually(
+        "the waiting writer's row to be published on its own notification",
+        Duration::from_secs(20),
+        || async {
+            read_stream(&nats_url)
+                .await
+                .contains_key(&waiting)
+                .then_some(())
+        },
+    )
+    .await;
+    eventually(
+        "the outbox to be empty",
+        Duration::from_secs(20),
+        || async { (app.count("SELECT count(*) FROM outbox").await == 0).then_some(()) },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

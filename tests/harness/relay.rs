@@ -58,12 +58,22 @@ pub async fn spawn_in_process(
     database_url: &str,
     nats_url: &str,
 ) -> tokio::sync::oneshot::Sender<()> {
+    spawn_in_process_polling(database_url, nats_url, Duration::from_millis(200)).await
+}
+
+/// [`spawn_in_process`] with its fallback poll every `poll_interval`.
+pub async fn spawn_in_process_polling(
+    database_url: &str,
+    nats_url: &str,
+    poll_interval: Duration,
+) -> tokio::sync::oneshot::Sender<()> {
     let settings = outbox_relay::Settings {
         addr: "127.0.0.1:0".parse().expect("addr"),
         database_url: database_url.to_owned(),
         nats_url: nats_url.to_owned(),
         batch_size: 200,
-        poll_interval: Duration::from_millis(200),
+        poll_interval,
+        lanes: 2,
         stream: bus::StreamSettings::default(),
     };
     let app = outbox_relay::Application::build(settings)

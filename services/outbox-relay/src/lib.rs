@@ -41,6 +41,9 @@ pub struct Settings {
     pub batch_size: i64,
     /// `OUTBOX_POLL_INTERVAL`, default 100ms: the fallback when no notification arrives.
     pub poll_interval: Duration,
+    /// `OUTBOX_RELAY_LANES`, default 2: batches claimed and published at
+    /// once, each in its own transaction.
+    pub lanes: usize,
     pub stream: bus::StreamSettings,
 }
 
@@ -54,6 +57,13 @@ impl Settings {
                 "must be between 1 and 10000",
             ));
         }
+        let lanes = config::parsed("OUTBOX_RELAY_LANES", 2usize)?;
+        if !(1..=16).contains(&lanes) {
+            return Err(ConfigError::new(
+                "OUTBOX_RELAY_LANES",
+                "must be between 1 and 16",
+            ));
+        }
         Ok(Settings {
             addr: config::parsed(
                 "OUTBOX_RELAY_ADDR",
@@ -63,6 +73,7 @@ impl Settings {
             nats_url: config::required("NATS_URL")?,
             batch_size,
             poll_interval: config::duration("OUTBOX_POLL_INTERVAL", Duration::from_millis(100))?,
+            lanes,
             stream: bus::StreamSettings::from_env()?,
         })
     }
@@ -78,7 +89,8 @@ pub struct Application {
 impl Application {
     /// Connects to PostgreSQL and NATS, ensures the stream, binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        let pool = store::connect(&settings.database_url, 4)
+        // Per lane a claiming transaction and the replication barrier; one for the gauges.
+        let pool = store::connect(&settings.database_url, 2 * settings.lanes as u32 + 1)
             .await
             .context("connecting to DATABASE_URL")?;
         let js = bus::open(&settings.nats_url, &settings.stream).await?;
@@ -87,7 +99,13 @@ impl Application {
         Ok(Application {
             listener,
             ready,
-            relay: Relay::new(pool, js, settings.batch_size, settings.poll_interval),
+            relay: Relay::new(
+                pool,
+                js,
+                settings.batch_size,
+                settings.poll_interval,
+                settings.lanes,
+            ),
         })
     }
 

@@ -23,11 +23,13 @@ use uuid::Uuid;
 const NOTIFY_WINDOW: Duration = Duration::from_millis(6);
 
 /// Publishes outbox rows.
+#[derive(Clone)]
 pub struct Relay {
     pool: PgPool,
     js: jetstream::Context,
     batch_size: i64,
     poll_interval: Duration,
+    lanes: usize,
 }
 
 /// What one batch came to.
@@ -41,27 +43,49 @@ struct Batch {
 
 impl Relay {
     /// A relay over this database and bus.
+    /// `lanes` loops claim and publish at once (see [`Relay::run`]).
     pub fn new(
         pool: PgPool,
         js: jetstream::Context,
         batch_size: i64,
         poll_interval: Duration,
+        lanes: usize,
     ) -> Self {
         Relay {
             pool,
             js,
             batch_size,
             poll_interval,
+            lanes: lanes.max(1),
         }
     }
 
-    /// Relays until `stop` turns true.
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+    /// Relays until `stop` turns true. Each lane is a loop of its own
+    /// (claim, publish, await the acks, delete, commit) with its own
+    /// listener, so rows that commit while one lane awaits its acks are
+    /// claimed by another instead of waiting for that batch to end. The
+    /// lanes share the outbox as separate relays do: `SKIP LOCKED` keeps
+    /// their batches apart, and a row whose order has an older row in
+    /// another lane's batch is not claimable until that batch commits.
+    pub async fn run(self, stop: watch::Receiver<bool>) {
         for reason in poison::REASONS {
             metrics::counter!("soldonce_outbox_parked_total", "reason" => reason).increment(0);
         }
-        let mut listener = listen(&self.pool).await;
         let gauges = tokio::spawn(report_backlog(self.pool.clone(), stop.clone()));
+        let lanes: Vec<_> = (0..self.lanes)
+            .map(|_| tokio::spawn(self.clone().lane(stop.clone())))
+            .collect();
+        for lane in lanes {
+            if let Err(e) = lane.await {
+                tracing::error!(error = %e, "a relay lane ended abnormally");
+            }
+        }
+        gauges.abort();
+    }
+
+    /// One lane: drain on each wake-up until `stop` turns true.
+    async fn lane(self, mut stop: watch::Receiver<bool>) {
+        let mut listener = listen(&self.pool).await;
         loop {
             if *stop.borrow() {
                 break;
@@ -99,7 +123,6 @@ impl Relay {
                 listener = listen(&self.pool).await;
             }
         }
-        gauges.abort();
     }
 
     /// Publishes batches until the outbox has nothing claimable. A batch
