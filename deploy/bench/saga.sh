@@ -7,7 +7,8 @@
 #  2. expiry releases/s for N expired orders, and the audit's time over them.
 #   bash deploy/bench/saga.sh [seconds] [expired-orders]
 # BIN_DIR=… runs binaries already built (e.g. an older build, for before/after);
-# SKIP_E2E=1 runs only the expiry part, SKIP_EXPIRY=1 only the saga part.
+# SKIP_E2E=1 runs only the expiry part, SKIP_EXPIRY=1 only the saga part,
+# SKIP_CLOSED=1 only the open loops of the saga part.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . deploy/setup.sh >&2
@@ -88,6 +89,7 @@ for case in "hot:BENCH-0:1" "10k:BENCH:10000"; do
   delivered=$(pct "SELECT extract(epoch FROM s.updated_at - o.created_at) * 1000 AS ms FROM orders o JOIN shipments s ON s.order_id = o.id WHERE s.state = 'delivered'")
   echo "[$name open] 300 orders/s for ${secs}s (accepted, HTTP p99: $open): 202 → confirmed p50 / p99 = $confirmed; 202 → delivered = $delivered (warehouse steps of 20 ms)" | tee -a "$results"
   echo "[$name open] stages: $(stages "$dir/s.before" "$dir/s.after")" | tee -a "$results"
+  [ -n "${SKIP_CLOSED:-}" ] && continue
   reset
   t0=$(date +%s.%N)
   load --sku "$sku" --sku-count "$count" --connections 300 --requests $(( secs * 1000 )) >"$dir/closed.json"
