@@ -182,6 +182,118 @@ async fn a_writer_still_open_does_not_swallow_the_wake_up_of_one_that_commits() 
     .await;
 }
 
+/// Every plan node under `plan` (an EXPLAIN JSON plan), depth first.
+fn plan_nodes(plan: &serde_json::Value, out: &mut Vec<serde_json::Value>) {
+    out.push(plan.clone());
+    for child in plan["Plans"].as_array().into_iter().flatten() {
+        plan_nodes(child, out);
+    }
+}
+
+/// The outbox is a queue, nearly empty when autovacuum analyzes it between
+/// bursts. A claim planned then, and kept as its prepared statement's
+/// generic plan, scanned the whole outbox for each row it looked at (a
+/// nested loop over a materialized sequential scan): each claim cost more
+/// as the backlog grew, and claims of 3 to 10 s were seen in the saga
+/// benchmark with 8,000 rows waiting. On the relay's connection settings
+/// the plan made on 23 rows walks the position index and probes each row's
+/// order by the stream index, whatever the statistics say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_planned_on_a_nearly_empty_outbox_still_probes_by_index_when_the_backlog_grows() {
+    let app = TestApp::spawn().await;
+    let pool = store::connect_with_settings(&app.database_url, 1, store::outbox::CLAIM_SETTINGS)
+        .await
+        .expect("relay-like pool");
+    let mut conn = pool.acquire().await.expect("connection");
+    let insert = |n: i64| {
+        format!(
+            "INSERT INTO outbox (id, stream_id, subject, payload) \
+             SELECT gen_random_uuid(), gen_random_uuid(), 'soldonce.test.plan.x', '{{}}' FROM generate_series(1, {n})"
+        )
+    };
+    // No autovacuum during the test: an analyze of the grown table would replan the claim.
+    sqlx::query("ALTER TABLE outbox SET (autovacuum_enabled = false)")
+        .execute(&mut *conn)
+        .await
+        .expect("autovacuum off");
+    sqlx::query("DELETE FROM outbox")
+        .execute(&mut *conn)
+        .await
+        .expect("empty");
+    // What autovacuum sees between bursts: a few rows left in a table the last burst grew.
+    sqlx::query(&insert(8_000))
+        .execute(&mut *conn)
+        .await
+        .expect("a burst");
+    sqlx::query("DELETE FROM outbox WHERE position % 400 <> 0")
+        .execute(&mut *conn)
+        .await
+        .expect("the burst relayed but for 20 rows");
+    sqlx::query("VACUUM ANALYZE outbox")
+        .execute(&mut *conn)
+        .await
+        .expect("analyze empty");
+    sqlx::query(&insert(3))
+        .execute(&mut *conn)
+        .await
+        .expect("three rows");
+    let prepare = format!("PREPARE claim_plan(bigint) AS {}", store::outbox::CLAIM_SQL);
+    sqlx::query(&prepare)
+        .execute(&mut *conn)
+        .await
+        .expect("prepare");
+    // Five custom plans, then the generic one is kept.
+    for _ in 0..6 {
+        sqlx::query("EXECUTE claim_plan(500)")
+            .execute(&mut *conn)
+            .await
+            .expect("claim");
+    }
+    sqlx::query(&insert(5_000))
+        .execute(&mut *conn)
+        .await
+        .expect("a backlog");
+    let (explained,): (serde_json::Value,) =
+        sqlx::query_as("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_plan(500)")
+            .fetch_one(&mut *conn)
+            .await
+            .expect("explain");
+    let mut nodes = Vec::new();
+    plan_nodes(&explained[0]["Plan"], &mut nodes);
+    let kinds: Vec<&str> = nodes
+        .iter()
+        .filter_map(|n| n["Node Type"].as_str())
+        .collect();
+    for whole_table in [
+        "Seq Scan",
+        "Sort",
+        "Hash Join",
+        "Hash",
+        "Bitmap Heap Scan",
+        "Merge Join",
+    ] {
+        assert!(
+            !kinds.contains(&whole_table),
+            "no {whole_table} in the claim: {kinds:?}"
+        );
+    }
+    let join = nodes
+        .iter()
+        .find(|n| n["Node Type"] == "Nested Loop")
+        .unwrap_or_else(|| panic!("a nested loop in the claim: {kinds:?}"));
+    assert_eq!(join["Join Type"], "Anti");
+    assert_eq!(join["Plans"][0]["Index Name"], "outbox_position");
+    assert_eq!(join["Plans"][1]["Index Name"], "outbox_stream_position");
+    assert_eq!(
+        join["Plans"][0]["Actual Rows"], 500,
+        "the walk stops after the 500 rows it claims, out of 5,023"
+    );
+    assert_eq!(
+        join["Plans"][1]["Actual Loops"], 500,
+        "one probe per row claimed"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relay_rides_out_a_nats_restart() {
     let app = Arc::new(TestApp::spawn().await);

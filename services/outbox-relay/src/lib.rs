@@ -90,9 +90,13 @@ impl Application {
     /// Connects to PostgreSQL and NATS, ensures the stream, binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         // Per lane a claiming transaction and the replication barrier; one for the gauges.
-        let pool = store::connect(&settings.database_url, 2 * settings.lanes as u32 + 1)
-            .await
-            .context("connecting to DATABASE_URL")?;
+        let pool = store::connect_with_settings(
+            &settings.database_url,
+            2 * settings.lanes as u32 + 1,
+            store::outbox::CLAIM_SETTINGS,
+        )
+        .await
+        .context("connecting to DATABASE_URL")?;
         let js = bus::open(&settings.nats_url, &settings.stream).await?;
         let listener = app::bind(settings.addr).await?;
         let ready = ops::all([store::readiness(pool.clone()), bus::readiness(js.client())]);

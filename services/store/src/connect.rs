@@ -152,7 +152,22 @@ async fn in_recovery(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
 /// first one that will do, when it names several), watched for failover
 /// when it names several or asks for `target_session_attrs=read-write`.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
-    let target = Target::parse(url)?;
+    connect_with_settings(url, max_connections, &[]).await
+}
+
+/// [`connect`], with server settings (`name`, `value`) every connection of
+/// the pool starts with, as `PGOPTIONS='-c name=value'` would give.
+pub async fn connect_with_settings(
+    url: &str,
+    max_connections: u32,
+    settings: &[(&str, &str)],
+) -> Result<PgPool, sqlx::Error> {
+    let mut target = Target::parse(url)?;
+    if !settings.is_empty() {
+        for server in &mut target.servers {
+            *server = server.clone().options(settings.iter().copied());
+        }
+    }
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(ACQUIRE_TIMEOUT);

@@ -46,7 +46,7 @@ pub mod shipments;
 mod stock;
 mod write;
 
-pub use connect::{connect, Target};
+pub use connect::{connect, connect_with_settings, Target};
 use sqlx::PgPool;
 
 /// The schema, embedded once.
