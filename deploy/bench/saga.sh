@@ -35,8 +35,8 @@ pct() { # pct SQL-yielding-ms: "p50 / p99 ms"
 }
 export PAYMENT_WORKER_ADDR="127.0.0.1:$(free_port)" FULFILLMENT_ADDR="127.0.0.1:$(free_port)"
 scrape_all() {
-  { curl -s "http://$OUTBOX_RELAY_ADDR/metrics"; curl -s "http://$PAYMENT_WORKER_ADDR/metrics"; curl -s "http://$FULFILLMENT_ADDR/metrics"; } \
-    | grep -E '^soldonce_(outbox_commit_to_puback|consumer_wait|consumer_handle|psp_latency)_seconds_(bucket|count)' || true
+  { curl -s "$CHECKOUT_URL/metrics"; curl -s "http://$OUTBOX_RELAY_ADDR/metrics"; curl -s "http://$PAYMENT_WORKER_ADDR/metrics"; curl -s "http://$FULFILLMENT_ADDR/metrics"; } \
+    | grep -E '^soldonce_(checkout_queue_wait|checkout_group|outbox_commit_to_puback|consumer_wait|consumer_handle|psp_latency)_seconds_(bucket|count)' || true
 }
 # p50/p99 of each stage histogram between two scrapes, interpolated within buckets (as histogram_quantile does).
 stages() {
