@@ -211,43 +211,25 @@ async fn a_claim_planned_on_a_nearly_empty_outbox_still_probes_by_index_when_the
              SELECT gen_random_uuid(), gen_random_uuid(), 'soldonce.test.plan.x', '{{}}' FROM generate_series(1, {n})"
         )
     };
-    // No autovacuum during the test: an analyze of the grown table would replan the claim.
-    sqlx::query("ALTER TABLE outbox SET (autovacuum_enabled = false)")
-        .execute(&mut *conn)
-        .await
-        .expect("autovacuum off");
-    sqlx::query("DELETE FROM outbox")
-        .execute(&mut *conn)
-        .await
-        .expect("empty");
-    // What autovacuum sees between bursts: a few rows left in a table the last burst grew.
-    sqlx::query(&insert(8_000))
-        .execute(&mut *conn)
-        .await
-        .expect("a burst");
-    sqlx::query("DELETE FROM outbox WHERE position % 400 <> 0")
-        .execute(&mut *conn)
-        .await
-        .expect("the burst relayed but for 20 rows");
-    sqlx::query("VACUUM ANALYZE outbox")
-        .execute(&mut *conn)
-        .await
-        .expect("analyze empty");
-    sqlx::query(&insert(3))
-        .execute(&mut *conn)
-        .await
-        .expect("three rows");
-    let prepare = format!("PREPARE claim_plan(bigint) AS {}", store::outbox::CLAIM_SQL);
-    sqlx::query(&prepare)
-        .execute(&mut *conn)
-        .await
-        .expect("prepare");
+    let steps = [
+        // No autovacuum during the test: an analyze of the grown table would replan the claim.
+        "ALTER TABLE outbox SET (autovacuum_enabled = false)".to_owned(),
+        "DELETE FROM outbox".to_owned(),
+        // What autovacuum sees between bursts: a few rows left in a table the last burst grew.
+        insert(8_000),
+        "DELETE FROM outbox WHERE position % 400 <> 0".to_owned(),
+        "VACUUM ANALYZE outbox".to_owned(),
+        insert(3),
+        format!("PREPARE claim_plan(bigint) AS {}", store::outbox::CLAIM_SQL),
+    ]
+    .into_iter()
     // Five custom plans, then the generic one is kept.
-    for _ in 0..6 {
-        sqlx::query("EXECUTE claim_plan(500)")
+    .chain(std::iter::repeat_n("EXECUTE claim_plan(500)".to_owned(), 6));
+    for sql in steps {
+        sqlx::query(&sql)
             .execute(&mut *conn)
             .await
-            .expect("claim");
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
     sqlx::query(&insert(5_000))
         .execute(&mut *conn)
