@@ -28,22 +28,42 @@ where
 /// Waits until `GET url` answers 2xx (a service's `/readyz` or `/healthz`),
 /// or panics naming `what` after 30 s.
 pub async fn ready(what: &str, url: &str) {
-    let client = reqwest::Client::new();
+    wait_ready(what, url, None).await;
+}
+
+/// Waits until `GET url` answers 2xx, like [`ready`], unless `child` exits
+/// first: then returns false. Panics naming `what` after 30 s.
+pub async fn ready_unless_exited(what: &str, url: &str, child: &mut tokio::process::Child) -> bool {
+    wait_ready(what, url, Some(child)).await
+}
+
+async fn wait_ready(what: &str, url: &str, mut child: Option<&mut tokio::process::Child>) -> bool {
+    // Whatever holds the port may accept and never answer.
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .expect("HTTP client");
     eventually(
         &format!("{what} to be ready"),
         Duration::from_secs(30),
         || {
+            let exited = child
+                .as_mut()
+                .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
             let (client, url) = (client.clone(), url.to_owned());
             async move {
+                if exited {
+                    return Some(false);
+                }
                 client
                     .get(url)
                     .send()
                     .await
                     .ok()
                     .filter(|r| r.status().is_success())
-                    .map(|_| ())
+                    .map(|_| true)
             }
         },
     )
-    .await;
+    .await
 }

@@ -208,10 +208,38 @@ impl System {
         format!("http://127.0.0.1:{}", self.ports[service])
     }
 
-    /// Starts one service and waits until it is ready.
+    /// Starts one service and waits until it is ready. Its port was free
+    /// when it was picked, but another process (another test's server, or
+    /// any outgoing connection's local port) may take it before the service
+    /// binds it: a service that exits saying so gets a new port, the other
+    /// services' settings follow, and those already running that named the
+    /// old port are restarted with the new one.
     pub async fn launch(&mut self, instance: &str) {
-        let service = service_of(instance);
-        let child = Command::new(binary(service))
+        const ATTEMPTS: usize = 3;
+        for attempt in 1..=ATTEMPTS {
+            let mut child = self.spawn(instance);
+            let probe = if service_of(instance) == "psp-sim" {
+                "/healthz"
+            } else {
+                "/readyz"
+            };
+            let url = format!("{}{probe}", self.url(instance));
+            if crate::poll::ready_unless_exited(instance, &url, &mut child).await {
+                self.children.insert(instance.to_owned(), child);
+                return;
+            }
+            let taken = self.log_tail(instance).contains("Address already in use");
+            assert!(
+                taken && attempt < ATTEMPTS,
+                "{instance} exited before it was ready:\n{}",
+                self.log_tail(instance)
+            );
+            Box::pin(self.move_port(instance)).await;
+        }
+    }
+
+    fn spawn(&self, instance: &str) -> Child {
+        Command::new(binary(service_of(instance)))
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("RUST_LOG", "warn")
@@ -220,14 +248,32 @@ impl System {
             .stderr(self.log(instance))
             .kill_on_drop(true)
             .spawn()
-            .expect("start a service");
-        self.children.insert(instance.to_owned(), child);
-        let probe = if service == "psp-sim" {
-            "/healthz"
-        } else {
-            "/readyz"
-        };
-        crate::poll::ready(service, &format!("{}{probe}", self.url(instance))).await;
+            .expect("start a service")
+    }
+
+    /// Gives `instance` a new port, in its own settings and in every other
+    /// instance's, and restarts the running instances that named the old one.
+    async fn move_port(&mut self, instance: &str) {
+        let old = format!("127.0.0.1:{}", self.ports[instance]);
+        let port = free_port().expect("port");
+        let new = format!("127.0.0.1:{port}");
+        self.ports.insert(instance.to_owned(), port);
+        let mut restart = Vec::new();
+        for (name, settings) in &mut self.env {
+            for value in settings.values_mut() {
+                if value.contains(&old) {
+                    *value = value.replace(&old, &new);
+                    if name != instance && self.children.contains_key(name) {
+                        restart.push(name.clone());
+                    }
+                }
+            }
+        }
+        restart.dedup();
+        for name in restart {
+            self.kill(&name).await;
+            self.launch(&name).await;
+        }
     }
 
     /// Where a service's log goes: a file beside psp-sim's books, appended across restarts.

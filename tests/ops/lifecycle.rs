@@ -77,6 +77,69 @@ async fn every_services_metrics_parse_as_prometheus_text() {
         .contains("soldonce_psp_latency_seconds"));
 }
 
+/// A port picked free can be taken before the service binds it (by another
+/// test's server, or as any outgoing connection's local port). The service
+/// then moves to a new port, and psp-sim, which sends its webhooks to
+/// checkout, is restarted to follow it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_whose_port_was_taken_meanwhile_moves_and_the_services_naming_it_follow() {
+    let mut system = System::start().await;
+    system.app.add_product("MUG", 100, 10).await;
+    let before = system.url("checkout");
+    let port: u16 = before
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("checkout's port");
+    system.kill("checkout").await;
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", port)).expect("take checkout's port");
+    system.launch("checkout").await;
+    let checkout = system.url("checkout");
+    assert_ne!(checkout, before, "checkout moved");
+    let body = serde_json::json!({ "lines": [{ "sku": "MUG", "quantity": 1 }] });
+    let placed = system
+        .app
+        .send(
+            system
+                .app
+                .client
+                .post(format!("{checkout}/v1/orders"))
+                .bearer_auth(&system.app.token)
+                .header("idempotency-key", "moved")
+                .json(&body),
+        )
+        .await;
+    assert_eq!(placed.status, 202);
+    let app = &system.app;
+    eventually("the order to be paid", Duration::from_secs(30), || async {
+        (app.count("SELECT count(*) FROM orders WHERE state = 'confirmed'")
+            .await
+            == 1)
+            .then_some(())
+    })
+    .await;
+    // psp-sim's webhook reached checkout at its new address.
+    eventually(
+        "a webhook at checkout's new port",
+        Duration::from_secs(30),
+        || async {
+            let text = reqwest::get(format!("{checkout}/metrics"))
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            let received: f64 = text
+                .lines()
+                .filter(|l| l.starts_with("soldonce_webhooks_total"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum();
+            (received >= 1.0).then_some(())
+        },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_to_each_service_in_turn_during_load_loses_no_order_and_no_event() {
     let mut system = System::start().await;
