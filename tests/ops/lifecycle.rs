@@ -12,6 +12,24 @@ use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
 
+/// Places an order for one MUG at checkout's current address; asserts the 202.
+async fn place_one_mug(system: &System, key: &str) {
+    let body = serde_json::json!({ "lines": [{ "sku": "MUG", "quantity": 1 }] });
+    let placed = system
+        .app
+        .send(
+            system
+                .app
+                .client
+                .post(format!("{}/v1/orders", system.url("checkout")))
+                .bearer_auth(&system.app.token)
+                .header("idempotency-key", key)
+                .json(&body),
+        )
+        .await;
+    assert_eq!(placed.status, 202);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_services_metrics_parse_as_prometheus_text() {
     let system = System::start().await;
@@ -32,20 +50,7 @@ async fn every_services_metrics_parse_as_prometheus_text() {
         );
     }
     // After an order flows, the saga's metrics are there to see.
-    let body = serde_json::json!({ "lines": [{ "sku": "MUG", "quantity": 1 }] });
-    let placed = system
-        .app
-        .send(
-            system
-                .app
-                .client
-                .post(format!("{}/v1/orders", system.url("checkout")))
-                .bearer_auth(&system.app.token)
-                .header("idempotency-key", "m1")
-                .json(&body),
-        )
-        .await;
-    assert_eq!(placed.status, 202);
+    place_one_mug(&system, "m1").await;
     eventually("the order to be paid", Duration::from_secs(30), || async {
         (system
             .app
@@ -96,20 +101,7 @@ async fn a_service_whose_port_was_taken_meanwhile_moves_and_the_services_naming_
     system.launch("checkout").await;
     let checkout = system.url("checkout");
     assert_ne!(checkout, before, "checkout moved");
-    let body = serde_json::json!({ "lines": [{ "sku": "MUG", "quantity": 1 }] });
-    let placed = system
-        .app
-        .send(
-            system
-                .app
-                .client
-                .post(format!("{checkout}/v1/orders"))
-                .bearer_auth(&system.app.token)
-                .header("idempotency-key", "moved")
-                .json(&body),
-        )
-        .await;
-    assert_eq!(placed.status, 202);
+    place_one_mug(&system, "moved").await;
     let app = &system.app;
     eventually("the order to be paid", Duration::from_secs(30), || async {
         (app.count("SELECT count(*) FROM orders WHERE state = 'confirmed'")
