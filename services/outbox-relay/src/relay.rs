@@ -42,8 +42,8 @@ struct Batch {
 }
 
 impl Relay {
-    /// A relay over this database and bus.
-    /// `lanes` loops claim and publish at once (see [`Relay::run`]).
+    /// A relay over this database and bus, with `lanes` loops claiming and
+    /// publishing at once (see [`Relay::run`]).
     pub fn new(
         pool: PgPool,
         js: jetstream::Context,
