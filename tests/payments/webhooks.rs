@@ -2,6 +2,7 @@
 
 use soldonce_tests::app::{Buckets, WEBHOOK_SECRET};
 use soldonce_tests::TestApp;
+use std::time::Duration;
 
 struct Hook<'a> {
     id: &'a str,
@@ -252,5 +253,73 @@ async fn webhooks_signed_with_the_old_compose_secret_an_empty_key_or_absurd_time
             .expect("healthz")
             .status(),
         200
+    );
+}
+
+#[tokio::test]
+async fn a_webhook_whose_order_another_decider_holds_is_answered_503_at_once_and_its_redelivery_confirms(
+) {
+    let app = TestApp::spawn().await;
+    app.add_product("MUG", 2500, 5).await;
+    let placed = app.buy("MUG", 1).await;
+    assert_eq!(placed.status, 202, "{}", placed.body);
+    let order_id = placed.body["id"].as_str().expect("id").to_owned();
+    let id: uuid::Uuid = order_id.parse().expect("uuid");
+    let body = success_body(&order_id, 2500);
+    let send = |webhook_id: &'static str| {
+        let ts = chrono::Utc::now().timestamp();
+        app.client
+            .post(app.url("/v1/psp/webhooks"))
+            .header("webhook-id", webhook_id)
+            .header("webhook-timestamp", ts.to_string())
+            .header(
+                "webhook-signature",
+                signed(WEBHOOK_SECRET, webhook_id, ts, &body),
+            )
+            .body(body.clone())
+    };
+
+    // Another decider (as the payment worker recording this payment) holds the order's row.
+    let mut holder = app.pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM orders WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(&mut *holder)
+        .await
+        .expect("lock the order");
+    // Answered at once, not after the holder commits: a webhook that queued
+    // would hold up the decider's batch and every consumer behind it.
+    let busy = tokio::time::timeout(Duration::from_secs(10), app.send(send("msg_busy")))
+        .await
+        .expect("a webhook must not wait for the order's decider");
+    busy.assert_problem(503);
+    assert_eq!(busy.header("retry-after"), Some("1"));
+    for (table, sql) in [
+        ("receipts", "SELECT count(*) FROM webhook_receipts"),
+        ("payments", "SELECT count(*) FROM payments"),
+        (
+            "events",
+            "SELECT count(*) FROM events WHERE type = 'order.confirmed.v1'",
+        ),
+    ] {
+        assert_eq!(app.count(sql).await, 0, "a busy webhook wrote {table}");
+    }
+    holder.rollback().await.expect("release the order");
+
+    // The PSP delivers it again (same webhook id): it is learned now.
+    assert_eq!(app.send(send("msg_busy")).await.status, 200);
+    assert_eq!(
+        app.count("SELECT count(*) FROM payments WHERE disposition = 'attached'")
+            .await,
+        1
+    );
+    let order = app.get(&app.token, &format!("/v1/orders/{order_id}")).await;
+    assert_eq!(order.body["state"], "confirmed", "{}", order.body);
+    assert_eq!(
+        app.buckets("MUG").await,
+        Buckets {
+            available: 4,
+            reserved: 0,
+            sold: 1
+        }
     );
 }

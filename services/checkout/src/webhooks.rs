@@ -255,7 +255,25 @@ pub(crate) async fn receive(
                 order_id.unwrap_or_default(),
                 Some(trace.to_string()),
             );
-            store::payments::learn(&mut tx, fact, Source::Webhook, &meta).await?
+            // Never queue behind another decider of the order (most often
+            // the payment worker recording this very payment): tell the PSP
+            // to come back, and find it known then.
+            match store::payments::learn_unless_busy(&mut tx, fact, Source::Webhook, &meta).await {
+                Err(e) if e.is_busy() => {
+                    tx.rollback().await.map_err(store::StoreError::from)?;
+                    metrics::counter!("soldonce_webhooks_total", "outcome" => "busy").increment(1);
+                    tracing::debug!(
+                        order_id = order_id.map(tracing::field::display),
+                        trace_id = trace.trace_id(),
+                        webhook_id,
+                        "webhook's order is being decided: asked the PSP to redeliver"
+                    );
+                    return Err(ApiError::Unavailable(
+                        "the webhook's order is being decided right now; deliver it again".into(),
+                    ));
+                }
+                learned => learned?,
+            }
         }
         None => Learned::AlreadyKnown,
     };

@@ -61,12 +61,21 @@ pub enum StoreError {
     Corrupt(String),
     #[error("another writer changed order {0} first")]
     Conflict(uuid::Uuid),
+    /// A writer that asked not to wait found an order another writer is
+    /// deciding right now (its row locked): nothing was written.
+    #[error("another writer is deciding order {0} right now")]
+    Busy(uuid::Uuid),
 }
 
 impl StoreError {
     /// Whether the error is a lost race a caller may retry.
     pub fn is_conflict(&self) -> bool {
         matches!(self, StoreError::Conflict(_))
+    }
+
+    /// Whether a writer that asked not to wait found a row held.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, StoreError::Busy(_))
     }
 
     /// Whether PostgreSQL aborted the transaction to break a deadlock or a

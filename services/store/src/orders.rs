@@ -373,13 +373,46 @@ pub(crate) async fn load_many_locked(
     conn: &mut PgConnection,
     ids: &[Uuid],
 ) -> Result<Vec<Order>, StoreError> {
-    let rows: Vec<OrderRow> = sqlx::query_as(concat!(
+    load_many_locking(conn, ids, Waiting::Wait).await
+}
+
+/// Whether a writer waits for the rows another writer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waiting {
+    /// Until the holder commits (every path's default).
+    Wait,
+    /// Not at all: a row held elsewhere is `StoreError::Busy`.
+    NoWait,
+}
+
+/// [`load_many_locked`], or with [`Waiting::NoWait`] `StoreError::Busy`
+/// naming the first id when any of the rows is held by another writer.
+pub(crate) async fn load_many_locking(
+    conn: &mut PgConnection,
+    ids: &[Uuid],
+    waiting: Waiting,
+) -> Result<Vec<Order>, StoreError> {
+    const WAIT: &str = concat!(
         select_orders!(),
         " WHERE o.id = ANY($1) ORDER BY o.id FOR UPDATE OF o"
-    ))
-    .bind(ids)
-    .fetch_all(&mut *conn)
-    .await?;
+    );
+    const NO_WAIT: &str = concat!(
+        select_orders!(),
+        " WHERE o.id = ANY($1) ORDER BY o.id FOR UPDATE OF o NOWAIT"
+    );
+    let sql = match waiting {
+        Waiting::Wait => WAIT,
+        Waiting::NoWait => NO_WAIT,
+    };
+    let rows: Result<Vec<OrderRow>, sqlx::Error> =
+        sqlx::query_as(sql).bind(ids).fetch_all(&mut *conn).await;
+    let rows = match rows {
+        // lock_not_available: another writer holds one of the rows.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => {
+            return Err(StoreError::Busy(ids.first().copied().unwrap_or_default()))
+        }
+        other => other?,
+    };
     rows.into_iter().map(Order::try_from).collect()
 }
 

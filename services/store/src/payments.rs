@@ -6,7 +6,7 @@
 //! the `payments` primary key serialises two deciders and a trigger keeps it
 //! final, so no later fact can confirm on a refunded payment or the reverse.
 
-use crate::orders;
+use crate::orders::{self, Waiting};
 use crate::write::{self, Changes, Written};
 use crate::StoreError;
 use domain::{Command, Event, Order, PaidFact, PspStatus, RefundReason};
@@ -78,8 +78,34 @@ pub async fn learn(
     source: Source,
     meta: &Metadata,
 ) -> Result<Learned, StoreError> {
+    learn_one(conn, fact, source, meta, Waiting::Wait).await
+}
+
+/// [`learn`], unless another writer is deciding the fact's order right now
+/// (its row is locked): then `StoreError::Busy` at once, with nothing
+/// written, instead of queueing behind that writer. For a source that can
+/// ask to be told again later — a webhook answered `503` is redelivered —
+/// so that it never holds up the payment worker's batch, nor the consumers
+/// queued behind it, while the worker records the same payment.
+#[tracing::instrument(skip_all, fields(payment_id = %fact.payment_id, source = source.as_str()))]
+pub async fn learn_unless_busy(
+    conn: &mut PgConnection,
+    fact: &PaymentFact,
+    source: Source,
+    meta: &Metadata,
+) -> Result<Learned, StoreError> {
+    learn_one(conn, fact, source, meta, Waiting::NoWait).await
+}
+
+async fn learn_one(
+    conn: &mut PgConnection,
+    fact: &PaymentFact,
+    source: Source,
+    meta: &Metadata,
+    waiting: Waiting,
+) -> Result<Learned, StoreError> {
     let batch = [(fact.clone(), source, meta.clone())];
-    let mut learned = learn_many(conn, &batch).await?;
+    let mut learned = learn_many_waiting(conn, &batch, waiting).await?;
     learned
         .pop()
         .ok_or_else(|| StoreError::Corrupt("learning a payment answered nothing".into()))
@@ -100,10 +126,18 @@ pub async fn learn_many(
     conn: &mut PgConnection,
     facts: &[(PaymentFact, Source, Metadata)],
 ) -> Result<Vec<Learned>, StoreError> {
+    learn_many_waiting(conn, facts, Waiting::Wait).await
+}
+
+async fn learn_many_waiting(
+    conn: &mut PgConnection,
+    facts: &[(PaymentFact, Source, Metadata)],
+    waiting: Waiting,
+) -> Result<Vec<Learned>, StoreError> {
     let mut ids: Vec<Uuid> = facts.iter().filter_map(|(f, _, _)| f.order_id).collect();
     ids.sort_unstable();
     ids.dedup();
-    let mut orders: HashMap<Uuid, Order> = orders::load_many_locked(conn, &ids)
+    let mut orders: HashMap<Uuid, Order> = orders::load_many_locking(conn, &ids, waiting)
         .await?
         .into_iter()
         .map(|o| (o.id, o))
