@@ -182,6 +182,54 @@ async fn a_writer_still_open_does_not_swallow_the_wake_up_of_one_that_commits() 
     .await;
 }
 
+/// A notification is a global lock in PostgreSQL, held by each notifying
+/// writer through its commit's flush. While a relay keeps finding rows it
+/// holds the wake-up and looks for rows itself, so a steady stream of
+/// writers sends next to no notifications — and every row is still
+/// published long before the relay's once-a-minute poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_do_not_notify_a_relay_that_keeps_finding_rows_and_every_row_still_goes_out() {
+    let app = TestApp::spawn().await;
+    let nats = Nats::start_temporary().expect("private nats");
+    let _relay =
+        spawn_in_process_polling(&app.database_url, &nats.url(), Duration::from_secs(60)).await;
+    let mut listener = sqlx::postgres::PgListener::connect(&app.database_url)
+        .await
+        .expect("listener");
+    listener.listen("soldonce_outbox").await.expect("listen");
+    // About 400 commits over 1.2 s, one every 3 ms: some 240 wake-up buckets see a commit.
+    let mut ids = Vec::new();
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_millis(1200) {
+        let id = Uuid::now_v7();
+        let mut conn = app.pool.acquire().await.expect("connection");
+        insert_row(&mut conn, id).await;
+        ids.push(id);
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    let buckets = started.elapsed().as_millis() / 5;
+    let nats_url = nats.url();
+    eventually(
+        "every row to be published without the poll",
+        Duration::from_secs(20),
+        || async {
+            let stream = read_stream(&nats_url).await;
+            ids.iter().all(|id| stream.contains_key(id)).then_some(())
+        },
+    )
+    .await;
+    // Every notification sent is in the listener's connection by now.
+    let mut notifications = 0;
+    while let Ok(Ok(_)) = tokio::time::timeout(Duration::from_millis(500), listener.recv()).await {
+        notifications += 1;
+    }
+    assert!(
+        notifications <= 10,
+        "{notifications} notifications for {} commits over {buckets} wake-up buckets",
+        ids.len()
+    );
+}
+
 /// Every plan node under `plan` (an EXPLAIN JSON plan), depth first.
 fn plan_nodes(plan: &serde_json::Value, out: &mut Vec<serde_json::Value>) {
     out.push(plan.clone());

@@ -116,6 +116,23 @@ pub trait Handler: Send + Sync + 'static {
         delivery: &Delivery,
     ) -> impl Future<Output = Result<Self::Prepared, HandleError>> + Send;
 
+    /// Prepares the deliveries of a batch at once, one result each in
+    /// order, each under its message's log span ([`message_span`]). By
+    /// default each is [`Handler::prepare`]d on its own; a handler that
+    /// reads the same kind of row for every message overrides it to read the
+    /// batch's rows in one query.
+    fn prepare_all(
+        &self,
+        consumer: &str,
+        batch: &[&Delivery],
+    ) -> impl Future<Output = Vec<Result<Self::Prepared, HandleError>>> + Send {
+        futures::future::join_all(
+            batch
+                .iter()
+                .map(|d| self.prepare(d).instrument(message_span(consumer, d))),
+        )
+    }
+
     /// Records the effects of fresh deliveries (each never recorded before)
     /// in `tx`, where their inbox rows are already written; the runtime
     /// commits. Handlers never trust message order: they check the current
@@ -345,6 +362,16 @@ async fn process<H: Handler>(
     }
 }
 
+/// The span a message's preparation logs under: its consumer, event id and trace id.
+pub fn message_span(consumer: &str, delivery: &Delivery) -> tracing::Span {
+    tracing::info_span!(
+        "message",
+        consumer = %consumer,
+        event_id = %delivery.event.id,
+        trace_id = %delivery.trace_id(),
+    )
+}
+
 /// Prepares every delivery at once, then records the prepared ones in one
 /// transaction, or each alone if that fails: one outcome per message.
 async fn handle<H: Handler>(
@@ -353,17 +380,20 @@ async fn handle<H: Handler>(
     handler: &H,
     hand: &[InHand],
 ) -> Vec<Result<(), HandleError>> {
-    // Each message's preparation logs under its event id and trace id.
-    let prepared = futures::future::join_all(hand.iter().map(|h| {
-        let span = tracing::info_span!(
-            "message",
-            consumer = %spec.name,
-            event_id = %h.delivery.event.id,
-            trace_id = %h.delivery.trace_id(),
-        );
-        handler.prepare(&h.delivery).instrument(span)
-    }))
-    .await;
+    let deliveries: Vec<&Delivery> = hand.iter().map(|h| &h.delivery).collect();
+    let prepared = handler.prepare_all(&spec.name, &deliveries).await;
+    if prepared.len() != hand.len() {
+        // A handler's bug, not the messages': retry them all later.
+        tracing::error!(consumer = %spec.name, prepared = prepared.len(), messages = hand.len(), "prepare_all answered the wrong number of results");
+        return hand
+            .iter()
+            .map(|_| {
+                Err(HandleError::Transient(anyhow::anyhow!(
+                    "prepare_all miscounted"
+                )))
+            })
+            .collect();
+    }
     let mut outcomes: Vec<Result<(), HandleError>> = Vec::with_capacity(hand.len());
     let mut ready = Vec::new();
     for (i, p) in prepared.into_iter().enumerate() {

@@ -7,12 +7,14 @@
 
 use crate::psp::{Psp, PspError, PspPayment};
 use anyhow::Context;
-use bus::consumer::{Delivery, HandleError, Handler, Tx};
+use bus::consumer::{message_span, Delivery, HandleError, Handler, Tx};
 use domain::OrderState;
 use events::Metadata;
 use sqlx::PgPool;
+use std::collections::HashMap;
 use store::inbox::PgInbox;
 use store::payments::{Learned, Source};
+use tracing::Instrument;
 use uuid::Uuid;
 
 /// The payment worker's handler.
@@ -52,23 +54,25 @@ pub struct Answer {
 /// What recording a batch learned, answer by answer.
 pub struct Learnt(Vec<(Answer, Learned)>);
 
-impl Handler for PayOrders {
-    type Inbox = PgInbox;
-    type Prepared = Charged;
-    type Recorded = Learnt;
+/// The order a delivery names.
+fn order_of(delivery: &Delivery) -> Result<Uuid, HandleError> {
+    Ok(events::decode(&delivery.event)
+        .map_err(|e| HandleError::Permanent(e.to_string()))?
+        .order_id())
+}
 
-    /// Charges the order (or learns of its charge by key), outside any
-    /// transaction: the batch's PSP calls run at once.
-    async fn prepare(&self, delivery: &Delivery) -> Result<Charged, HandleError> {
-        let order_id = events::decode(&delivery.event)
-            .map_err(|e| HandleError::Permanent(e.to_string()))?
-            .order_id();
-        let order = store::orders::load(&self.pool, order_id, None)
-            .await
-            .context("loading the order")?
-            .ok_or_else(|| {
-                HandleError::Permanent(format!("order {order_id} is not in the database"))
-            })?;
+impl PayOrders {
+    /// Charges `order` (or learns of its charge by key), outside any
+    /// transaction; `order` is `None` when the database does not hold it.
+    async fn charge(
+        &self,
+        delivery: &Delivery,
+        order_id: Uuid,
+        order: Option<domain::Order>,
+    ) -> Result<Charged, HandleError> {
+        let order = order.ok_or_else(|| {
+            HandleError::Permanent(format!("order {order_id} is not in the database"))
+        })?;
         if order.total_minor == 0 {
             return Ok(Charged::Free(order));
         }
@@ -126,6 +130,52 @@ impl Handler for PayOrders {
             )));
         }
         Ok(Charged::Paid { order_id, payment })
+    }
+}
+
+impl Handler for PayOrders {
+    type Inbox = PgInbox;
+    type Prepared = Charged;
+    type Recorded = Learnt;
+
+    /// Charges the order (or learns of its charge by key), outside any
+    /// transaction: the batch's PSP calls run at once.
+    async fn prepare(&self, delivery: &Delivery) -> Result<Charged, HandleError> {
+        let order_id = order_of(delivery)?;
+        let order = store::orders::load(&self.pool, order_id, None)
+            .await
+            .context("loading the order")?;
+        self.charge(delivery, order_id, order).await
+    }
+
+    /// The batch's orders are read in one query, then charged at once.
+    async fn prepare_all(
+        &self,
+        consumer: &str,
+        batch: &[&Delivery],
+    ) -> Vec<Result<Charged, HandleError>> {
+        let ids: Vec<Result<Uuid, HandleError>> = batch.iter().map(|d| order_of(d)).collect();
+        let wanted: Vec<Uuid> = ids
+            .iter()
+            .filter_map(|id| id.as_ref().ok().copied())
+            .collect();
+        let orders: HashMap<Uuid, domain::Order> =
+            match store::orders::load_many(&self.pool, &wanted).await {
+                Ok(found) => found.into_iter().map(|o| (o.id, o)).collect(),
+                Err(e) => {
+                    let why = format!("loading the batch's orders: {e}");
+                    return batch
+                        .iter()
+                        .map(|_| Err(HandleError::Transient(anyhow::anyhow!(why.clone()))))
+                        .collect();
+                }
+            };
+        let charges = batch.iter().zip(ids).map(|(d, id)| {
+            // Two deliveries may name one order (its events redelivered): each gets it.
+            let order = id.as_ref().ok().and_then(|id| orders.get(id).cloned());
+            async move { self.charge(d, id?, order).await }.instrument(message_span(consumer, d))
+        });
+        futures::future::join_all(charges).await
     }
 
     /// Learns every answer of the batch in the one transaction, through the

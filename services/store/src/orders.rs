@@ -456,6 +456,16 @@ pub(crate) fn stream_with_history(
     })
 }
 
+/// The orders of `ids` that exist, in no particular order, read in one
+/// query without locks.
+pub async fn load_many(pool: &PgPool, ids: &[Uuid]) -> Result<Vec<Order>, StoreError> {
+    let rows: Vec<OrderRow> = sqlx::query_as(concat!(select_orders!(), " WHERE o.id = ANY($1)"))
+        .bind(ids)
+        .fetch_all(pool)
+        .await?;
+    rows.into_iter().map(Order::try_from).collect()
+}
+
 /// The order as the projection holds it; `account` scopes the lookup.
 pub async fn load(
     pool: &PgPool,

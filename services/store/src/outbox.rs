@@ -134,6 +134,20 @@ pub async fn parked(pool: &PgPool) -> Result<i64, sqlx::Error> {
     Ok(n)
 }
 
+/// Holds the relay's wake-up for `ahead`: moves the `outbox_wake` trigger's
+/// bucket (200 per second, see its migration) that far ahead, never back,
+/// so writers committing until then send no notification. The relay that
+/// holds it looks for rows itself until then.
+pub async fn hold_wake(pool: &PgPool, ahead: std::time::Duration) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "SELECT setval('outbox_wake_bucket', greatest((SELECT last_value FROM outbox_wake_bucket),          floor(extract(epoch FROM clock_timestamp() + make_interval(secs => $1)) * 200)::bigint))",
+    )
+    .bind(ahead.as_secs_f64())
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
 /// How many rows wait, and how old the oldest is in seconds.
 pub async fn backlog(pool: &PgPool) -> Result<(i64, f64), sqlx::Error> {
     sqlx::query_as(
