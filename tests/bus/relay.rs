@@ -230,6 +230,48 @@ async fn writers_do_not_notify_a_relay_that_keeps_finding_rows_and_every_row_sti
     );
 }
 
+async fn synchronous_commit(conn: &mut sqlx::PgConnection) -> String {
+    let (v,): (String,) = sqlx::query_as("SELECT current_setting('synchronous_commit')")
+        .fetch_one(conn)
+        .await
+        .expect("setting");
+    v
+}
+
+/// The relay's delete needs no WAL flush (a lost delete is a deduplicated
+/// republish), so its transaction commits asynchronously; the setting is the
+/// transaction's own and never leaks into the pooled connection, whose next
+/// statement may be the replication barrier.
+#[tokio::test]
+async fn the_relays_delete_commits_without_waiting_for_its_flush_and_only_that_transaction_does() {
+    let app = TestApp::spawn().await;
+    let mut conn = app.pool.acquire().await.expect("connection");
+    // Test servers run without durability: this session asks for it, as a deployment's do.
+    sqlx::query("SET synchronous_commit = on")
+        .execute(&mut *conn)
+        .await
+        .expect("durable session");
+    let ids = [Uuid::now_v7(), Uuid::now_v7()];
+    for id in ids {
+        insert_row(&mut conn, id).await;
+    }
+    let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
+    let deleted = store::outbox::delete(&mut tx, &ids).await.expect("delete");
+    assert_eq!(deleted, 2);
+    assert_eq!(
+        synchronous_commit(&mut tx).await,
+        "off",
+        "inside the relay's transaction"
+    );
+    tx.commit().await.expect("commit");
+    assert_eq!(
+        synchronous_commit(&mut conn).await,
+        "on",
+        "after it, on the same connection"
+    );
+    assert_eq!(app.count("SELECT count(*) FROM outbox").await, 0);
+}
+
 /// Every plan node under `plan` (an EXPLAIN JSON plan), depth first.
 fn plan_nodes(plan: &serde_json::Value, out: &mut Vec<serde_json::Value>) {
     out.push(plan.clone());
