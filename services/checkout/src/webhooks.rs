@@ -175,6 +175,12 @@ pub fn authenticate(
     Ok(id.to_owned())
 }
 
+/// How many times a webhook whose order another writer holds looks again
+/// whether its payment got recorded, and how far apart, before it is
+/// answered `503`.
+const BUSY_LOOKS: u32 = 4;
+const BUSY_LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// Receives one webhook.
 pub(crate) async fn receive(
     State(state): State<AppState>,
@@ -261,6 +267,26 @@ pub(crate) async fn receive(
             match store::payments::learn_unless_busy(&mut tx, fact, Source::Webhook, &meta).await {
                 Err(e) if e.is_busy() => {
                     tx.rollback().await.map_err(store::StoreError::from)?;
+                    // The decider is most often the worker recording this very
+                    // payment, and commits within milliseconds: look again a few
+                    // times, holding nothing, before asking the PSP to redeliver.
+                    let looks = if fact.status == domain::PspStatus::Succeeded {
+                        BUSY_LOOKS
+                    } else {
+                        0
+                    };
+                    for _ in 0..looks {
+                        tokio::time::sleep(BUSY_LOOK_EVERY).await;
+                        if store::payments::is_known(&state.pool, &fact.payment_id).await? {
+                            return Ok(answered(
+                                &trace,
+                                order_id,
+                                &webhook_id,
+                                &callback,
+                                Learned::AlreadyKnown,
+                            ));
+                        }
+                    }
                     metrics::counter!("soldonce_webhooks_total", "outcome" => "busy").increment(1);
                     tracing::debug!(
                         order_id = order_id.map(tracing::field::display),
