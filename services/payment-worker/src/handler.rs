@@ -39,8 +39,7 @@ pub enum Charged {
     Free(domain::Order),
     /// The PSP's clear answer.
     Paid { order_id: Uuid, payment: PspPayment },
-    /// Nothing to record: the order ended before any charge, or the
-    /// payment was recorded by another path (a webhook) meanwhile.
+    /// Nothing to record: the order ended before any charge.
     Nothing,
 }
 
@@ -176,36 +175,7 @@ impl Handler for PayOrders {
             let order = id.as_ref().ok().and_then(|id| orders.get(id).cloned());
             async move { self.charge(d, id?, order).await }.instrument(message_span(consumer, d))
         });
-        let mut charged = futures::future::join_all(charges).await;
-        // A payment a webhook recorded while the charge's reply was on its
-        // way is known for good (a recorded disposition is final): nothing
-        // to learn, so its order is not locked again. Locking it would make
-        // this batch wait for that webhook's commit, then hold the order,
-        // already confirmed, until the batch commits, and fulfillment's
-        // batch, which reads confirmed orders under a share lock, would
-        // wait for this one. One read for the batch, outside its transaction.
-        let paid: Vec<&str> = charged
-            .iter()
-            .filter_map(|c| match c {
-                Ok(Charged::Paid { payment, .. })
-                    if payment.fact().status == domain::PspStatus::Succeeded =>
-                {
-                    Some(payment.id.as_str())
-                }
-                _ => None,
-            })
-            .collect();
-        if !paid.is_empty() {
-            if let Ok(known) = store::payments::known_among(&self.pool, &paid).await {
-                for c in charged.iter_mut() {
-                    if matches!(c, Ok(Charged::Paid { payment, .. }) if known.contains(&payment.id))
-                    {
-                        *c = Ok(Charged::Nothing);
-                    }
-                }
-            }
-        }
-        charged
+        futures::future::join_all(charges).await
     }
 
     /// Learns every answer of the batch in the one transaction, through the

@@ -346,20 +346,6 @@ pub async fn is_known(pool: &PgPool, payment_id: &str) -> Result<bool, StoreErro
     Ok(known)
 }
 
-/// Which of `payment_ids` are already recorded (a plain read, no lock; a
-/// recorded payment's disposition is final, see [`is_known`]).
-pub async fn known_among(
-    pool: &PgPool,
-    payment_ids: &[&str],
-) -> Result<HashSet<String>, StoreError> {
-    let known: Vec<String> =
-        sqlx::query_scalar("SELECT payment_id FROM payments WHERE payment_id = ANY($1)")
-            .bind(payment_ids)
-            .fetch_all(pool)
-            .await?;
-    Ok(known.into_iter().collect())
-}
-
 /// Records a webhook id; `false` if it was seen before (then do nothing).
 pub async fn record_webhook(
     conn: &mut PgConnection,
