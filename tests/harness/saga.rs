@@ -395,13 +395,23 @@ pub async fn redeliver_payment_webhook(app: &TestApp, payment: &serde_json::Valu
     app.send(request).await.status
 }
 
-/// Delivers a correctly signed `payment.succeeded` webhook for an order; returns the status.
+/// Delivers a correctly signed `payment.succeeded` webhook for an order as
+/// a PSP does: a `503` (its order was being decided by another writer) is
+/// delivered again, for up to 10 s; returns the final status.
 pub async fn pay_by_webhook(app: &TestApp, order_id: &str, amount_minor: i64) -> u16 {
     let payment = serde_json::json!({
         "id": format!("pay_{}", Uuid::new_v4().simple()), "status": "succeeded", "amount_minor": amount_minor,
         "currency": "BRL", "reference": order_id, "idempotency_key": format!("pay:{order_id}"),
         "failure_reason": null, "created_at": chrono::Utc::now(), "refunds": [] });
-    redeliver_payment_webhook(app, &payment).await
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = redeliver_payment_webhook(app, &payment).await;
+        if status != 503 || std::time::Instant::now() > deadline {
+            return status;
+        }
+        // The PSP's own pause before a redelivery.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Runs the audit with these graces (seconds) for compensations and shipments.
