@@ -236,13 +236,7 @@ pub(crate) async fn receive(
         .filter(|f| f.status == domain::PspStatus::Succeeded)
     {
         if store::payments::is_known(&state.pool, &fact.payment_id).await? {
-            return Ok(answered(
-                &trace,
-                order_id,
-                &webhook_id,
-                &callback,
-                Learned::AlreadyKnown,
-            ));
+            return Ok(applied(&trace, order_id, &webhook_id, &callback));
         }
     }
     let mut tx = state.pool.begin().await.map_err(store::StoreError::from)?;
@@ -278,13 +272,7 @@ pub(crate) async fn receive(
                     for _ in 0..looks {
                         tokio::time::sleep(BUSY_LOOK_EVERY).await;
                         if store::payments::is_known(&state.pool, &fact.payment_id).await? {
-                            return Ok(answered(
-                                &trace,
-                                order_id,
-                                &webhook_id,
-                                &callback,
-                                Learned::AlreadyKnown,
-                            ));
+                            return Ok(applied(&trace, order_id, &webhook_id, &callback));
                         }
                     }
                     metrics::counter!("soldonce_webhooks_total", "outcome" => "busy").increment(1);
@@ -311,6 +299,16 @@ pub(crate) async fn receive(
         tx.commit().await.map_err(store::StoreError::from)?;
     }
     Ok(answered(&trace, order_id, &webhook_id, &callback, outcome))
+}
+
+/// A webhook about a payment already recorded: nothing to learn, `200`.
+fn applied(
+    trace: &crate::logging::RequestTrace,
+    order_id: Option<Uuid>,
+    webhook_id: &str,
+    callback: &Callback,
+) -> StatusCode {
+    answered(trace, order_id, webhook_id, callback, Learned::AlreadyKnown)
 }
 
 /// Counts and logs a webhook answered with `200`.
