@@ -255,9 +255,7 @@ pub(crate) async fn receive(
                 order_id.unwrap_or_default(),
                 Some(trace.to_string()),
             );
-            // Never queue behind another decider of the order (most often
-            // the payment worker recording this very payment): tell the PSP
-            // to come back, and find it known then.
+            // Never queue behind another decider of the order.
             match store::payments::learn_unless_busy(&mut tx, fact, Source::Webhook, &meta).await {
                 Err(e) if e.is_busy() => {
                     tx.rollback().await.map_err(store::StoreError::from)?;
