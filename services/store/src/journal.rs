@@ -1,11 +1,12 @@
 //! The event store proper: every recorded event of every aggregate, with
-//! its outbox row, appended set-based in one statement. A version already
-//! taken in a stream turns into `StoreError::Conflict`.
+//! its outbox row, appended set-based (two fragments of the write path's
+//! one statement). A version already taken in a stream turns into
+//! `StoreError::Conflict`.
 
+use crate::write::Statement;
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use events::{envelope, names, Metadata};
-use sqlx::PgConnection;
 use uuid::Uuid;
 
 /// One event to record, of any aggregate, at its version of its stream.
@@ -49,12 +50,15 @@ impl Record {
     }
 }
 
-/// Appends records (of one or many streams) with their outbox rows, in one
-/// statement.
-pub(crate) async fn append(conn: &mut PgConnection, records: &[Record]) -> Result<(), StoreError> {
-    if records.is_empty() {
+/// Appends records (of one or many streams) with their outbox rows, as
+/// fragments of `statement`.
+pub(crate) fn append<'q>(
+    statement: &mut Statement<'q>,
+    records: &'q [Record],
+) -> Result<(), StoreError> {
+    let Some(first) = records.first() else {
         return Ok(());
-    }
+    };
     let n = records.len();
     let (mut ids, mut streams, mut versions, mut types, mut datas) = (
         Vec::with_capacity(n),
@@ -85,31 +89,29 @@ pub(crate) async fn append(conn: &mut PgConnection, records: &[Record]) -> Resul
         payloads.push(serde_json::to_value(&wrapped).map_err(corrupt)?);
         headers.push(serde_json::json!({ "traceparent": r.meta.traceparent }));
     }
-    let appended = sqlx::query(
-        "WITH e AS (INSERT INTO events (event_id, stream_id, version, type, data, metadata, recorded_at) \
-                    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[], $5::jsonb[], $6::jsonb[], $7::timestamptz[])) \
-         INSERT INTO outbox (id, stream_id, subject, payload, headers) \
-         SELECT * FROM unnest($1::uuid[], $2::uuid[], $8::text[], $9::jsonb[], $10::jsonb[])",
-    )
-    .bind(&ids)
-    .bind(&streams)
-    .bind(&versions)
-    .bind(&types)
-    .bind(&datas)
-    .bind(&metas)
-    .bind(&times)
-    .bind(&subjects)
-    .bind(&payloads)
-    .bind(&headers)
-    .execute(&mut *conn)
-    .await;
-    if let Err(e) = &appended {
-        if crate::violated_constraint(e) == Some("events_stream_version") {
-            return Err(StoreError::Conflict(
-                streams.first().copied().unwrap_or_default(),
-            ));
-        }
-    }
-    appended?;
+    let s = statement;
+    let (ids, streams) = (s.bind(ids)?, s.bind(streams)?);
+    let (versions, types, datas) = (s.bind(versions)?, s.bind(types)?, s.bind(datas)?);
+    let (metas, times) = (s.bind(metas)?, s.bind(times)?);
+    let (subjects, payloads, headers) = (s.bind(subjects)?, s.bind(payloads)?, s.bind(headers)?);
+    s.cte(
+        "appended",
+        &format!(
+            "INSERT INTO events (event_id, stream_id, version, type, data, metadata, recorded_at) \
+             SELECT * FROM unnest({ids}::uuid[], {streams}::uuid[], {versions}::int[], {types}::text[], {datas}::jsonb[], {metas}::jsonb[], {times}::timestamptz[]) \
+             RETURNING 1"
+        ),
+    );
+    s.cte(
+        "queued",
+        &format!(
+            "INSERT INTO outbox (id, stream_id, subject, payload, headers) \
+             SELECT * FROM unnest({ids}::uuid[], {streams}::uuid[], {subjects}::text[], {payloads}::jsonb[], {headers}::jsonb[]) \
+             RETURNING 1"
+        ),
+    );
+    s.expect_rows("appended", n, first.stream_id);
+    s.expect_rows("queued", n, first.stream_id);
+    s.on_version_taken(first.stream_id);
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! that change them (placing them is `placing`). Each commits the events, the projection, the stock
 //! movements with their ledger rows and the outbox rows together.
 
-use crate::write::{self, Changes, Written};
+use crate::write::{self, Changes, Statement, Written};
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use domain::{Command, DomainError, Event, Order, OrderLine, OrderState, Sku};
@@ -91,14 +91,26 @@ pub(crate) async fn apply(
     })
 }
 
-/// Inserts new orders' projection rows with their lines, in one statement.
+/// Inserts new orders' projection rows with their lines, in one statement
+/// of their own (a rebuild, a replay).
 pub(crate) async fn insert_projections(
     conn: &mut PgConnection,
     orders: &[Order],
 ) -> Result<(), StoreError> {
-    if orders.is_empty() {
+    let mut statement = Statement::new();
+    insert_projections_into(&mut statement, orders)?;
+    statement.run(conn).await.map(|_| ())
+}
+
+/// Inserts new orders' projection rows with their lines, as fragments of
+/// `statement`; an id already taken is `StoreError::Conflict`.
+pub(crate) fn insert_projections_into<'q>(
+    statement: &mut Statement<'q>,
+    orders: &'q [Order],
+) -> Result<(), StoreError> {
+    let Some(first) = orders.first() else {
         return Ok(());
-    }
+    };
     let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
     let n = orders.len();
     let (mut ids, mut accounts, mut states, mut currencies, mut totals) = (
@@ -148,48 +160,50 @@ pub(crate) async fn insert_projections(
             prices.push(l.unit_price_minor);
         }
     }
-    let inserted: i64 = sqlx::query_scalar(
-        "WITH o AS (INSERT INTO orders (id, account_id, state, currency, total_minor, shipping, payment_id, paid_minor, version, expires_at, created_at, updated_at, refunds) \
-                    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::jsonb[], $7::text[], $8::bigint[], $9::int[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[], $13::jsonb[]) \
-                    ON CONFLICT (id) DO NOTHING RETURNING 1), \
-              l AS (INSERT INTO order_lines (order_id, sku, quantity, unit_price_minor) \
-                    SELECT * FROM unnest($14::uuid[], $15::text[], $16::bigint[], $17::bigint[])) \
-         SELECT count(*) FROM o",
-    )
-    .bind(&ids)
-    .bind(&accounts)
-    .bind(&states)
-    .bind(&currencies)
-    .bind(&totals)
-    .bind(&shippings)
-    .bind(&payment_ids)
-    .bind(&paid)
-    .bind(&versions)
-    .bind(&expires)
-    .bind(&created)
-    .bind(&updated)
-    .bind(&refunds)
-    .bind(&line_orders)
-    .bind(&skus)
-    .bind(&quantities)
-    .bind(&prices)
-    .fetch_one(&mut *conn)
-    .await?;
-    if inserted != n as i64 {
-        return Err(StoreError::Conflict(ids[0]));
-    }
+    let s = statement;
+    let (ids, accounts, states) = (s.bind(ids)?, s.bind(accounts)?, s.bind(states)?);
+    let (currencies, totals, shippings) =
+        (s.bind(currencies)?, s.bind(totals)?, s.bind(shippings)?);
+    let (payment_ids, paid, versions) = (s.bind(payment_ids)?, s.bind(paid)?, s.bind(versions)?);
+    let (expires, created, updated) = (s.bind(expires)?, s.bind(created)?, s.bind(updated)?);
+    let refunds = s.bind(refunds)?;
+    let (line_orders, skus) = (s.bind(line_orders)?, s.bind(skus)?);
+    let (quantities, prices) = (s.bind(quantities)?, s.bind(prices)?);
+    s.cte(
+        "placed",
+        &format!(
+            "INSERT INTO orders (id, account_id, state, currency, total_minor, shipping, payment_id, paid_minor, version, expires_at, created_at, updated_at, refunds) \
+             SELECT * FROM unnest({ids}::uuid[], {accounts}::uuid[], {states}::text[], {currencies}::text[], {totals}::bigint[], {shippings}::jsonb[], {payment_ids}::text[], {paid}::bigint[], {versions}::int[], {expires}::timestamptz[], {created}::timestamptz[], {updated}::timestamptz[], {refunds}::jsonb[]) \
+             ON CONFLICT (id) DO NOTHING RETURNING 1"
+        ),
+    );
+    s.cte(
+        "placed_lines",
+        &format!(
+            "INSERT INTO order_lines (order_id, sku, quantity, unit_price_minor) \
+             SELECT * FROM unnest({line_orders}::uuid[], {skus}::text[], {quantities}::bigint[], {prices}::bigint[]) \
+             RETURNING 1"
+        ),
+    );
+    s.expect_rows("placed", n, first.id);
+    s.expect_rows("placed_lines", line_count(orders), first.id);
     Ok(())
 }
 
-/// Updates existing orders' projection rows in one statement, each fenced
-/// on the version it had: a concurrent writer is `StoreError::Conflict`.
-pub(crate) async fn update_projections(
-    conn: &mut PgConnection,
-    orders: &[(i32, Order)],
+fn line_count(orders: &[Order]) -> usize {
+    orders.iter().map(|o| o.lines.len()).sum()
+}
+
+/// Updates existing orders' projection rows, as a fragment of `statement`,
+/// each fenced on the version it had: a concurrent writer is
+/// `StoreError::Conflict`.
+pub(crate) fn update_projections<'q>(
+    statement: &mut Statement<'q>,
+    orders: &'q [(i32, Order)],
 ) -> Result<(), StoreError> {
-    if orders.is_empty() {
+    let Some((_, first)) = orders.first() else {
         return Ok(());
-    }
+    };
     let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
     let n = orders.len();
     let (mut ids, mut states, mut payment_ids, mut paid) = (
@@ -214,26 +228,22 @@ pub(crate) async fn update_projections(
         refunds.push(serde_json::to_value(&o.refunds).map_err(corrupt)?);
         before.push(*version_before);
     }
-    let updated = sqlx::query(
-        "UPDATE orders o SET state = x.state, payment_id = x.payment_id, paid_minor = x.paid, \
-                version = x.version, updated_at = x.at, refunds = x.refunds \
-         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::int[], $6::timestamptz[], $7::jsonb[], $8::int[]) \
-              AS x(id, state, payment_id, paid, version, at, refunds, before) \
-         WHERE o.id = ANY($1::uuid[]) AND o.id = x.id AND o.version = x.before",
-    )
-    .bind(&ids)
-    .bind(&states)
-    .bind(&payment_ids)
-    .bind(&paid)
-    .bind(&versions)
-    .bind(&times)
-    .bind(&refunds)
-    .bind(&before)
-    .execute(&mut *conn)
-    .await?;
-    if updated.rows_affected() != n as u64 {
-        return Err(StoreError::Conflict(ids[0]));
-    }
+    let s = statement;
+    let (ids, states, payment_ids) = (s.bind(ids)?, s.bind(states)?, s.bind(payment_ids)?);
+    let (paid, versions, times) = (s.bind(paid)?, s.bind(versions)?, s.bind(times)?);
+    let (refunds, before) = (s.bind(refunds)?, s.bind(before)?);
+    s.cte(
+        "updated",
+        &format!(
+            "UPDATE orders o SET state = x.state, payment_id = x.payment_id, paid_minor = x.paid, \
+                    version = x.version, updated_at = x.at, refunds = x.refunds \
+             FROM unnest({ids}::uuid[], {states}::text[], {payment_ids}::text[], {paid}::bigint[], {versions}::int[], {times}::timestamptz[], {refunds}::jsonb[], {before}::int[]) \
+                  AS x(id, state, payment_id, paid, version, at, refunds, before) \
+             WHERE o.id = ANY({ids}::uuid[]) AND o.id = x.id AND o.version = x.before \
+             RETURNING 1"
+        ),
+    );
+    s.expect_rows("updated", n, first.id);
     Ok(())
 }
 

@@ -7,7 +7,7 @@
 //! final, so no later fact can confirm on a refunded payment or the reverse.
 
 use crate::orders::{self, Waiting};
-use crate::write::{self, Changes, Written};
+use crate::write::{Changes, Statement, Written};
 use crate::StoreError;
 use domain::{Command, Event, Order, PaidFact, PspStatus, RefundReason};
 use events::Metadata;
@@ -241,11 +241,16 @@ async fn learn_many_waiting(
         };
         learned.push(answer);
     }
+    // The payments, then the orders on the write path (stock last), in one statement.
+    let mut statement = Statement::new();
+    let inserted = payments.insert_into(&mut statement)?;
+    changes.add_to(&mut statement)?;
+    let (written, returned) = statement.run_returning(conn).await?;
     // Another decider may have recorded a payment since it was looked up
     // (only one naming no order: the others wait on their order's lock).
-    let lost = payments.insert(conn).await?;
+    let lost = payments.lost(inserted.and_then(|i| returned.get(i)));
     for (i, (fact, _, _)) in facts.iter().enumerate() {
-        if !lost.contains(&fact.payment_id) {
+        if !lost.contains(fact.payment_id.as_str()) {
             continue;
         }
         match fact.order_id {
@@ -253,7 +258,7 @@ async fn learn_many_waiting(
             Some(id) => return Err(StoreError::Conflict(id)),
         }
     }
-    if let Written::StockShort(sku) = write::commit(conn, &changes).await? {
+    if let Written::StockShort(sku) = written {
         return Err(StoreError::Corrupt(format!(
             "confirming a batch of payments found {sku} short"
         )));
@@ -304,33 +309,46 @@ impl<'a> NewPayments<'a> {
         self.sources.push(source.as_str());
     }
 
-    /// Inserts the rows; returns the payment ids another decider recorded first.
-    async fn insert(&self, conn: &mut PgConnection) -> Result<HashSet<String>, StoreError> {
+    /// Inserts the rows, as the first fragment of `statement`; returns the
+    /// index of what it returns ([`Statement::returning`]), `None` when there
+    /// is nothing to insert.
+    fn insert_into<'q>(
+        &'q self,
+        statement: &mut Statement<'q>,
+    ) -> Result<Option<usize>, StoreError> {
         if self.ids.is_empty() {
-            return Ok(HashSet::new());
+            return Ok(None);
         }
-        let inserted: Vec<String> = sqlx::query_scalar(
-            "INSERT INTO payments (payment_id, order_id, amount_minor, currency, disposition, reason, learned_from, refund_state, next_attempt_at) \
-             SELECT p, o, a, c, d, r, s, CASE WHEN d = 'refund' THEN 'pending' END, CASE WHEN d = 'refund' THEN now() END \
-             FROM unnest($1::text[], $2::uuid[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[]) AS t(p, o, a, c, d, r, s) \
-             ON CONFLICT DO NOTHING RETURNING payment_id",
-        )
-        .bind(&self.ids)
-        .bind(&self.orders)
-        .bind(&self.amounts)
-        .bind(&self.currencies)
-        .bind(&self.dispositions)
-        .bind(&self.reasons)
-        .bind(&self.sources)
-        .fetch_all(&mut *conn)
-        .await?;
-        let inserted: HashSet<String> = inserted.into_iter().collect();
-        Ok(self
-            .ids
+        let s = statement;
+        let (ids, orders, amounts) = (
+            s.bind(&self.ids)?,
+            s.bind(&self.orders)?,
+            s.bind(&self.amounts)?,
+        );
+        let (currencies, dispositions) = (s.bind(&self.currencies)?, s.bind(&self.dispositions)?);
+        let (reasons, sources) = (s.bind(&self.reasons)?, s.bind(&self.sources)?);
+        s.cte(
+            "recorded",
+            &format!(
+                "INSERT INTO payments (payment_id, order_id, amount_minor, currency, disposition, reason, learned_from, refund_state, next_attempt_at) \
+                 SELECT p, o, a, c, d, r, s, CASE WHEN d = 'refund' THEN 'pending' END, CASE WHEN d = 'refund' THEN now() END \
+                 FROM unnest({ids}::text[], {orders}::uuid[], {amounts}::bigint[], {currencies}::text[], {dispositions}::text[], {reasons}::text[], {sources}::text[]) AS t(p, o, a, c, d, r, s) \
+                 ON CONFLICT DO NOTHING RETURNING payment_id"
+            ),
+        );
+        Ok(Some(s.returning("recorded")))
+    }
+
+    /// The payment ids another decider recorded first: those the insert did not return.
+    fn lost(&self, inserted: Option<&Vec<String>>) -> HashSet<&'a str> {
+        let inserted: HashSet<&str> = inserted
+            .map(|ids| ids.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        self.ids
             .iter()
-            .filter(|id| !inserted.contains(**id))
-            .map(|id| (*id).to_owned())
-            .collect())
+            .copied()
+            .filter(|id| !inserted.contains(id))
+            .collect()
     }
 }
 

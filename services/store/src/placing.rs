@@ -23,7 +23,7 @@
 //! request's problem never fails the others.
 
 use crate::idempotency::{self, Claim, KeyedRequest, StoredResponse};
-use crate::write::{self, Changes, Written};
+use crate::write::{Changes, Statement, Written};
 use crate::StoreError;
 use domain::{Event, Order, Sku};
 use events::Metadata;
@@ -253,9 +253,11 @@ async fn place_in(
         outcomes[i] = Some(outcome);
     }
 
-    // 4. Keys, then the orders on the write path (stock last).
-    keys.insert(conn).await?;
-    if let Written::StockShort(_) = write::commit(conn, &changes).await? {
+    // 4. Keys, then the orders on the write path (stock last), in one statement.
+    let mut statement = Statement::new();
+    keys.insert_into(&mut statement)?;
+    changes.add_to(&mut statement)?;
+    if let Written::StockShort(_) = statement.run(conn).await? {
         return Ok(None);
     }
 
@@ -515,22 +517,24 @@ impl<'a> StoredKeys<'a> {
         self.orders.push(answer.order_id);
     }
 
-    async fn insert(&self, conn: &mut PgConnection) -> Result<(), StoreError> {
+    /// Inserts the keys, as the first fragment of `statement`.
+    fn insert_into<'q>(&'q self, statement: &mut Statement<'q>) -> Result<(), StoreError> {
         if self.keys.is_empty() {
             return Ok(());
         }
-        sqlx::query(
-            "INSERT INTO idempotency_keys (account_id, key, fingerprint, status, response_body, order_id) \
-             SELECT * FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::smallint[], $5::jsonb[], $6::uuid[])",
-        )
-        .bind(&self.accounts)
-        .bind(&self.keys)
-        .bind(&self.fingerprints)
-        .bind(&self.statuses)
-        .bind(&self.bodies)
-        .bind(&self.orders)
-        .execute(&mut *conn)
-        .await?;
+        let s = statement;
+        let (accounts, keys) = (s.bind(&self.accounts)?, s.bind(&self.keys)?);
+        let (fingerprints, statuses) = (s.bind(&self.fingerprints)?, s.bind(&self.statuses)?);
+        let (bodies, orders) = (s.bind(&self.bodies)?, s.bind(&self.orders)?);
+        s.cte(
+            "keyed",
+            &format!(
+                "INSERT INTO idempotency_keys (account_id, key, fingerprint, status, response_body, order_id) \
+                 SELECT * FROM unnest({accounts}::uuid[], {keys}::text[], {fingerprints}::bytea[], {statuses}::smallint[], {bodies}::jsonb[], {orders}::uuid[]) \
+                 RETURNING 1"
+            ),
+        );
+        s.in_order("keyed");
         Ok(())
     }
 }

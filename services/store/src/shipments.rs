@@ -3,7 +3,7 @@
 //! stream, committed on the write path with the `shipments` row that caches
 //! the current state.
 
-use crate::write::{self, Changes};
+use crate::write::{self, Changes, Statement};
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use domain::shipment::{self, ShipmentCommand, ShipmentState};
@@ -165,64 +165,82 @@ pub async fn for_order(pool: &PgPool, order_id: Uuid) -> Result<Option<Shipment>
     row.map(Shipment::try_from).transpose()
 }
 
-/// Inserts new shipments' rows in one statement (the write path's part).
-pub(crate) async fn insert(
-    conn: &mut PgConnection,
-    shipments: &[Shipment],
+/// Inserts new shipments' rows, as a fragment of `statement`; an order
+/// that already has one is `StoreError::Conflict`.
+pub(crate) fn insert<'q>(
+    statement: &mut Statement<'q>,
+    shipments: &'q [Shipment],
 ) -> Result<(), StoreError> {
-    if shipments.is_empty() {
+    let Some(first) = shipments.first() else {
         return Ok(());
-    }
-    let ids: Vec<Uuid> = shipments.iter().map(|s| s.id).collect();
-    let orders: Vec<Uuid> = shipments.iter().map(|s| s.order_id).collect();
-    let states: Vec<&str> = shipments.iter().map(|s| s.state.as_str()).collect();
-    let versions: Vec<i32> = shipments.iter().map(|s| s.version).collect();
-    let times: Vec<DateTime<Utc>> = shipments.iter().map(|s| s.updated_at).collect();
-    let inserted = sqlx::query(
-        "INSERT INTO shipments (id, order_id, state, version, created_at, updated_at) \
-         SELECT id, o, st, v, at, at FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[], $5::timestamptz[]) AS x(id, o, st, v, at) \
-         ON CONFLICT (order_id) DO NOTHING",
-    )
-    .bind(&ids)
-    .bind(&orders)
-    .bind(&states)
-    .bind(&versions)
-    .bind(&times)
-    .execute(&mut *conn)
-    .await?;
-    if inserted.rows_affected() != shipments.len() as u64 {
-        return Err(StoreError::Conflict(orders[0]));
-    }
+    };
+    let s = statement;
+    let ids = s.bind(shipments.iter().map(|s| s.id).collect::<Vec<Uuid>>())?;
+    let orders = s.bind(shipments.iter().map(|s| s.order_id).collect::<Vec<Uuid>>())?;
+    let states = s.bind(
+        shipments
+            .iter()
+            .map(|s| s.state.as_str())
+            .collect::<Vec<&str>>(),
+    )?;
+    let versions = s.bind(shipments.iter().map(|s| s.version).collect::<Vec<i32>>())?;
+    let times = s.bind(
+        shipments
+            .iter()
+            .map(|s| s.updated_at)
+            .collect::<Vec<DateTime<Utc>>>(),
+    )?;
+    s.cte(
+        "shipped",
+        &format!(
+            "INSERT INTO shipments (id, order_id, state, version, created_at, updated_at) \
+             SELECT id, o, st, v, at, at FROM unnest({ids}::uuid[], {orders}::uuid[], {states}::text[], {versions}::int[], {times}::timestamptz[]) AS x(id, o, st, v, at) \
+             ON CONFLICT (order_id) DO NOTHING RETURNING 1"
+        ),
+    );
+    s.expect_rows("shipped", shipments.len(), first.order_id);
     Ok(())
 }
 
-/// Updates shipments' rows in one statement, each fenced on its version.
-pub(crate) async fn update(
-    conn: &mut PgConnection,
-    shipments: &[(i32, Shipment)],
+/// Updates shipments' rows, as a fragment of `statement`, each fenced on
+/// its version: a concurrent writer is `StoreError::Conflict`.
+pub(crate) fn update<'q>(
+    statement: &mut Statement<'q>,
+    shipments: &'q [(i32, Shipment)],
 ) -> Result<(), StoreError> {
-    if shipments.is_empty() {
+    let Some((_, first)) = shipments.first() else {
         return Ok(());
-    }
-    let ids: Vec<Uuid> = shipments.iter().map(|(_, s)| s.id).collect();
-    let states: Vec<&str> = shipments.iter().map(|(_, s)| s.state.as_str()).collect();
-    let versions: Vec<i32> = shipments.iter().map(|(_, s)| s.version).collect();
-    let times: Vec<DateTime<Utc>> = shipments.iter().map(|(_, s)| s.updated_at).collect();
-    let before: Vec<i32> = shipments.iter().map(|(b, _)| *b).collect();
-    let updated = sqlx::query(
-        "UPDATE shipments s SET state = x.st, version = x.v, updated_at = x.at \
-         FROM unnest($1::uuid[], $2::text[], $3::int[], $4::timestamptz[], $5::int[]) AS x(id, st, v, at, b) \
-         WHERE s.id = ANY($1::uuid[]) AND s.id = x.id AND s.version = x.b",
-    )
-    .bind(&ids)
-    .bind(&states)
-    .bind(&versions)
-    .bind(&times)
-    .bind(&before)
-    .execute(&mut *conn)
-    .await?;
-    if updated.rows_affected() != shipments.len() as u64 {
-        return Err(StoreError::Conflict(ids[0]));
-    }
+    };
+    let s = statement;
+    let ids = s.bind(shipments.iter().map(|(_, s)| s.id).collect::<Vec<Uuid>>())?;
+    let states = s.bind(
+        shipments
+            .iter()
+            .map(|(_, s)| s.state.as_str())
+            .collect::<Vec<&str>>(),
+    )?;
+    let versions = s.bind(
+        shipments
+            .iter()
+            .map(|(_, s)| s.version)
+            .collect::<Vec<i32>>(),
+    )?;
+    let times = s.bind(
+        shipments
+            .iter()
+            .map(|(_, s)| s.updated_at)
+            .collect::<Vec<DateTime<Utc>>>(),
+    )?;
+    let before = s.bind(shipments.iter().map(|(b, _)| *b).collect::<Vec<i32>>())?;
+    s.cte(
+        "advanced",
+        &format!(
+            "UPDATE shipments s SET state = x.st, version = x.v, updated_at = x.at \
+             FROM unnest({ids}::uuid[], {states}::text[], {versions}::int[], {times}::timestamptz[], {before}::int[]) AS x(id, st, v, at, b) \
+             WHERE s.id = ANY({ids}::uuid[]) AND s.id = x.id AND s.version = x.b \
+             RETURNING 1"
+        ),
+    );
+    s.expect_rows("advanced", shipments.len(), first.id);
     Ok(())
 }

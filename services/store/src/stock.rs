@@ -1,10 +1,12 @@
 //! Stock buckets and their ledger. Every movement — receipts, adjustments,
 //! and what order events cause (`domain::Event::movement`) — goes through
-//! [`apply`]: one statement per batch that moves each SKU once by the sum
-//! of its movements (never below zero) and writes one ledger row per
-//! movement. A batch of several SKUs locks them in SKU order first, so two
+//! [`apply`]: fragments of the write path's one statement that move each
+//! SKU once by the sum of its movements (never below zero) and write one
+//! ledger row per movement. A batch of several SKUs locks them in SKU order first, so two
 //! batches never deadlock.
 
+use crate::write::Statement;
+use crate::StoreError;
 use domain::{Movement, Sku};
 use sqlx::PgConnection;
 use std::collections::BTreeMap;
@@ -21,15 +23,17 @@ pub(crate) struct Move {
     pub reason: Option<String>,
 }
 
-/// Applies every move; returns the first SKU (in SKU order) that lacked the
+/// Applies every move, as fragments of `statement`: the statement's
+/// `Written::StockShort` names the first SKU (in SKU order) that lacked the
 /// units or does not exist. Nothing may then be committed: the caller rolls
-/// back.
-pub(crate) async fn apply(
-    conn: &mut PgConnection,
-    moves: &[Move],
-) -> Result<Option<Sku>, sqlx::Error> {
+/// back. Several SKUs are locked in SKU order first (a sub-statement the
+/// move reads, so it runs first, row by row), so two batches never deadlock.
+pub(crate) fn apply<'q>(
+    statement: &mut Statement<'q>,
+    moves: &'q [Move],
+) -> Result<(), StoreError> {
     if moves.is_empty() {
-        return Ok(None);
+        return Ok(());
     }
     let mut per_sku: BTreeMap<&Sku, domain::Buckets> = BTreeMap::new();
     let n = moves.len();
@@ -56,13 +60,6 @@ pub(crate) async fn apply(
         orders.push(m.order_id);
         reasons.push(m.reason.as_deref());
     }
-    if per_sku.len() > 1 {
-        let keys: Vec<&str> = per_sku.keys().map(|k| k.as_str()).collect();
-        sqlx::query("SELECT 1 FROM stock WHERE sku = ANY($1) ORDER BY sku FOR UPDATE")
-            .bind(&keys)
-            .execute(&mut *conn)
-            .await?;
-    }
     let (mut ts, mut ta, mut tr, mut tsold) = (vec![], vec![], vec![], vec![]);
     for (sku, d) in &per_sku {
         ts.push(sku.as_str());
@@ -70,38 +67,48 @@ pub(crate) async fn apply(
         tr.push(d.reserved);
         tsold.push(d.sold);
     }
-    let moved: Vec<String> = sqlx::query_scalar(
-        "WITH d AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(sku, a, r, s)), \
-         m AS (UPDATE stock SET available = stock.available + d.a, reserved = stock.reserved + d.r, sold = stock.sold + d.s \
-               FROM d WHERE stock.sku = ANY($1::text[]) AND stock.sku = d.sku AND stock.available + d.a >= 0 AND stock.reserved + d.r >= 0 \
-               RETURNING stock.sku), \
-         l AS (INSERT INTO stock_ledger (sku, movement, d_available, d_reserved, d_sold, order_id, reason) \
-               SELECT x.sku, x.mv, x.a, x.r, x.s, x.o, x.why \
-               FROM unnest($5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::uuid[], $11::text[]) \
-                    AS x(sku, mv, a, r, s, o, why) \
-               WHERE x.sku IN (SELECT sku FROM m)) \
-         SELECT sku FROM m",
-    )
-    .bind(&ts)
-    .bind(&ta)
-    .bind(&tr)
-    .bind(&tsold)
-    .bind(&skus)
-    .bind(&names)
-    .bind(&a)
-    .bind(&r)
-    .bind(&s)
-    .bind(&orders)
-    .bind(&reasons)
-    .fetch_all(&mut *conn)
-    .await?;
-    if moved.len() == per_sku.len() {
-        return Ok(None);
-    }
-    Ok(per_sku
-        .keys()
-        .find(|k| !moved.iter().any(|m| m == k.as_str()))
-        .map(|k| (*k).clone()))
+    let several = per_sku.len() > 1;
+    let expected: Vec<Sku> = per_sku.into_keys().cloned().collect();
+    let st = statement;
+    let (ts, ta, tr, tsold) = (st.bind(ts)?, st.bind(ta)?, st.bind(tr)?, st.bind(tsold)?);
+    let (skus, names, a, r, s) = (
+        st.bind(skus)?,
+        st.bind(names)?,
+        st.bind(a)?,
+        st.bind(r)?,
+        st.bind(s)?,
+    );
+    let (orders, reasons) = (st.bind(orders)?, st.bind(reasons)?);
+    let locked = if several {
+        st.cte(
+            "stock_locked",
+            &format!("SELECT sku FROM stock WHERE sku = ANY({ts}::text[]) ORDER BY sku FOR UPDATE"),
+        );
+        " AND stock.sku IN (SELECT sku FROM stock_locked)"
+    } else {
+        ""
+    };
+    st.cte(
+        "moved",
+        &format!(
+            "UPDATE stock SET available = stock.available + d.a, reserved = stock.reserved + d.r, sold = stock.sold + d.s \
+             FROM unnest({ts}::text[], {ta}::bigint[], {tr}::bigint[], {tsold}::bigint[]) AS d(sku, a, r, s) \
+             WHERE stock.sku = ANY({ts}::text[]) AND stock.sku = d.sku AND stock.available + d.a >= 0 AND stock.reserved + d.r >= 0{locked} \
+             RETURNING stock.sku"
+        ),
+    );
+    st.cte(
+        "ledger",
+        &format!(
+            "INSERT INTO stock_ledger (sku, movement, d_available, d_reserved, d_sold, order_id, reason) \
+             SELECT x.sku, x.mv, x.a, x.r, x.s, x.o, x.why \
+             FROM unnest({skus}::text[], {names}::text[], {a}::bigint[], {r}::bigint[], {s}::bigint[], {orders}::uuid[], {reasons}::text[]) \
+                  AS x(sku, mv, a, r, s, o, why) \
+             WHERE x.sku IN (SELECT sku FROM moved)"
+        ),
+    );
+    st.expect_moved("moved", expected);
+    Ok(())
 }
 
 /// Whether every line's units are available now, the SKUs locked in SKU
