@@ -131,3 +131,81 @@ async fn overlapping_multi_line_orders_in_opposite_line_orders_never_deadlock() 
         assert_eq!(app.ledger(sku).await, b, "{sku}: ledger balances");
     }
 }
+
+#[tokio::test]
+async fn units_another_writer_takes_between_the_unlocked_read_and_the_write_are_not_sold_again() {
+    let app = Arc::new(TestApp::spawn().await);
+    app.add_product("MUG", 2500, 1).await;
+    // Another writer holds the stock row, so the buyer reads 1 available
+    // (no lock) and then waits at the write statement's stock move.
+    let mut other = app.pool.begin().await.expect("begin");
+    let other_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *other)
+        .await
+        .expect("pid");
+    sqlx::query("SELECT * FROM stock WHERE sku = 'MUG' FOR UPDATE")
+        .execute(&mut *other)
+        .await
+        .expect("lock");
+    let buyer = {
+        let app = app.clone();
+        tokio::spawn(async move {
+            let body = serde_json::json!({ "lines": [{ "sku": "MUG", "quantity": 1 }] });
+            app.place(&app.token, "the-last-mug", &body).await
+        })
+    };
+    soldonce_tests::eventually(
+        "the buyer to wait on the stock row",
+        std::time::Duration::from_secs(10),
+        || async {
+            let waiting = app
+                .count(&format!(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                     AND wait_event_type = 'Lock' AND {other_pid} = ANY(pg_blocking_pids(pid))"
+                ))
+                .await;
+            (waiting == 1).then_some(())
+        },
+    )
+    .await;
+    // Meanwhile the other writer sells the last unit, and commits.
+    sqlx::query("UPDATE stock SET available = available - 1, sold = sold + 1 WHERE sku = 'MUG'")
+        .execute(&mut *other)
+        .await
+        .expect("take the unit");
+    other.commit().await.expect("commit");
+
+    // The buyer's move finds the unit gone: its whole write is rolled back
+    // and the order refused, once the stock is read again under its lock.
+    let reply = buyer.await.expect("buyer task");
+    reply.assert_problem(409);
+    assert_eq!(reply.body["sku"], "MUG", "the 409 names the SKU");
+    assert_eq!(
+        app.buckets("MUG").await,
+        Buckets {
+            available: 0,
+            reserved: 0,
+            sold: 1
+        }
+    );
+    for (what, sql) in [
+        ("orders", "SELECT count(*) FROM orders"),
+        ("events", "SELECT count(*) FROM events"),
+        ("outbox rows", "SELECT count(*) FROM outbox"),
+        (
+            "reservations in the ledger",
+            "SELECT count(*) FROM stock_ledger WHERE movement = 'reserve'",
+        ),
+    ] {
+        assert_eq!(app.count(sql).await, 0, "{what} of the refused order");
+    }
+    // The refusal is what the key now holds.
+    let again = app
+        .place(
+            &app.token,
+            "the-last-mug",
+            &serde_json::json!({ "lines": [{ "sku": "MUG", "quantity": 1 }] }),
+        )
+        .await;
+    assert_eq!((again.status, &again.body), (409, &reply.body));
+}
