@@ -138,15 +138,7 @@ async fn units_another_writer_takes_between_the_unlocked_read_and_the_write_are_
     app.add_product("MUG", 2500, 1).await;
     // Another writer holds the stock row, so the buyer reads 1 available
     // (no lock) and then waits at the write statement's stock move.
-    let mut other = app.pool.begin().await.expect("begin");
-    let other_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut *other)
-        .await
-        .expect("pid");
-    sqlx::query("SELECT * FROM stock WHERE sku = 'MUG' FOR UPDATE")
-        .execute(&mut *other)
-        .await
-        .expect("lock");
+    let (mut other, other_pid) = app.hold_stock_row("MUG").await;
     let buyer = {
         let app = app.clone();
         tokio::spawn(async move {
@@ -154,20 +146,8 @@ async fn units_another_writer_takes_between_the_unlocked_read_and_the_write_are_
             app.place(&app.token, "the-last-mug", &body).await
         })
     };
-    soldonce_tests::eventually(
-        "the buyer to wait on the stock row",
-        std::time::Duration::from_secs(10),
-        || async {
-            let waiting = app
-                .count(&format!(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                     AND wait_event_type = 'Lock' AND {other_pid} = ANY(pg_blocking_pids(pid))"
-                ))
-                .await;
-            (waiting == 1).then_some(())
-        },
-    )
-    .await;
+    app.wait_blocked_by(other_pid, "the buyer to wait on the stock row")
+        .await;
     // Meanwhile the other writer sells the last unit, and commits.
     sqlx::query("UPDATE stock SET available = available - 1, sold = sold + 1 WHERE sku = 'MUG'")
         .execute(&mut *other)

@@ -2,9 +2,8 @@
 
 use serde_json::json;
 use soldonce_tests::app::Buckets;
-use soldonce_tests::{eventually, TestApp};
+use soldonce_tests::TestApp;
 use std::sync::Arc;
-use std::time::Duration;
 
 fn one(sku: &str, quantity: i64) -> serde_json::Value {
     json!({ "lines": [{ "sku": sku, "quantity": quantity }] })
@@ -104,35 +103,13 @@ async fn the_same_key_while_the_first_is_in_flight_is_409() {
     let app = Arc::new(TestApp::spawn().await);
     app.add_product("MUG", 2500, 10).await;
     // Hold the stock row so the first request stops at its reservation.
-    let mut blocker = app.pool.begin().await.expect("begin");
-    let blocker_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut *blocker)
-        .await
-        .expect("pid");
-    sqlx::query("SELECT * FROM stock WHERE sku = 'MUG' FOR UPDATE")
-        .execute(&mut *blocker)
-        .await
-        .expect("lock");
+    let (blocker, blocker_pid) = app.hold_stock_row("MUG").await;
     let first = {
         let app = app.clone();
         tokio::spawn(async move { app.place(&app.token, "slow", &one("MUG", 1)).await })
     };
-    eventually(
-        "the first request to wait on the stock row",
-        Duration::from_secs(10),
-        || async {
-            // Blocked by the blocker itself (the write statement is too long
-            // for pg_stat_activity to show its stock update).
-            let waiting = app
-                .count(&format!(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                 AND wait_event_type = 'Lock' AND {blocker_pid} = ANY(pg_blocking_pids(pid))"
-                ))
-                .await;
-            (waiting == 1).then_some(())
-        },
-    )
-    .await;
+    app.wait_blocked_by(blocker_pid, "the first request to wait on the stock row")
+        .await;
     let second = app.place(&app.token, "slow", &one("MUG", 1)).await;
     second.assert_problem(409);
     assert_eq!(

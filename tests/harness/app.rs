@@ -288,6 +288,42 @@ impl TestApp {
             .expect("count query");
         n
     }
+
+    /// Locks `sku`'s stock row in a transaction of its own, as another
+    /// writer would: the transaction, and its backend's pid for
+    /// [`TestApp::wait_blocked_by`].
+    pub async fn hold_stock_row(
+        &self,
+        sku: &str,
+    ) -> (sqlx::Transaction<'static, sqlx::Postgres>, i32) {
+        let mut tx = self.pool.begin().await.expect("begin");
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut *tx)
+            .await
+            .expect("pid");
+        sqlx::query("SELECT * FROM stock WHERE sku = $1 FOR UPDATE")
+            .bind(sku)
+            .execute(&mut *tx)
+            .await
+            .expect("lock the stock row");
+        (tx, pid)
+    }
+
+    /// Waits until one statement waits on a lock the backend `pid` holds
+    /// (found by its blocker, not by its text: `pg_stat_activity` keeps only
+    /// the first KiB of a query).
+    pub async fn wait_blocked_by(&self, pid: i32, what: &str) {
+        crate::eventually(what, Duration::from_secs(10), || async {
+            let waiting = self
+                .count(&format!(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                     AND wait_event_type = 'Lock' AND {pid} = ANY(pg_blocking_pids(pid))"
+                ))
+                .await;
+            (waiting == 1).then_some(())
+        })
+        .await;
+    }
 }
 
 impl Drop for TestApp {
