@@ -126,17 +126,23 @@ async fn insert_row(conn: &mut sqlx::PgConnection, id: Uuid) {
         .expect("insert outbox row");
 }
 
+/// A checkout database, a private NATS, and a relay that polls once a
+/// minute: within the tests' deadlines only a notification wakes it.
+async fn relay_woken_only_by_notifications() -> (TestApp, Nats, tokio::sync::oneshot::Sender<()>) {
+    let app = TestApp::spawn().await;
+    let nats = Nats::start_temporary().expect("private nats");
+    let relay =
+        spawn_in_process_polling(&app.database_url, &nats.url(), Duration::from_secs(60)).await;
+    (app, nats, relay)
+}
+
 /// The wake-up (one notification per 5 ms bucket) is claimed by a
 /// transaction as it commits, not as it inserts: a writer that inserted its
 /// outbox rows and then waits (on a hot stock row, say) must not swallow the
 /// notification of a transaction that commits meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_still_open_does_not_swallow_the_wake_up_of_one_that_commits() {
-    let app = TestApp::spawn().await;
-    let nats = Nats::start_temporary().expect("private nats");
-    // It polls once a minute: within the deadlines below only a notification wakes it.
-    let _relay =
-        spawn_in_process_polling(&app.database_url, &nats.url(), Duration::from_secs(60)).await;
+    let (app, nats, _relay) = relay_woken_only_by_notifications().await;
     sqlx::query("SELECT setval('outbox_wake_bucket', 1)")
         .execute(&app.pool)
         .await
@@ -189,10 +195,7 @@ async fn a_writer_still_open_does_not_swallow_the_wake_up_of_one_that_commits() 
 /// published long before the relay's once-a-minute poll.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writers_do_not_notify_a_relay_that_keeps_finding_rows_and_every_row_still_goes_out() {
-    let app = TestApp::spawn().await;
-    let nats = Nats::start_temporary().expect("private nats");
-    let _relay =
-        spawn_in_process_polling(&app.database_url, &nats.url(), Duration::from_secs(60)).await;
+    let (app, nats, _relay) = relay_woken_only_by_notifications().await;
     let mut listener = sqlx::postgres::PgListener::connect(&app.database_url)
         .await
         .expect("listener");

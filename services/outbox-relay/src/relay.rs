@@ -126,7 +126,7 @@ impl Relay {
             let now = Instant::now();
             let holding = held_until.is_some_and(|until| now < until);
             let wait = match drained {
-                Ok(0) if holding => LOOK_EVERY,
+                Ok(0) if holding => LOOK_EVERY.min(self.poll_interval),
                 Ok(0) => self.poll_interval,
                 Ok(_) => {
                     // Renewed once half of it has passed: a statement every ~25 ms, not per drain.

@@ -160,6 +160,7 @@ pub(crate) fn insert_projections_into<'q>(
             prices.push(l.unit_price_minor);
         }
     }
+    let lines = line_orders.len();
     let s = statement;
     let (ids, accounts, states) = (s.bind(ids)?, s.bind(accounts)?, s.bind(states)?);
     let (currencies, totals, shippings) =
@@ -186,12 +187,8 @@ pub(crate) fn insert_projections_into<'q>(
         ),
     );
     s.expect_rows("placed", n, first.id);
-    s.expect_rows("placed_lines", line_count(orders), first.id);
+    s.expect_rows("placed_lines", lines, first.id);
     Ok(())
-}
-
-fn line_count(orders: &[Order]) -> usize {
-    orders.iter().map(|o| o.lines.len()).sum()
 }
 
 /// Updates existing orders' projection rows, as a fragment of `statement`,

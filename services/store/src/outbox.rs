@@ -153,7 +153,7 @@ pub async fn parked(pool: &PgPool) -> Result<i64, sqlx::Error> {
 /// holds it looks for rows itself until then.
 pub async fn hold_wake(pool: &PgPool, ahead: std::time::Duration) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "SELECT setval('outbox_wake_bucket', greatest((SELECT last_value FROM outbox_wake_bucket),          floor(extract(epoch FROM clock_timestamp() + make_interval(secs => $1)) * 200)::bigint))",
+        "SELECT setval('outbox_wake_bucket', greatest((SELECT last_value FROM outbox_wake_bucket), floor(extract(epoch FROM clock_timestamp() + make_interval(secs => $1)) * 200)::bigint))",
     )
     .bind(ahead.as_secs_f64())
     .execute(pool)
