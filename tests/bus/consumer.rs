@@ -29,20 +29,33 @@ impl Handler for RecordEffects {
         tx: &mut Tx<Self>,
         batch: &[(&Delivery, &())],
     ) -> Result<(), HandleError> {
-        let ids: Vec<Uuid> = batch.iter().map(|(d, _)| d.event.id).collect();
-        sqlx::query("INSERT INTO test_effects (event_id) SELECT * FROM unnest($1::uuid[])")
-            .bind(&ids)
-            .execute(&mut **tx)
-            .await
-            .context("recording the effects")?;
-        Ok(())
+        insert_effects(tx, batch).await
     }
 }
 
+/// One `test_effects` row per event, in batch order.
+async fn insert_effects(
+    tx: &mut Tx<RecordEffects>,
+    batch: &[(&Delivery, &())],
+) -> Result<(), HandleError> {
+    let ids: Vec<Uuid> = batch.iter().map(|(d, _)| d.event.id).collect();
+    sqlx::query("INSERT INTO test_effects (event_id) SELECT * FROM unnest($1::uuid[])")
+        .bind(&ids)
+        .execute(&mut **tx)
+        .await
+        .context("recording the effects")?;
+    Ok(())
+}
+
 fn envelope(id: Uuid, event_type: &str) -> Vec<u8> {
+    envelope_about(id, &id.to_string(), event_type)
+}
+
+/// An event of `subject` (the aggregate it is about, e.g. an order).
+fn envelope_about(id: Uuid, subject: &str, event_type: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
         "specversion": "1.0", "id": id, "source": "soldonce/test", "type": event_type,
-        "subject": id.to_string(), "time": chrono::Utc::now(), "datacontenttype": "application/json",
+        "subject": subject, "time": chrono::Utc::now(), "datacontenttype": "application/json",
         "correlationid": id, "causationid": id, "data": {}
     }))
     .expect("json")
@@ -88,6 +101,20 @@ fn start(
     tokio::sync::watch::Sender<bool>,
     tokio::task::JoinHandle<anyhow::Result<()>>,
 ) {
+    start_with(js, pool, concurrency, batch_size, Arc::new(RecordEffects))
+}
+
+/// Runs `handler` as `test-consumer`; send `true` to stop it.
+fn start_with<H: Handler<Inbox = PgInbox>>(
+    js: &async_nats::jetstream::Context,
+    pool: &PgPool,
+    concurrency: usize,
+    batch_size: usize,
+    handler: Arc<H>,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
     let spec = ConsumerSpec {
         name: "test-consumer".into(),
         filter_subjects: vec!["soldonce.order.placed.>".into()],
@@ -103,7 +130,7 @@ fn start(
         js.clone(),
         PgInbox::new(pool.clone()),
         spec,
-        Arc::new(RecordEffects),
+        handler,
         stopped,
     ));
     (stop, runner)
@@ -247,6 +274,160 @@ async fn a_message_that_fails_inside_a_batch_fails_alone_and_the_rest_commit_tog
         0,
         "the failed event left no inbox row"
     );
+    stop.send(true).expect("stop");
+    runner.await.expect("runner").expect("consumer ran cleanly");
+}
+
+/// [`RecordEffects`] whose preparation of one event waits until the test
+/// opens a gate, and which notes the events of each batch it prepares.
+struct GatedEffects {
+    slow: Uuid,
+    gate: tokio::sync::watch::Receiver<bool>,
+    batches: std::sync::Mutex<Vec<Vec<Uuid>>>,
+}
+
+impl Handler for GatedEffects {
+    type Inbox = PgInbox;
+    type Prepared = ();
+    type Recorded = ();
+
+    async fn prepare(&self, d: &Delivery) -> Result<(), HandleError> {
+        if d.event.id == self.slow {
+            let mut gate = self.gate.clone();
+            gate.wait_for(|open| *open).await.context("the gate")?;
+        }
+        Ok(())
+    }
+
+    fn prepare_all<'a>(
+        &'a self,
+        _consumer: &'a str,
+        batch: &'a [&'a Delivery],
+    ) -> impl futures::Stream<Item = (usize, Result<(), HandleError>)> + Send + 'a {
+        use futures::FutureExt;
+        let ids = batch.iter().map(|d| d.event.id).collect();
+        self.batches.lock().expect("batches").push(ids);
+        batch
+            .iter()
+            .enumerate()
+            .map(|(i, d)| self.prepare(d).map(move |r| (i, r)))
+            .collect::<futures::stream::FuturesUnordered<_>>()
+    }
+
+    async fn record(
+        &self,
+        tx: &mut Tx<Self>,
+        batch: &[(&Delivery, &())],
+    ) -> Result<(), HandleError> {
+        insert_effects(tx, batch).await
+    }
+}
+
+async fn recorded(pool: &PgPool, ids: &[Uuid]) -> Vec<Uuid> {
+    sqlx::query_scalar("SELECT event_id FROM test_effects WHERE event_id = ANY($1) ORDER BY seq")
+        .bind(ids)
+        .fetch_all(pool)
+        .await
+        .expect("effects")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_records_what_is_prepared_without_waiting_for_its_slowest_message_and_keeps_an_orders_messages_in_order(
+) {
+    let (pool, _nats, js) = setup("").await;
+    sqlx::query("ALTER TABLE test_effects ADD COLUMN seq bigserial")
+        .execute(&pool)
+        .await
+        .expect("seq");
+    // The slow message and a later one about the same order, among 30 others.
+    let (slow, follower) = (Uuid::now_v7(), Uuid::now_v7());
+    let fast: Vec<Uuid> = (0..30).map(|_| Uuid::now_v7()).collect();
+    publish(
+        &js,
+        "slow",
+        envelope_about(slow, "order-a", "soldonce.order.placed.v1"),
+    )
+    .await;
+    for (i, id) in fast.iter().enumerate() {
+        publish(
+            &js,
+            &format!("f{i}"),
+            envelope(*id, "soldonce.order.placed.v1"),
+        )
+        .await;
+        if i == 3 {
+            publish(
+                &js,
+                "follower",
+                envelope_about(follower, "order-a", "soldonce.order.placed.v1"),
+            )
+            .await;
+        }
+    }
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let handler = Arc::new(GatedEffects {
+        slow,
+        gate,
+        batches: Default::default(),
+    });
+    let (stop, runner) = start_with(&js, &pool, 64, 64, handler.clone());
+
+    // The slow message is the stream's first: it opens a batch, which holds others.
+    let batch = eventually(
+        "the slow message's batch",
+        Duration::from_secs(30),
+        || async {
+            handler
+                .batches
+                .lock()
+                .expect("batches")
+                .iter()
+                .find(|b| b.contains(&slow))
+                .cloned()
+        },
+    )
+    .await;
+    let others: Vec<Uuid> = fast
+        .iter()
+        .filter(|id| batch.contains(id))
+        .copied()
+        .collect();
+    assert!(
+        !others.is_empty() && batch.contains(&follower),
+        "everything was on the stream before the consumer started, so the first batch holds more than its first message: {batch:?}"
+    );
+    // Its other messages are recorded while it is still being prepared…
+    eventually(
+        "the slow message's batch-mates to be recorded",
+        Duration::from_secs(30),
+        || async { (recorded(&pool, &others).await.len() == others.len()).then_some(()) },
+    )
+    .await;
+    // …but not the later message about its order, nor itself.
+    assert_eq!(
+        recorded(&pool, &[slow, follower]).await,
+        Vec::<Uuid>::new(),
+        "a message about the same order waits for the earlier one"
+    );
+
+    open.send(true).expect("open the gate");
+    let mut everything = fast.clone();
+    everything.extend([slow, follower]);
+    eventually("every effect", Duration::from_secs(30), || async {
+        (recorded(&pool, &everything).await.len() == everything.len()).then_some(())
+    })
+    .await;
+    assert_eq!(
+        recorded(&pool, &[slow, follower]).await,
+        vec![slow, follower],
+        "the order's messages were recorded in their order"
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM inbox").await,
+        32,
+        "one inbox row per message, none twice"
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM dead_letters").await, 0);
     stop.send(true).expect("stop");
     runner.await.expect("runner").expect("consumer ran cleanly");
 }

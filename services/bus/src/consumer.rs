@@ -5,24 +5,33 @@
 //! unknown type or version, or a message out of deliveries.
 //!
 //! Messages are handled in batches: whatever the pull has buffered, up to
-//! `batch_size`. A handler [`Handler::prepare`]s each message of a batch
-//! at once (its calls out, e.g. to the PSP, concurrent), then
-//! [`Handler::record`]s the batch's effects in one transaction with their
-//! inbox rows; acks follow the commit. If that transaction fails, each
-//! message is recorded again on its own, so a message that fails alone is
-//! retried (or dead-lettered) alone and never poisons its batch. Where the
-//! inbox and the dead letters are kept is the [`Inbox`]'s business, never
-//! this module's. Two stages of the saga's latency budget are measured
-//! here, per consumer: `soldonce_consumer_wait_seconds` (the stream's
-//! PubAck to the handler's start, first deliveries only) and
-//! `soldonce_consumer_handle_seconds` (a message's batch, prepared,
-//! recorded and committed).
+//! `batch_size`. A handler [`Handler::prepare_all`]s the messages of a
+//! batch at once (its calls out, e.g. to the PSP, concurrent), then
+//! [`Handler::record`]s their effects with their inbox rows in waves: as
+//! soon as one message is prepared, what is prepared is recorded in one
+//! transaction, and what is prepared while that transaction runs is the
+//! next wave. So a message waits for its own preparation and at most one
+//! other transaction, never for the slowest call of its batch, while a
+//! batch still commits in a few transactions, not one per message. A
+//! message never joins a wave ahead of an earlier message of the same
+//! subject (its order) in its batch. Acks follow each wave's commit. If a
+//! wave's transaction fails, each of its messages is recorded again on its
+//! own, so a message that fails alone is retried (or dead-lettered) alone
+//! and never poisons its batch. Where the inbox and the dead letters are
+//! kept is the [`Inbox`]'s business, never this module's. Two stages of the
+//! saga's latency budget are measured here, per consumer:
+//! `soldonce_consumer_wait_seconds` (the stream's PubAck to the handler's
+//! start, first deliveries only) and `soldonce_consumer_handle_seconds`
+//! (a message's batch start to its wave's commit).
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use events::{CloudEvent, DeadLetter, Inbox};
+use futures::stream::{FuturesUnordered, Stream};
 use futures::{FutureExt, StreamExt};
 use std::collections::HashSet;
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{watch, Semaphore};
@@ -116,21 +125,27 @@ pub trait Handler: Send + Sync + 'static {
         delivery: &Delivery,
     ) -> impl Future<Output = Result<Self::Prepared, HandleError>> + Send;
 
-    /// Prepares the deliveries of a batch at once, one result each in
-    /// order, each under its message's log span ([`message_span`]). By
-    /// default each is [`Handler::prepare`]d on its own; a handler that
-    /// reads the same kind of row for every message overrides it to read the
-    /// batch's rows in one query.
-    fn prepare_all(
-        &self,
-        consumer: &str,
-        batch: &[&Delivery],
-    ) -> impl Future<Output = Vec<Result<Self::Prepared, HandleError>>> + Send {
-        futures::future::join_all(
-            batch
-                .iter()
-                .map(|d| self.prepare(d).instrument(message_span(consumer, d))),
-        )
+    /// Prepares the deliveries of a batch at once, yielding each one's
+    /// result with its index in `batch` as soon as it is ready (the runtime
+    /// records what is ready while the rest is still being prepared), each
+    /// under its message's log span ([`message_span`]). By default each is
+    /// [`Handler::prepare`]d on its own; a handler that reads the same kind
+    /// of row for every message overrides it to read the batch's rows in one
+    /// query. Every index must be yielded once.
+    fn prepare_all<'a>(
+        &'a self,
+        consumer: &'a str,
+        batch: &'a [&'a Delivery],
+    ) -> impl Stream<Item = (usize, Result<Self::Prepared, HandleError>)> + Send + 'a {
+        batch
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                self.prepare(d)
+                    .map(move |r| (i, r))
+                    .instrument(message_span(consumer, d))
+            })
+            .collect::<FuturesUnordered<_>>()
     }
 
     /// Records the effects of fresh deliveries (each never recorded before)
@@ -340,25 +355,20 @@ async fn process<H: Handler>(
         hand = fresh;
     }
     // Keep JetStream from redelivering messages while their handler is still at work.
-    let work = handle(inbox, spec, handler, &hand);
+    let settled: Vec<AtomicBool> = hand.iter().map(|_| AtomicBool::new(false)).collect();
+    let work = handle(inbox, spec, handler, &hand, &settled, started);
     tokio::pin!(work);
     let mut beat = tokio::time::interval(spec.ack_wait / 3);
     beat.tick().await;
-    let settled = loop {
+    loop {
         tokio::select! {
-            settled = &mut work => break settled,
+            () = &mut work => break,
             _ = beat.tick() => {
-                for h in &hand {
+                for (h, _) in hand.iter().zip(&settled).filter(|(_, s)| !s.load(Ordering::Relaxed)) {
                     let _ = h.message.ack_with(AckKind::Progress).await;
                 }
             }
         }
-    };
-    let elapsed = started.elapsed().as_secs_f64();
-    for (h, outcome) in hand.iter().zip(settled) {
-        metrics::histogram!("soldonce_consumer_handle_seconds", "consumer" => spec.name.clone())
-            .record(elapsed);
-        settle(inbox, spec, h, outcome).await;
     }
 }
 
@@ -372,59 +382,144 @@ pub fn message_span(consumer: &str, delivery: &Delivery) -> tracing::Span {
     )
 }
 
-/// Prepares every delivery at once, then records the prepared ones in one
-/// transaction, or each alone if that fails: one outcome per message.
+/// Where one message of a batch is.
+enum Step<P> {
+    /// Still being prepared.
+    Preparing,
+    /// Prepared, waiting for a wave.
+    Prepared(P),
+    /// In a wave, or settled.
+    Taken,
+}
+
+/// The next wave: every prepared message that no earlier message of the
+/// same subject (its order) is still being prepared ahead of, in batch
+/// order. A message held back this way joins the wave after the one its
+/// predecessor joins, never an earlier one.
+fn take_wave<P>(subjects: &[&str], steps: &mut [Step<P>]) -> Vec<(usize, P)> {
+    let mut held: HashSet<&str> = HashSet::new();
+    let mut wave = Vec::new();
+    for (i, subject) in subjects.iter().enumerate() {
+        match &steps[i] {
+            Step::Preparing => {
+                held.insert(subject);
+            }
+            Step::Prepared(_) if held.contains(subject) => {}
+            Step::Prepared(_) => {
+                if let Step::Prepared(p) = std::mem::replace(&mut steps[i], Step::Taken) {
+                    wave.push((i, p));
+                }
+            }
+            Step::Taken => {}
+        }
+    }
+    wave
+}
+
+/// A wave being recorded: each of its messages' outcome, once committed.
+type Recording<'a> =
+    Pin<Box<dyn Future<Output = Vec<(usize, Result<(), HandleError>)>> + Send + 'a>>;
+
+/// Prepares every delivery at once and records the prepared ones in waves
+/// (see the module's documentation), settling each message once its wave
+/// has committed or its preparation has failed; marks it in `settled`.
 async fn handle<H: Handler>(
     inbox: &H::Inbox,
     spec: &ConsumerSpec,
     handler: &H,
     hand: &[InHand],
-) -> Vec<Result<(), HandleError>> {
+    settled: &[AtomicBool],
+    started: Instant,
+) {
+    let finish = |i: usize, outcome: Result<(), HandleError>| {
+        settled[i].store(true, Ordering::Relaxed);
+        metrics::histogram!("soldonce_consumer_handle_seconds", "consumer" => spec.name.clone())
+            .record(started.elapsed().as_secs_f64());
+        settle(inbox, spec, &hand[i], outcome)
+    };
     let deliveries: Vec<&Delivery> = hand.iter().map(|h| &h.delivery).collect();
-    let prepared = handler.prepare_all(&spec.name, &deliveries).await;
-    if prepared.len() != hand.len() {
-        // A handler's bug, not the messages': retry them all later.
-        tracing::error!(consumer = %spec.name, prepared = prepared.len(), messages = hand.len(), "prepare_all answered the wrong number of results");
-        return hand
-            .iter()
-            .map(|_| {
-                Err(HandleError::Transient(anyhow::anyhow!(
-                    "prepare_all miscounted"
-                )))
-            })
-            .collect();
-    }
-    let mut outcomes: Vec<Result<(), HandleError>> = Vec::with_capacity(hand.len());
-    let mut ready = Vec::new();
-    for (i, p) in prepared.into_iter().enumerate() {
-        match p {
-            Ok(p) => {
-                ready.push((i, p));
-                outcomes.push(Ok(()));
+    let subjects: Vec<&str> = hand
+        .iter()
+        .map(|h| h.delivery.event.subject.as_str())
+        .collect();
+    let mut steps: Vec<Step<H::Prepared>> = hand.iter().map(|_| Step::Preparing).collect();
+    let mut prepared = std::pin::pin!(handler.prepare_all(&spec.name, &deliveries));
+    let mut preparing = true;
+    let mut recording: Option<Recording<'_>> = None;
+    loop {
+        if recording.is_none() {
+            let wave = take_wave(&subjects, &mut steps);
+            if !wave.is_empty() {
+                recording = Some(Box::pin(record_wave(inbox, spec, handler, hand, wave)));
+            } else if !preparing {
+                break;
             }
-            Err(e) => outcomes.push(Err(e)),
         }
-    }
-    if ready.is_empty() {
-        return outcomes;
-    }
-    let items: Vec<(&Delivery, &H::Prepared)> =
-        ready.iter().map(|(i, p)| (&hand[*i].delivery, p)).collect();
-    match record(inbox, spec, handler, &items).await {
-        Ok(()) => {}
-        Err(e) if items.len() == 1 => outcomes[ready[0].0] = Err(e),
-        Err(e) => {
-            tracing::warn!(error = %e, consumer = %spec.name, size = items.len(), "batch failed; recording its messages one by one");
-            metrics::counter!("soldonce_consumer_batches_split_total", "consumer" => spec.name.clone())
-                .increment(1);
-            for ((i, _), item) in ready.iter().zip(&items) {
-                if let Err(e) = record(inbox, spec, handler, std::slice::from_ref(item)).await {
-                    outcomes[*i] = Err(e);
+        tokio::select! {
+            next = prepared.next(), if preparing => match next {
+                Some((i, result)) if matches!(steps.get(i), Some(Step::Preparing)) => match result {
+                    Ok(p) => steps[i] = Step::Prepared(p),
+                    Err(e) => {
+                        steps[i] = Step::Taken;
+                        finish(i, Err(e)).await;
+                    }
+                },
+                Some((i, _)) => {
+                    tracing::error!(consumer = %spec.name, index = i, messages = hand.len(), "prepare_all yielded an index twice or out of range");
+                }
+                None => preparing = false,
+            },
+            outcomes = async { recording.as_mut().expect("guarded").await }, if recording.is_some() => {
+                recording = None;
+                for (i, outcome) in outcomes {
+                    finish(i, outcome).await;
                 }
             }
         }
     }
-    outcomes
+    // A handler's bug, not the messages': retry what it never prepared later.
+    for i in 0..hand.len() {
+        if matches!(steps[i], Step::Preparing) {
+            tracing::error!(consumer = %spec.name, event_id = %hand[i].delivery.event.id, "prepare_all never yielded this message");
+            finish(
+                i,
+                Err(HandleError::Transient(anyhow::anyhow!(
+                    "prepare_all never yielded it"
+                ))),
+            )
+            .await;
+        }
+    }
+}
+
+/// Records one wave in one transaction, or each of its messages alone if
+/// that fails: one outcome per message.
+async fn record_wave<'a, H: Handler>(
+    inbox: &'a H::Inbox,
+    spec: &'a ConsumerSpec,
+    handler: &'a H,
+    hand: &'a [InHand],
+    wave: Vec<(usize, H::Prepared)>,
+) -> Vec<(usize, Result<(), HandleError>)> {
+    let items: Vec<(&Delivery, &H::Prepared)> =
+        wave.iter().map(|(i, p)| (&hand[*i].delivery, p)).collect();
+    match record(inbox, spec, handler, &items).await {
+        Ok(()) => wave.iter().map(|(i, _)| (*i, Ok(()))).collect(),
+        Err(e) if items.len() == 1 => vec![(wave[0].0, Err(e))],
+        Err(e) => {
+            tracing::warn!(error = %e, consumer = %spec.name, size = items.len(), "batch failed; recording its messages one by one");
+            metrics::counter!("soldonce_consumer_batches_split_total", "consumer" => spec.name.clone())
+                .increment(1);
+            let mut outcomes = Vec::with_capacity(items.len());
+            for ((i, _), item) in wave.iter().zip(&items) {
+                outcomes.push((
+                    *i,
+                    record(inbox, spec, handler, std::slice::from_ref(item)).await,
+                ));
+            }
+            outcomes
+        }
+    }
 }
 
 /// One transaction: the inbox rows, the fresh deliveries' effects, the commit.
@@ -527,8 +622,46 @@ async fn dead_letter<I: Inbox>(
 
 #[cfg(test)]
 mod tests {
-    use super::Delivery;
+    use super::{take_wave, Delivery, Step};
     use uuid::Uuid;
+
+    fn taken(wave: Vec<(usize, char)>) -> String {
+        wave.into_iter().map(|(_, p)| p).collect()
+    }
+
+    #[test]
+    fn a_wave_takes_what_is_prepared_but_never_ahead_of_an_earlier_message_of_its_order() {
+        // a1 is still being prepared; b and c are ready; a2 (same order as a1) is ready.
+        let subjects = ["a", "b", "a", "c"];
+        let mut steps = vec![
+            Step::Preparing,
+            Step::Prepared('b'),
+            Step::Prepared('2'),
+            Step::Prepared('c'),
+        ];
+        assert_eq!(taken(take_wave(&subjects, &mut steps)), "bc");
+        assert_eq!(
+            taken(take_wave(&subjects, &mut steps)),
+            "",
+            "nothing new is ready"
+        );
+        steps[0] = Step::Prepared('1');
+        assert_eq!(
+            taken(take_wave(&subjects, &mut steps)),
+            "12",
+            "a1, then a2, in one wave"
+        );
+        assert!(steps.iter().all(|s| matches!(s, Step::Taken)));
+    }
+
+    #[test]
+    fn a_message_held_back_behind_its_order_also_holds_back_the_next_one() {
+        let subjects = ["a", "a", "a"];
+        let mut steps = vec![Step::Taken, Step::Preparing, Step::Prepared('3')];
+        assert_eq!(taken(take_wave(&subjects, &mut steps)), "");
+        steps[1] = Step::Prepared('2');
+        assert_eq!(taken(take_wave(&subjects, &mut steps)), "23");
+    }
 
     fn delivery(traceparent: Option<&str>) -> Delivery {
         let id = Uuid::now_v7();

@@ -10,6 +10,8 @@ use anyhow::Context;
 use bus::consumer::{message_span, Delivery, HandleError, Handler, Tx};
 use domain::OrderState;
 use events::Metadata;
+use futures::stream::{FuturesUnordered, Stream};
+use futures::{FutureExt, StreamExt};
 use sqlx::PgPool;
 use std::collections::HashMap;
 use store::inbox::PgInbox;
@@ -148,34 +150,46 @@ impl Handler for PayOrders {
         self.charge(delivery, order_id, order).await
     }
 
-    /// The batch's orders are read in one query, then charged at once.
-    async fn prepare_all(
-        &self,
-        consumer: &str,
-        batch: &[&Delivery],
-    ) -> Vec<Result<Charged, HandleError>> {
-        let ids: Vec<Result<Uuid, HandleError>> = batch.iter().map(|d| order_of(d)).collect();
-        let wanted: Vec<Uuid> = ids
-            .iter()
-            .filter_map(|id| id.as_ref().ok().copied())
-            .collect();
-        let orders: HashMap<Uuid, domain::Order> =
-            match store::orders::load_many(&self.pool, &wanted).await {
-                Ok(found) => found.into_iter().map(|o| (o.id, o)).collect(),
-                Err(e) => {
-                    let why = format!("loading the batch's orders: {e}");
-                    return batch
-                        .iter()
-                        .map(|_| Err(HandleError::Transient(anyhow::anyhow!(why.clone()))))
-                        .collect();
-                }
-            };
-        let charges = batch.iter().zip(ids).map(|(d, id)| {
-            // Two deliveries may name one order (its events redelivered): each gets it.
-            let order = id.as_ref().ok().and_then(|id| orders.get(id).cloned());
-            async move { self.charge(d, id?, order).await }.instrument(message_span(consumer, d))
-        });
-        futures::future::join_all(charges).await
+    /// The batch's orders are read in one query, then charged at once; each
+    /// answer is yielded as it arrives, to be recorded while the others are
+    /// still out.
+    fn prepare_all<'a>(
+        &'a self,
+        consumer: &'a str,
+        batch: &'a [&'a Delivery],
+    ) -> impl Stream<Item = (usize, Result<Charged, HandleError>)> + Send + 'a {
+        futures::stream::once(async move {
+            let ids: Vec<Result<Uuid, HandleError>> = batch.iter().map(|d| order_of(d)).collect();
+            let wanted: Vec<Uuid> = ids
+                .iter()
+                .filter_map(|id| id.as_ref().ok().copied())
+                .collect();
+            let orders: Result<HashMap<Uuid, domain::Order>, String> =
+                store::orders::load_many(&self.pool, &wanted)
+                    .await
+                    .map(|found| found.into_iter().map(|o| (o.id, o)).collect())
+                    .map_err(|e| format!("loading the batch's orders: {e}"));
+            batch
+                .iter()
+                .zip(ids)
+                .enumerate()
+                .map(|(i, (d, id))| {
+                    // Two deliveries may name one order (its events redelivered): each gets it.
+                    let order = orders
+                        .as_ref()
+                        .map(|found| id.as_ref().ok().and_then(|id| found.get(id).cloned()))
+                        .map_err(Clone::clone);
+                    async move {
+                        let order =
+                            order.map_err(|why| HandleError::Transient(anyhow::anyhow!(why)))?;
+                        self.charge(d, id?, order).await
+                    }
+                    .map(move |r| (i, r))
+                    .instrument(message_span(consumer, d))
+                })
+                .collect::<FuturesUnordered<_>>()
+        })
+        .flatten()
     }
 
     /// Learns every answer of the batch in the one transaction, through the
