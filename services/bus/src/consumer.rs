@@ -22,7 +22,8 @@
 //! saga's latency budget are measured here, per consumer:
 //! `soldonce_consumer_wait_seconds` (the stream's PubAck to the handler's
 //! start, first deliveries only) and `soldonce_consumer_handle_seconds`
-//! (a message's batch start to its wave's commit).
+//! (a message's batch start to its wave's commit); a wave's size is
+//! `soldonce_consumer_wave_size`.
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use events::{CloudEvent, DeadLetter, Inbox};
@@ -501,6 +502,8 @@ async fn record_wave<'a, H: Handler>(
     hand: &'a [InHand],
     wave: Vec<(usize, H::Prepared)>,
 ) -> Vec<(usize, Result<(), HandleError>)> {
+    metrics::histogram!("soldonce_consumer_wave_size", "consumer" => spec.name.clone())
+        .record(wave.len() as f64);
     let items: Vec<(&Delivery, &H::Prepared)> =
         wave.iter().map(|(i, p)| (&hand[*i].delivery, p)).collect();
     match record(inbox, spec, handler, &items).await {
