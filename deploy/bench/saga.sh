@@ -36,23 +36,23 @@ pct() { # pct SQL-yielding-ms: "p50 / p99 ms"
 export PAYMENT_WORKER_ADDR="127.0.0.1:$(free_port)" FULFILLMENT_ADDR="127.0.0.1:$(free_port)"
 scrape_all() {
   { curl -s "$CHECKOUT_URL/metrics"; curl -s "http://$OUTBOX_RELAY_ADDR/metrics"; curl -s "http://$PAYMENT_WORKER_ADDR/metrics"; curl -s "http://$FULFILLMENT_ADDR/metrics"; } \
-    | grep -E '^soldonce_((checkout_queue_wait|checkout_group|outbox_commit_to_puback|consumer_wait|consumer_handle|psp_latency)_seconds_(bucket|count)|consumer_(batch|wave)_size_(sum|count))' || true
+    | grep -E '^soldonce_((checkout_queue_wait|checkout_group|outbox_commit_to_puback|consumer_wait|consumer_handle|psp_latency)_seconds_(bucket|count)|consumer_(batch|transaction)_size_(sum|count))' || true
 }
-# Mean messages per batch and per transaction (wave) of each consumer between two scrapes.
+# Mean messages per batch and per transaction of each consumer between two scrapes.
 sizes() {
   python3 - "$1" "$2" <<'PY'
 import re, sys, collections
 def read(p):
     d = collections.defaultdict(float)
     for line in open(p):
-        m = re.match(r'soldonce_consumer_(batch|wave)_size_(sum|count)\{consumer="([^"]*)"\} (\S+)', line)
+        m = re.match(r'soldonce_consumer_(batch|transaction)_size_(sum|count)\{consumer="([^"]*)"\} (\S+)', line)
         if m: d[(m.group(3), m.group(1), m.group(2))] = float(m.group(4))
     return d
 b, a = read(sys.argv[1]), read(sys.argv[2])
 def mean(c, kind):
     n = a[(c, kind, 'count')] - b[(c, kind, 'count')]
     return f"{(a[(c, kind, 'sum')] - b[(c, kind, 'sum')]) / n:.1f}" if n > 0 else "-"
-print('; '.join(f"{c} {mean(c, 'batch')} per batch, {mean(c, 'wave')} per transaction" for c in sorted({k[0] for k in a})))
+print('; '.join(f"{c} {mean(c, 'batch')} per batch, {mean(c, 'transaction')} per transaction" for c in sorted({k[0] for k in a})))
 PY
 }
 # p50/p99 of each stage histogram between two scrapes, interpolated within buckets (as histogram_quantile does).

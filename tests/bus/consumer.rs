@@ -101,7 +101,14 @@ fn start(
     tokio::sync::watch::Sender<bool>,
     tokio::task::JoinHandle<anyhow::Result<()>>,
 ) {
-    start_with(js, pool, concurrency, batch_size, Arc::new(RecordEffects))
+    start_with(
+        js,
+        pool,
+        concurrency,
+        batch_size,
+        2,
+        Arc::new(RecordEffects),
+    )
 }
 
 /// Runs `handler` as `test-consumer`; send `true` to stop it.
@@ -110,6 +117,7 @@ fn start_with<H: Handler<Inbox = PgInbox>>(
     pool: &PgPool,
     concurrency: usize,
     batch_size: usize,
+    recorders: usize,
     handler: Arc<H>,
 ) -> (
     tokio::sync::watch::Sender<bool>,
@@ -124,6 +132,7 @@ fn start_with<H: Handler<Inbox = PgInbox>>(
         backoff: vec![],
         concurrency,
         batch_size,
+        recorders,
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let runner = tokio::spawn(bus::consumer::run(
@@ -370,7 +379,7 @@ async fn a_batch_records_what_is_prepared_without_waiting_for_its_slowest_messag
         gate,
         batches: Default::default(),
     });
-    let (stop, runner) = start_with(&js, &pool, 64, 64, handler.clone());
+    let (stop, runner) = start_with(&js, &pool, 64, 64, 2, handler.clone());
 
     // The slow message is the stream's first: it opens a batch, which holds others.
     let batch = eventually(
@@ -428,6 +437,88 @@ async fn a_batch_records_what_is_prepared_without_waiting_for_its_slowest_messag
         "one inbox row per message, none twice"
     );
     assert_eq!(count(&pool, "SELECT count(*) FROM dead_letters").await, 0);
+    stop.send(true).expect("stop");
+    runner.await.expect("runner").expect("consumer ran cleanly");
+}
+
+/// [`RecordEffects`] that counts the batches it prepares and the most
+/// transactions it was ever recording in at once.
+#[derive(Default)]
+struct CountedEffects {
+    batches: std::sync::atomic::AtomicUsize,
+    recording: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl Handler for CountedEffects {
+    type Inbox = PgInbox;
+    type Prepared = ();
+    type Recorded = ();
+
+    async fn prepare(&self, _: &Delivery) -> Result<(), HandleError> {
+        Ok(())
+    }
+
+    fn prepare_all<'a>(
+        &'a self,
+        _consumer: &'a str,
+        batch: &'a [&'a Delivery],
+    ) -> impl futures::Stream<Item = (usize, Result<(), HandleError>)> + Send + 'a {
+        use std::sync::atomic::Ordering;
+        self.batches.fetch_add(1, Ordering::SeqCst);
+        futures::stream::iter((0..batch.len()).map(|i| (i, Ok(()))))
+    }
+
+    async fn record(
+        &self,
+        tx: &mut Tx<Self>,
+        batch: &[(&Delivery, &())],
+    ) -> Result<(), HandleError> {
+        use std::sync::atomic::Ordering;
+        let now = self.recording.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        let result = insert_effects(tx, batch).await;
+        self.recording.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn however_many_batches_are_in_hand_a_consumer_records_in_no_more_transactions_at_once_than_its_recorders(
+) {
+    use std::sync::atomic::Ordering;
+    let (pool, _nats, js) = setup("").await;
+    let ids: Vec<Uuid> = (0..120).map(|_| Uuid::now_v7()).collect();
+    for (i, id) in ids.iter().enumerate() {
+        publish(
+            &js,
+            &format!("m{i}"),
+            envelope(*id, "soldonce.order.placed.v1"),
+        )
+        .await;
+    }
+    // Batches of 4, up to 30 of them in hand at once, one recorder.
+    let handler = Arc::new(CountedEffects::default());
+    let (stop, runner) = start_with(&js, &pool, 120, 4, 1, handler.clone());
+    eventually("every effect", Duration::from_secs(60), || async {
+        (count(&pool, "SELECT count(*) FROM test_effects").await == 120).then_some(())
+    })
+    .await;
+    assert_eq!(
+        count(&pool, "SELECT count(DISTINCT event_id) FROM test_effects").await,
+        120,
+        "each event once"
+    );
+    let batches = handler.batches.load(Ordering::SeqCst);
+    assert!(
+        batches >= 30,
+        "120 messages in batches of at most 4: {batches} batches"
+    );
+    assert_eq!(
+        handler.most.load(Ordering::SeqCst),
+        1,
+        "one recorder: one transaction at a time, whatever the {batches} batches"
+    );
     stop.send(true).expect("stop");
     runner.await.expect("runner").expect("consumer ran cleanly");
 }

@@ -118,6 +118,8 @@ impl Saga {
             concurrency: 256,
             // Batches of more than one, so every saga test runs batched.
             batch_size: 16,
+            // More than one, so transactions of the same consumer race.
+            recorders: 2,
             compensation_interval: self.compensation_interval,
             // Tests reconcile explicitly, so each run is seen.
             reconcile_interval: Duration::ZERO,
@@ -141,6 +143,7 @@ impl Saga {
             nats_url: self.nats.url(),
             step_delay,
             batch_size: 16,
+            recorders: 2,
             stream: bus::StreamSettings::default(),
         };
         let app = fulfillment::Application::build(settings)

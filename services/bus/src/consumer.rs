@@ -4,26 +4,29 @@
 //! plus a metric) for what can never be handled — an invalid envelope, an
 //! unknown type or version, or a message out of deliveries.
 //!
-//! Messages are handled in batches: whatever the pull has buffered, up to
+//! Messages are taken in batches: whatever the pull has buffered, up to
 //! `batch_size`. A handler [`Handler::prepare_all`]s the messages of a
-//! batch at once (its calls out, e.g. to the PSP, concurrent), then
-//! [`Handler::record`]s their effects with their inbox rows in waves: as
-//! soon as one message is prepared, what is prepared is recorded in one
-//! transaction, and what is prepared while that transaction runs is the
-//! next wave. So a message waits for its own preparation and at most one
-//! other transaction, never for the slowest call of its batch, while a
-//! batch still commits in a few transactions, not one per message. A
-//! message never joins a wave ahead of an earlier message of the same
-//! subject (its order) in its batch. Acks follow each wave's commit. If a
-//! wave's transaction fails, each of its messages is recorded again on its
-//! own, so a message that fails alone is retried (or dead-lettered) alone
-//! and never poisons its batch. Where the inbox and the dead letters are
-//! kept is the [`Inbox`]'s business, never this module's. Two stages of the
-//! saga's latency budget are measured here, per consumer:
-//! `soldonce_consumer_wait_seconds` (the stream's PubAck to the handler's
-//! start, first deliveries only) and `soldonce_consumer_handle_seconds`
-//! (a message's batch start to its wave's commit); a wave's size is
-//! `soldonce_consumer_wave_size`.
+//! batch at once (its calls out, e.g. to the PSP, concurrent), and each
+//! message goes on to be recorded as soon as it is prepared. The messages
+//! prepared by every batch in hand meet at the consumer's recorders
+//! (`recorders` of them, each one transaction at a time): a recorder takes
+//! everything waiting, up to `batch_size`, and [`Handler::record`]s it in
+//! one transaction with its inbox rows. So a message waits for its own
+//! preparation and at most the transaction before it, never for the
+//! slowest call of its batch, and however many batches are in hand, the
+//! consumer has at most `recorders` transactions open: under load they grow
+//! instead of multiplying (a hot SKU's row is moved once per transaction).
+//! A message is never recorded ahead of an earlier message of its batch
+//! about the same subject (its order): it waits until that one is
+//! committed. Acks follow the commit. If a transaction fails, each of its
+//! messages is recorded again on its own, so a message that fails alone is
+//! retried (or dead-lettered) alone and never poisons the others. Where the
+//! inbox and the dead letters are kept is the [`Inbox`]'s business, never
+//! this module's. Two stages of the saga's latency budget are measured
+//! here, per consumer: `soldonce_consumer_wait_seconds` (the stream's
+//! PubAck to the handler's start, first deliveries only) and
+//! `soldonce_consumer_handle_seconds` (a message's batch start to its
+//! commit); a transaction's size is `soldonce_consumer_transaction_size`.
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use events::{CloudEvent, DeadLetter, Inbox};
@@ -31,11 +34,10 @@ use futures::stream::{FuturesUnordered, Stream};
 use futures::{FutureExt, StreamExt};
 use std::collections::HashSet;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -58,8 +60,12 @@ pub struct ConsumerSpec {
     pub backoff: Vec<Duration>,
     /// Messages in hand at once in this process.
     pub concurrency: usize,
-    /// The most messages handled in one transaction (1: one per message).
+    /// The most messages taken in one batch and recorded in one
+    /// transaction (1: one per message).
     pub batch_size: usize,
+    /// Transactions recording at once in this process (see the module's
+    /// documentation).
+    pub recorders: usize,
 }
 
 /// `CONSUMER_BATCH_SIZE`, default 32 (1–1000): the most messages a
@@ -70,6 +76,19 @@ pub fn batch_size_setting() -> Result<usize, platform::config::ConfigError> {
         return Err(platform::config::ConfigError::new(
             "CONSUMER_BATCH_SIZE",
             "must be between 1 and 1000",
+        ));
+    }
+    Ok(n)
+}
+
+/// `CONSUMER_RECORDERS`, default 2 (1–64): the transactions a consumer
+/// process records in at once, each taking every prepared message waiting.
+pub fn recorders_setting() -> Result<usize, platform::config::ConfigError> {
+    let n = platform::config::parsed("CONSUMER_RECORDERS", 2usize)?;
+    if !(1..=64).contains(&n) {
+        return Err(platform::config::ConfigError::new(
+            "CONSUMER_RECORDERS",
+            "must be between 1 and 64",
         ));
     }
     Ok(n)
@@ -195,6 +214,18 @@ pub async fn run<H: Handler>(
     let spec = Arc::new(spec);
     let inbox = Arc::new(inbox);
     let permits = Arc::new(Semaphore::new(spec.concurrency.max(1)));
+    // Every message in hand waits at most once in this queue.
+    let (to_record, queue) = mpsc::channel::<Job<H::Prepared>>(spec.concurrency.max(1));
+    let queue = Arc::new(tokio::sync::Mutex::new(queue));
+    let recorders: Vec<_> = (0..spec.recorders.max(1))
+        .map(|_| {
+            let (inbox, spec, handler, queue) =
+                (inbox.clone(), spec.clone(), handler.clone(), queue.clone());
+            tokio::spawn(
+                async move { recorder(inbox.as_ref(), &spec, handler.as_ref(), &queue).await },
+            )
+        })
+        .collect();
     let mut messages = consumer.messages().await?;
     loop {
         let next = tokio::select! {
@@ -224,16 +255,27 @@ pub async fn run<H: Handler>(
                 _ => break,
             }
         }
-        let (inbox, spec, handler) = (inbox.clone(), spec.clone(), handler.clone());
+        let (inbox, spec, handler, to_record) = (
+            inbox.clone(),
+            spec.clone(),
+            handler.clone(),
+            to_record.clone(),
+        );
         tokio::spawn(async move {
-            process(inbox.as_ref(), &spec, handler.as_ref(), batch).await;
+            process(inbox.as_ref(), &spec, handler.as_ref(), &to_record, batch).await;
             drop(held);
         });
     }
-    // Wait for the messages in hand.
+    // Wait for the messages in hand; then the recorders have nothing left.
     let _ = permits
         .acquire_many(u32::try_from(spec.concurrency.max(1)).unwrap_or(1))
         .await;
+    drop(to_record);
+    for r in recorders {
+        if let Err(e) = r.await {
+            tracing::error!(error = %e, consumer = %spec.name, "a recorder ended abnormally");
+        }
+    }
     Ok(())
 }
 
@@ -272,13 +314,14 @@ impl Drop for AbortOnDrop {
 struct InHand {
     message: jetstream::Message,
     seq: u64,
-    delivery: Delivery,
+    delivery: Arc<Delivery>,
 }
 
 async fn process<H: Handler>(
     inbox: &H::Inbox,
     spec: &ConsumerSpec,
     handler: &H,
+    to_record: &mpsc::Sender<Job<H::Prepared>>,
     batch: Vec<jetstream::Message>,
 ) {
     metrics::histogram!("soldonce_consumer_batch_size", "consumer" => spec.name.clone())
@@ -332,11 +375,11 @@ async fn process<H: Handler>(
         hand.push(InHand {
             message,
             seq,
-            delivery: Delivery {
+            delivery: Arc::new(Delivery {
                 event,
                 delivered,
                 traceparent,
-            },
+            }),
         });
     }
     if hand.is_empty() {
@@ -357,7 +400,7 @@ async fn process<H: Handler>(
     }
     // Keep JetStream from redelivering messages while their handler is still at work.
     let settled: Vec<AtomicBool> = hand.iter().map(|_| AtomicBool::new(false)).collect();
-    let work = handle(inbox, spec, handler, &hand, &settled, started);
+    let work = handle(inbox, spec, handler, to_record, &hand, &settled, started);
     tokio::pin!(work);
     let mut beat = tokio::time::interval(spec.ack_wait / 3);
     beat.tick().await;
@@ -387,47 +430,53 @@ pub fn message_span(consumer: &str, delivery: &Delivery) -> tracing::Span {
 enum Step<P> {
     /// Still being prepared.
     Preparing,
-    /// Prepared, waiting for a wave.
+    /// Prepared, held back behind an earlier message of its subject.
     Prepared(P),
-    /// In a wave, or settled.
-    Taken,
+    /// With a recorder, not yet committed.
+    Recording,
+    /// Committed, or failed.
+    Settled,
 }
 
-/// The next wave: every prepared message that no earlier message of the
-/// same subject (its order) is still being prepared ahead of, in batch
-/// order. A message held back this way joins the wave after the one its
-/// predecessor joins, never an earlier one.
-fn take_wave<P>(subjects: &[&str], steps: &mut [Step<P>]) -> Vec<(usize, P)> {
+/// The prepared messages that may go to a recorder now: those that no
+/// earlier message of the same subject (its order) in the batch is ahead of,
+/// still being prepared or recorded. Taken in batch order.
+fn take_ready<P>(subjects: &[&str], steps: &mut [Step<P>]) -> Vec<(usize, P)> {
     let mut held: HashSet<&str> = HashSet::new();
-    let mut wave = Vec::new();
+    let mut ready = Vec::new();
     for (i, subject) in subjects.iter().enumerate() {
         match &steps[i] {
-            Step::Preparing => {
+            Step::Preparing | Step::Recording => {
                 held.insert(subject);
             }
             Step::Prepared(_) if held.contains(subject) => {}
             Step::Prepared(_) => {
-                if let Step::Prepared(p) = std::mem::replace(&mut steps[i], Step::Taken) {
-                    wave.push((i, p));
+                if let Step::Prepared(p) = std::mem::replace(&mut steps[i], Step::Recording) {
+                    ready.push((i, p));
                 }
+                held.insert(subject);
             }
-            Step::Taken => {}
+            Step::Settled => {}
         }
     }
-    wave
+    ready
 }
 
-/// A wave being recorded: each of its messages' outcome, once committed.
-type Recording<'a> =
-    Pin<Box<dyn Future<Output = Vec<(usize, Result<(), HandleError>)>> + Send + 'a>>;
+/// A prepared message on its way to a recorder, and where its outcome goes.
+struct Job<P> {
+    delivery: Arc<Delivery>,
+    prepared: P,
+    done: oneshot::Sender<Result<(), HandleError>>,
+}
 
-/// Prepares every delivery at once and records the prepared ones in waves
-/// (see the module's documentation), settling each message once its wave
-/// has committed or its preparation has failed; marks it in `settled`.
+/// Prepares every delivery at once and hands each prepared one to the
+/// recorders (see the module's documentation), settling each message once
+/// it is committed or its preparation has failed; marks it in `settled`.
 async fn handle<H: Handler>(
     inbox: &H::Inbox,
     spec: &ConsumerSpec,
     handler: &H,
+    to_record: &mpsc::Sender<Job<H::Prepared>>,
     hand: &[InHand],
     settled: &[AtomicBool],
     started: Instant,
@@ -438,7 +487,7 @@ async fn handle<H: Handler>(
             .record(started.elapsed().as_secs_f64());
         settle(inbox, spec, &hand[i], outcome)
     };
-    let deliveries: Vec<&Delivery> = hand.iter().map(|h| &h.delivery).collect();
+    let deliveries: Vec<&Delivery> = hand.iter().map(|h| h.delivery.as_ref()).collect();
     let subjects: Vec<&str> = hand
         .iter()
         .map(|h| h.delivery.event.subject.as_str())
@@ -446,36 +495,66 @@ async fn handle<H: Handler>(
     let mut steps: Vec<Step<H::Prepared>> = hand.iter().map(|_| Step::Preparing).collect();
     let mut prepared = std::pin::pin!(handler.prepare_all(&spec.name, &deliveries));
     let mut preparing = true;
-    let mut recording: Option<Recording<'_>> = None;
+    let mut recording = FuturesUnordered::new();
     loop {
-        if recording.is_none() {
-            let wave = take_wave(&subjects, &mut steps);
-            if !wave.is_empty() {
-                recording = Some(Box::pin(record_wave(inbox, spec, handler, hand, wave)));
-            } else if !preparing {
-                break;
-            }
-        }
         tokio::select! {
-            next = prepared.next(), if preparing => match next {
-                Some((i, result)) if matches!(steps.get(i), Some(Step::Preparing)) => match result {
-                    Ok(p) => steps[i] = Step::Prepared(p),
-                    Err(e) => {
-                        steps[i] = Step::Taken;
-                        finish(i, Err(e)).await;
+            next = prepared.next(), if preparing => {
+                // Everything prepared by now goes together.
+                let mut next = Some(next);
+                while let Some(item) = next.take() {
+                    match item {
+                        Some((i, result)) if matches!(steps.get(i), Some(Step::Preparing)) => match result {
+                            Ok(p) => steps[i] = Step::Prepared(p),
+                            Err(e) => {
+                                steps[i] = Step::Settled;
+                                finish(i, Err(e)).await;
+                            }
+                        },
+                        Some((i, _)) => {
+                            tracing::error!(consumer = %spec.name, index = i, messages = hand.len(), "prepare_all yielded an index twice or out of range");
+                        }
+                        None => {
+                            preparing = false;
+                            break;
+                        }
                     }
-                },
-                Some((i, _)) => {
-                    tracing::error!(consumer = %spec.name, index = i, messages = hand.len(), "prepare_all yielded an index twice or out of range");
-                }
-                None => preparing = false,
-            },
-            outcomes = async { recording.as_mut().expect("guarded").await }, if recording.is_some() => {
-                recording = None;
-                for (i, outcome) in outcomes {
-                    finish(i, outcome).await;
+                    next = prepared.next().now_or_never();
                 }
             }
+            Some((i, outcome)) = recording.next(), if !recording.is_empty() => {
+                steps[i] = Step::Settled;
+                finish(i, outcome).await;
+            }
+            else => break,
+        }
+        for (i, p) in take_ready(&subjects, &mut steps) {
+            let (done, outcome) = oneshot::channel();
+            let job = Job {
+                delivery: hand[i].delivery.clone(),
+                prepared: p,
+                done,
+            };
+            if to_record.send(job).await.is_err() {
+                steps[i] = Step::Settled;
+                finish(
+                    i,
+                    Err(HandleError::Transient(anyhow::anyhow!(
+                        "the consumer is stopping"
+                    ))),
+                )
+                .await;
+                continue;
+            }
+            recording.push(outcome.map(move |o| {
+                (
+                    i,
+                    o.unwrap_or_else(|_| {
+                        Err(HandleError::Transient(anyhow::anyhow!(
+                            "its recorder ended"
+                        )))
+                    }),
+                )
+            }));
         }
     }
     // A handler's bug, not the messages': retry what it never prepared later.
@@ -493,34 +572,50 @@ async fn handle<H: Handler>(
     }
 }
 
-/// Records one wave in one transaction, or each of its messages alone if
-/// that fails: one outcome per message.
-async fn record_wave<'a, H: Handler>(
-    inbox: &'a H::Inbox,
-    spec: &'a ConsumerSpec,
-    handler: &'a H,
-    hand: &'a [InHand],
-    wave: Vec<(usize, H::Prepared)>,
-) -> Vec<(usize, Result<(), HandleError>)> {
-    metrics::histogram!("soldonce_consumer_wave_size", "consumer" => spec.name.clone())
-        .record(wave.len() as f64);
-    let items: Vec<(&Delivery, &H::Prepared)> =
-        wave.iter().map(|(i, p)| (&hand[*i].delivery, p)).collect();
-    match record(inbox, spec, handler, &items).await {
-        Ok(()) => wave.iter().map(|(i, _)| (*i, Ok(()))).collect(),
-        Err(e) if items.len() == 1 => vec![(wave[0].0, Err(e))],
-        Err(e) => {
-            tracing::warn!(error = %e, consumer = %spec.name, size = items.len(), "batch failed; recording its messages one by one");
-            metrics::counter!("soldonce_consumer_batches_split_total", "consumer" => spec.name.clone())
-                .increment(1);
-            let mut outcomes = Vec::with_capacity(items.len());
-            for ((i, _), item) in wave.iter().zip(&items) {
-                outcomes.push((
-                    *i,
-                    record(inbox, spec, handler, std::slice::from_ref(item)).await,
-                ));
+/// One recorder: takes every prepared message waiting (up to the batch
+/// size), records them in one transaction, or each alone if that fails, and
+/// answers each; until the queue closes.
+async fn recorder<H: Handler>(
+    inbox: &H::Inbox,
+    spec: &ConsumerSpec,
+    handler: &H,
+    queue: &tokio::sync::Mutex<mpsc::Receiver<Job<H::Prepared>>>,
+) {
+    let mut jobs = Vec::with_capacity(spec.batch_size.max(1));
+    loop {
+        jobs.clear();
+        if queue
+            .lock()
+            .await
+            .recv_many(&mut jobs, spec.batch_size.max(1))
+            .await
+            == 0
+        {
+            return;
+        }
+        metrics::histogram!("soldonce_consumer_transaction_size", "consumer" => spec.name.clone())
+            .record(jobs.len() as f64);
+        let items: Vec<(&Delivery, &H::Prepared)> = jobs
+            .iter()
+            .map(|j| (j.delivery.as_ref(), &j.prepared))
+            .collect();
+        let outcomes = match record(inbox, spec, handler, &items).await {
+            Ok(()) => items.iter().map(|_| Ok(())).collect(),
+            Err(e) if items.len() == 1 => vec![Err(e)],
+            Err(e) => {
+                tracing::warn!(error = %e, consumer = %spec.name, size = items.len(), "a transaction failed; recording its messages one by one");
+                metrics::counter!("soldonce_consumer_batches_split_total", "consumer" => spec.name.clone())
+                    .increment(1);
+                let mut outcomes = Vec::with_capacity(items.len());
+                for item in &items {
+                    outcomes.push(record(inbox, spec, handler, std::slice::from_ref(item)).await);
+                }
+                outcomes
             }
-            outcomes
+        };
+        drop(items);
+        for (job, outcome) in jobs.drain(..).zip(outcomes) {
+            let _ = job.done.send(outcome);
         }
     }
 }
@@ -625,15 +720,15 @@ async fn dead_letter<I: Inbox>(
 
 #[cfg(test)]
 mod tests {
-    use super::{take_wave, Delivery, Step};
+    use super::{take_ready, Delivery, Step};
     use uuid::Uuid;
 
-    fn taken(wave: Vec<(usize, char)>) -> String {
-        wave.into_iter().map(|(_, p)| p).collect()
+    fn taken(ready: Vec<(usize, char)>) -> String {
+        ready.into_iter().map(|(_, p)| p).collect()
     }
 
     #[test]
-    fn a_wave_takes_what_is_prepared_but_never_ahead_of_an_earlier_message_of_its_order() {
+    fn what_is_prepared_goes_on_but_never_ahead_of_an_earlier_message_of_its_order() {
         // a1 is still being prepared; b and c are ready; a2 (same order as a1) is ready.
         let subjects = ["a", "b", "a", "c"];
         let mut steps = vec![
@@ -642,28 +737,35 @@ mod tests {
             Step::Prepared('2'),
             Step::Prepared('c'),
         ];
-        assert_eq!(taken(take_wave(&subjects, &mut steps)), "bc");
+        assert_eq!(taken(take_ready(&subjects, &mut steps)), "bc");
         assert_eq!(
-            taken(take_wave(&subjects, &mut steps)),
+            taken(take_ready(&subjects, &mut steps)),
             "",
             "nothing new is ready"
         );
         steps[0] = Step::Prepared('1');
         assert_eq!(
-            taken(take_wave(&subjects, &mut steps)),
-            "12",
-            "a1, then a2, in one wave"
+            taken(take_ready(&subjects, &mut steps)),
+            "1",
+            "a2 waits until a1 is committed"
         );
-        assert!(steps.iter().all(|s| matches!(s, Step::Taken)));
+        steps[0] = Step::Settled;
+        assert_eq!(taken(take_ready(&subjects, &mut steps)), "2");
+        assert!(steps
+            .iter()
+            .all(|s| matches!(s, Step::Recording | Step::Settled)));
     }
 
     #[test]
     fn a_message_held_back_behind_its_order_also_holds_back_the_next_one() {
         let subjects = ["a", "a", "a"];
-        let mut steps = vec![Step::Taken, Step::Preparing, Step::Prepared('3')];
-        assert_eq!(taken(take_wave(&subjects, &mut steps)), "");
+        let mut steps = vec![Step::Settled, Step::Preparing, Step::Prepared('3')];
+        assert_eq!(taken(take_ready(&subjects, &mut steps)), "");
         steps[1] = Step::Prepared('2');
-        assert_eq!(taken(take_wave(&subjects, &mut steps)), "23");
+        assert_eq!(taken(take_ready(&subjects, &mut steps)), "2");
+        assert_eq!(taken(take_ready(&subjects, &mut steps)), "");
+        steps[1] = Step::Settled;
+        assert_eq!(taken(take_ready(&subjects, &mut steps)), "3");
     }
 
     fn delivery(traceparent: Option<&str>) -> Delivery {

@@ -34,8 +34,11 @@ pub struct Settings {
     pub nats_url: String,
     /// `FULFILLMENT_STEP_DELAY`, default 200ms: time between warehouse steps.
     pub step_delay: Duration,
-    /// `CONSUMER_BATCH_SIZE`, default 32: confirmed orders handled per transaction.
+    /// `CONSUMER_BATCH_SIZE`, default 32: confirmed orders taken at once, and
+    /// the most handled in one transaction.
     pub batch_size: usize,
+    /// `CONSUMER_RECORDERS`, default 2: transactions recording at once.
+    pub recorders: usize,
     pub stream: bus::StreamSettings,
 }
 
@@ -48,6 +51,7 @@ impl Settings {
             nats_url: config::required("NATS_URL")?,
             step_delay: config::duration("FULFILLMENT_STEP_DELAY", Duration::from_millis(200))?,
             batch_size: bus::consumer::batch_size_setting()?,
+            recorders: bus::consumer::recorders_setting()?,
             stream: bus::StreamSettings::from_env()?,
         })
     }
@@ -110,7 +114,7 @@ impl Handler for ShipOrders {
 }
 
 /// The consumer spec of fulfillment.
-pub fn consumer_spec(batch_size: usize) -> bus::consumer::ConsumerSpec {
+pub fn consumer_spec(batch_size: usize, recorders: usize) -> bus::consumer::ConsumerSpec {
     bus::consumer::ConsumerSpec {
         name: "fulfillment".into(),
         filter_subjects: vec![events::names::subjects_of(CONSUMES)],
@@ -124,6 +128,7 @@ pub fn consumer_spec(batch_size: usize) -> bus::consumer::ConsumerSpec {
         ],
         concurrency: 64,
         batch_size,
+        recorders,
     }
 }
 
@@ -134,6 +139,7 @@ pub struct Application {
     js: async_nats::jetstream::Context,
     step_delay: Duration,
     batch_size: usize,
+    recorders: usize,
 }
 
 impl Application {
@@ -150,6 +156,7 @@ impl Application {
             js,
             step_delay: settings.step_delay,
             batch_size: settings.batch_size,
+            recorders: settings.recorders,
         })
     }
 
@@ -169,6 +176,7 @@ impl Application {
             js,
             step_delay,
             batch_size,
+            recorders,
         } = self;
         let ready = ops::all([store::readiness(pool.clone()), bus::readiness(js.client())]);
         App::new()
@@ -177,7 +185,7 @@ impl Application {
                 bus::consumer::run(
                     js,
                     PgInbox::new(pool.clone()),
-                    consumer_spec(batch_size),
+                    consumer_spec(batch_size, recorders),
                     Arc::new(ShipOrders),
                     stop,
                 )

@@ -46,8 +46,11 @@ pub struct Settings {
     /// `PAYMENT_WORKER_CONCURRENCY`, default 128: orders in hand at once (their
     /// PSP calls concurrent), so several batches are in flight.
     pub concurrency: usize,
-    /// `CONSUMER_BATCH_SIZE`, default 32: orders whose PSP answers are recorded in one transaction.
+    /// `CONSUMER_BATCH_SIZE`, default 32: orders taken at once, and the most
+    /// PSP answers recorded in one transaction.
     pub batch_size: usize,
+    /// `CONSUMER_RECORDERS`, default 2: transactions recording PSP answers at once.
+    pub recorders: usize,
     /// `COMPENSATION_INTERVAL`, default 500ms: how often due refunds are looked for.
     pub compensation_interval: Duration,
     /// `RECONCILE_INTERVAL`, default 60s; 0 turns periodic reconciliation off.
@@ -84,6 +87,7 @@ impl Settings {
             psp_deadline: config::duration("PSP_DEADLINE", Duration::from_secs(30))?,
             concurrency,
             batch_size: bus::consumer::batch_size_setting()?,
+            recorders: bus::consumer::recorders_setting()?,
             compensation_interval: positive("COMPENSATION_INTERVAL", Duration::from_millis(500))?,
             reconcile_interval: config::duration("RECONCILE_INTERVAL", Duration::from_secs(60))?,
             stream: bus::StreamSettings::from_env()?,
@@ -103,7 +107,11 @@ fn positive(name: &'static str, default: Duration) -> Result<Duration, ConfigErr
 const CONSUMES: &str = "order.placed.v1";
 
 /// The consumer spec of the payment worker.
-pub fn consumer_spec(concurrency: usize, batch_size: usize) -> bus::consumer::ConsumerSpec {
+pub fn consumer_spec(
+    concurrency: usize,
+    batch_size: usize,
+    recorders: usize,
+) -> bus::consumer::ConsumerSpec {
     bus::consumer::ConsumerSpec {
         name: "payment-worker".into(),
         filter_subjects: vec![events::names::subjects_of(CONSUMES)],
@@ -119,6 +127,7 @@ pub fn consumer_spec(concurrency: usize, batch_size: usize) -> bus::consumer::Co
         ],
         concurrency,
         batch_size,
+        recorders,
     }
 }
 
@@ -130,6 +139,7 @@ pub struct Application {
     psp: psp::Psp,
     concurrency: usize,
     batch_size: usize,
+    recorders: usize,
     compensation_interval: Duration,
     reconcile_interval: Duration,
 }
@@ -158,6 +168,7 @@ impl Application {
             psp,
             concurrency: settings.concurrency,
             batch_size: settings.batch_size,
+            recorders: settings.recorders,
             compensation_interval: settings.compensation_interval,
             reconcile_interval: settings.reconcile_interval,
         })
@@ -194,7 +205,7 @@ impl Application {
                 bus::consumer::run(
                     self.js,
                     store::inbox::PgInbox::new(self.pool),
-                    consumer_spec(self.concurrency, self.batch_size),
+                    consumer_spec(self.concurrency, self.batch_size, self.recorders),
                     handler,
                     stop,
                 )
