@@ -81,10 +81,10 @@ pub fn batch_size_setting() -> Result<usize, platform::config::ConfigError> {
     Ok(n)
 }
 
-/// `CONSUMER_RECORDERS`, default 2 (1–64): the transactions a consumer
+/// `CONSUMER_RECORDERS`, default 4 (1–64): the transactions a consumer
 /// process records in at once, each taking every prepared message waiting.
 pub fn recorders_setting() -> Result<usize, platform::config::ConfigError> {
-    let n = platform::config::parsed("CONSUMER_RECORDERS", 2usize)?;
+    let n = platform::config::parsed("CONSUMER_RECORDERS", 4usize)?;
     if !(1..=64).contains(&n) {
         return Err(platform::config::ConfigError::new(
             "CONSUMER_RECORDERS",

@@ -37,7 +37,7 @@ pub struct Settings {
     /// `CONSUMER_BATCH_SIZE`, default 32: confirmed orders taken at once, and
     /// the most handled in one transaction.
     pub batch_size: usize,
-    /// `CONSUMER_RECORDERS`, default 2: transactions recording at once.
+    /// `CONSUMER_RECORDERS`, default 4: transactions recording at once.
     pub recorders: usize,
     pub stream: bus::StreamSettings,
 }

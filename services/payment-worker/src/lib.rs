@@ -49,7 +49,7 @@ pub struct Settings {
     /// `CONSUMER_BATCH_SIZE`, default 32: orders taken at once, and the most
     /// PSP answers recorded in one transaction.
     pub batch_size: usize,
-    /// `CONSUMER_RECORDERS`, default 2: transactions recording PSP answers at once.
+    /// `CONSUMER_RECORDERS`, default 4: transactions recording PSP answers at once.
     pub recorders: usize,
     /// `COMPENSATION_INTERVAL`, default 500ms: how often due refunds are looked for.
     pub compensation_interval: Duration,
