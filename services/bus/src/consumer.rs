@@ -26,7 +26,9 @@
 //! here, per consumer: `soldonce_consumer_wait_seconds` (the stream's
 //! PubAck to the handler's start, first deliveries only) and
 //! `soldonce_consumer_handle_seconds` (a message's batch start to its
-//! commit); a transaction's size is `soldonce_consumer_transaction_size`.
+//! commit), of which `soldonce_consumer_transaction_seconds` is the
+//! recorder's transaction (begin to commit); a transaction's size is
+//! `soldonce_consumer_transaction_size`.
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use events::{CloudEvent, DeadLetter, Inbox};
@@ -599,7 +601,11 @@ async fn recorder<H: Handler>(
             .iter()
             .map(|j| (j.delivery.as_ref(), &j.prepared))
             .collect();
-        let outcomes = match record(inbox, spec, handler, &items).await {
+        let began = Instant::now();
+        let outcome = record(inbox, spec, handler, &items).await;
+        metrics::histogram!("soldonce_consumer_transaction_seconds", "consumer" => spec.name.clone())
+            .record(began.elapsed().as_secs_f64());
+        let outcomes = match outcome {
             Ok(()) => items.iter().map(|_| Ok(())).collect(),
             Err(e) if items.len() == 1 => vec![Err(e)],
             Err(e) => {
