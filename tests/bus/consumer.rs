@@ -7,6 +7,7 @@ use bus::consumer::{ConsumerSpec, Delivery, HandleError, Handler, Tx};
 use localservers::Nats;
 use soldonce_tests::{eventually, servers};
 use sqlx::PgPool;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use store::inbox::PgInbox;
@@ -287,21 +288,37 @@ async fn a_message_that_fails_inside_a_batch_fails_alone_and_the_rest_commit_tog
     runner.await.expect("runner").expect("consumer ran cleanly");
 }
 
-/// [`RecordEffects`] whose preparation of one event waits until the test
-/// opens a gate, and which notes the events of each batch it prepares.
-struct GatedEffects {
-    slow: Uuid,
+/// [`RecordEffects`] that the tests watch: it notes the events of each
+/// batch it prepares, holds the preparation of the `slow` event until the
+/// gate opens, and keeps the most transactions it was ever recording in at
+/// once.
+struct WatchedEffects {
+    slow: Option<Uuid>,
     gate: tokio::sync::watch::Receiver<bool>,
     batches: std::sync::Mutex<Vec<Vec<Uuid>>>,
+    recording: AtomicUsize,
+    most: AtomicUsize,
 }
 
-impl Handler for GatedEffects {
+impl WatchedEffects {
+    fn new(slow: Option<Uuid>, gate: tokio::sync::watch::Receiver<bool>) -> Self {
+        WatchedEffects {
+            slow,
+            gate,
+            batches: Default::default(),
+            recording: AtomicUsize::new(0),
+            most: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Handler for WatchedEffects {
     type Inbox = PgInbox;
     type Prepared = ();
     type Recorded = ();
 
     async fn prepare(&self, d: &Delivery) -> Result<(), HandleError> {
-        if d.event.id == self.slow {
+        if self.slow == Some(d.event.id) {
             let mut gate = self.gate.clone();
             gate.wait_for(|open| *open).await.context("the gate")?;
         }
@@ -328,7 +345,11 @@ impl Handler for GatedEffects {
         tx: &mut Tx<Self>,
         batch: &[(&Delivery, &())],
     ) -> Result<(), HandleError> {
-        insert_effects(tx, batch).await
+        let now = self.recording.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        let result = insert_effects(tx, batch).await;
+        self.recording.fetch_sub(1, Ordering::SeqCst);
+        result
     }
 }
 
@@ -374,11 +395,7 @@ async fn a_batch_records_what_is_prepared_without_waiting_for_its_slowest_messag
         }
     }
     let (open, gate) = tokio::sync::watch::channel(false);
-    let handler = Arc::new(GatedEffects {
-        slow,
-        gate,
-        batches: Default::default(),
-    });
+    let handler = Arc::new(WatchedEffects::new(Some(slow), gate));
     let (stop, runner) = start_with(&js, &pool, 64, 64, 2, handler.clone());
 
     // The slow message is the stream's first: it opens a batch, which holds others.
@@ -441,52 +458,9 @@ async fn a_batch_records_what_is_prepared_without_waiting_for_its_slowest_messag
     runner.await.expect("runner").expect("consumer ran cleanly");
 }
 
-/// [`RecordEffects`] that counts the batches it prepares and the most
-/// transactions it was ever recording in at once.
-#[derive(Default)]
-struct CountedEffects {
-    batches: std::sync::atomic::AtomicUsize,
-    recording: std::sync::atomic::AtomicUsize,
-    most: std::sync::atomic::AtomicUsize,
-}
-
-impl Handler for CountedEffects {
-    type Inbox = PgInbox;
-    type Prepared = ();
-    type Recorded = ();
-
-    async fn prepare(&self, _: &Delivery) -> Result<(), HandleError> {
-        Ok(())
-    }
-
-    fn prepare_all<'a>(
-        &'a self,
-        _consumer: &'a str,
-        batch: &'a [&'a Delivery],
-    ) -> impl futures::Stream<Item = (usize, Result<(), HandleError>)> + Send + 'a {
-        use std::sync::atomic::Ordering;
-        self.batches.fetch_add(1, Ordering::SeqCst);
-        futures::stream::iter((0..batch.len()).map(|i| (i, Ok(()))))
-    }
-
-    async fn record(
-        &self,
-        tx: &mut Tx<Self>,
-        batch: &[(&Delivery, &())],
-    ) -> Result<(), HandleError> {
-        use std::sync::atomic::Ordering;
-        let now = self.recording.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most.fetch_max(now, Ordering::SeqCst);
-        let result = insert_effects(tx, batch).await;
-        self.recording.fetch_sub(1, Ordering::SeqCst);
-        result
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn however_many_batches_are_in_hand_a_consumer_records_in_no_more_transactions_at_once_than_its_recorders(
 ) {
-    use std::sync::atomic::Ordering;
     let (pool, _nats, js) = setup("").await;
     let ids: Vec<Uuid> = (0..120).map(|_| Uuid::now_v7()).collect();
     for (i, id) in ids.iter().enumerate() {
@@ -498,7 +472,10 @@ async fn however_many_batches_are_in_hand_a_consumer_records_in_no_more_transact
         .await;
     }
     // Batches of 4, up to 30 of them in hand at once, one recorder.
-    let handler = Arc::new(CountedEffects::default());
+    let handler = Arc::new(WatchedEffects::new(
+        None,
+        tokio::sync::watch::channel(true).1,
+    ));
     let (stop, runner) = start_with(&js, &pool, 120, 4, 1, handler.clone());
     eventually("every effect", Duration::from_secs(60), || async {
         (count(&pool, "SELECT count(*) FROM test_effects").await == 120).then_some(())
@@ -509,7 +486,7 @@ async fn however_many_batches_are_in_hand_a_consumer_records_in_no_more_transact
         120,
         "each event once"
     );
-    let batches = handler.batches.load(Ordering::SeqCst);
+    let batches = handler.batches.lock().expect("batches").len();
     assert!(
         batches >= 30,
         "120 messages in batches of at most 4: {batches} batches"

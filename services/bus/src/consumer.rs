@@ -71,26 +71,28 @@ pub struct ConsumerSpec {
 }
 
 /// `CONSUMER_BATCH_SIZE`, default 32 (1–1000): the most messages a
-/// consumer handles in one transaction.
+/// consumer takes at once and records in one transaction.
 pub fn batch_size_setting() -> Result<usize, platform::config::ConfigError> {
-    let n = platform::config::parsed("CONSUMER_BATCH_SIZE", 32usize)?;
-    if !(1..=1000).contains(&n) {
-        return Err(platform::config::ConfigError::new(
-            "CONSUMER_BATCH_SIZE",
-            "must be between 1 and 1000",
-        ));
-    }
-    Ok(n)
+    count_setting("CONSUMER_BATCH_SIZE", 32, 1000)
 }
 
 /// `CONSUMER_RECORDERS`, default 4 (1–64): the transactions a consumer
 /// process records in at once, each taking every prepared message waiting.
 pub fn recorders_setting() -> Result<usize, platform::config::ConfigError> {
-    let n = platform::config::parsed("CONSUMER_RECORDERS", 4usize)?;
-    if !(1..=64).contains(&n) {
+    count_setting("CONSUMER_RECORDERS", 4, 64)
+}
+
+/// A count between 1 and `most`, or `default` when unset.
+fn count_setting(
+    name: &str,
+    default: usize,
+    most: usize,
+) -> Result<usize, platform::config::ConfigError> {
+    let n = platform::config::parsed(name, default)?;
+    if !(1..=most).contains(&n) {
         return Err(platform::config::ConfigError::new(
-            "CONSUMER_RECORDERS",
-            "must be between 1 and 64",
+            name,
+            format!("must be between 1 and {most}"),
         ));
     }
     Ok(n)
