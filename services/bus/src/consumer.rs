@@ -635,15 +635,28 @@ async fn record<H: Handler>(
     handler: &H,
     items: &[(&Delivery, &H::Prepared)],
 ) -> Result<(), HandleError> {
-    let ids: Vec<Uuid> = items.iter().map(|(d, _)| d.event.id).collect();
+    // A recorder's transaction may hold messages of several batches, so the
+    // same event twice (e.g. published again under another message id): the
+    // first one's effect is the only one.
+    let mut once = HashSet::new();
+    let ids: Vec<Uuid> = items
+        .iter()
+        .map(|(d, _)| d.event.id)
+        .filter(|id| once.insert(*id))
+        .collect();
     let (mut tx, fresh) = inbox
         .begin(&spec.name, &ids)
         .await
         .map_err(|e| HandleError::Transient(anyhow::anyhow!("writing the inbox rows: {e}")))?;
-    let fresh: Vec<(&Delivery, &H::Prepared)> = items
+    let mut fresh: HashSet<Uuid> = ids
         .iter()
         .zip(fresh)
-        .filter_map(|(item, fresh)| fresh.then_some(*item))
+        .filter_map(|(id, fresh)| fresh.then_some(*id))
+        .collect();
+    let fresh: Vec<(&Delivery, &H::Prepared)> = items
+        .iter()
+        .filter(|(d, _)| fresh.remove(&d.event.id))
+        .copied()
         .collect();
     if fresh.len() < items.len() {
         metrics::counter!("soldonce_consumer_duplicates_total", "consumer" => spec.name.clone())
