@@ -215,6 +215,26 @@ fn every_service_turns_bad_configuration_into_exit_2_and_one_line_naming_it() {
             ],
             "FULFILLMENT_STEP_DELAY",
         ),
+        // A consumer with no recorder would never commit; one with hundreds would swamp the pool.
+        (
+            "payment-worker",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("NATS_URL", "nats://x"),
+                ("PSP_URL", "http://127.0.0.1:1"),
+                ("CONSUMER_RECORDERS", "0"),
+            ],
+            "CONSUMER_RECORDERS",
+        ),
+        (
+            "fulfillment",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("NATS_URL", "nats://x"),
+                ("CONSUMER_RECORDERS", "65"),
+            ],
+            "CONSUMER_RECORDERS",
+        ),
         (
             "psp-sim",
             &[("PSP_SIM_ADDR", "not an address")],
