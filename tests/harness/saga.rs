@@ -118,8 +118,11 @@ impl Saga {
             concurrency: 256,
             // Batches of more than one, so every saga test runs batched.
             batch_size: 16,
-            // More than one, so transactions of the same consumer race.
-            recorders: 2,
+            // Several, so transactions of the same consumer race; as many as
+            // a debug build on a loaded machine needs to keep up with the
+            // tests' bursts (2 let a burst's orders expire before they were
+            // recorded).
+            recorders: 8,
             compensation_interval: self.compensation_interval,
             // Tests reconcile explicitly, so each run is seen.
             reconcile_interval: Duration::ZERO,
@@ -143,7 +146,7 @@ impl Saga {
             nats_url: self.nats.url(),
             step_delay,
             batch_size: 16,
-            recorders: 2,
+            recorders: 8,
             stream: bus::StreamSettings::default(),
         };
         let app = fulfillment::Application::build(settings)
