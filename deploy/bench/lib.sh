@@ -44,6 +44,37 @@ pgb() {
     | sed -n 's/^tps = \([0-9.]*\).*/\1/p'
 }
 
+# CPU seconds each program used (summed over its processes, from /proc), to a file.
+cpu_snap() {
+  python3 - "$1" <<'PY'
+import json, os, sys, time
+use = {'@wall': time.time()}
+for pid in filter(str.isdigit, os.listdir('/proc')):
+    try:
+        stat = open(f'/proc/{pid}/stat').read()
+    except OSError:
+        continue
+    name, rest = stat[stat.index('(') + 1:stat.rindex(')')], stat[stat.rindex(')') + 2:].split()
+    name = name.split('/')[0]  # the kernel's workers (kworker/u8:1-…) as one
+    use[name] = use.get(name, 0) + (int(rest[11]) + int(rest[12])) / os.sysconf('SC_CLK_TCK')
+json.dump(use, open(sys.argv[1], 'w'))
+PY
+}
+# CPU milliseconds per order between a snapshot and now, machine-wide and by program.
+cpu_per_order() {
+  cpu_snap "$dir/cpu.now"
+  python3 - "$1" "$dir/cpu.now" "$2" <<'PY'
+import json, sys
+import json, os, sys
+b, a, n = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), float(sys.argv[3])
+wall = a.pop('@wall') - b.pop('@wall')
+used = sorted(((a[k] - b.get(k, 0), k) for k in a), reverse=True)
+total = sum(u for u, _ in used if u > 0)
+top = ', '.join(f"{k} {u * 1000 / n:.2f}" for u, k in used[:8] if u > 0)
+print(f"{total * 1000 / n:.2f} ms per order in all ({top}); the {os.cpu_count()} cores were {100 * total / (wall * os.cpu_count()):.0f}% busy over {wall:.1f}s")
+PY
+}
+
 # The relay's commit-to-PubAck histogram, as counts per bucket at the last scrape.
 relay_scrape() { curl -s "http://$OUTBOX_RELAY_ADDR/metrics" | grep '^soldonce_outbox_commit_to_puback_seconds_bucket'; }
 reset_relay_metrics() { relay_scrape >"$dir/lag.before" || true; }

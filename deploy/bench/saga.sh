@@ -98,7 +98,7 @@ seed_bench_products
 for case in "hot:BENCH-0:1" "10k:BENCH:10000"; do
   IFS=: read -r name sku count <<<"$case"
   reset
-  scrape_all >"$dir/s.before"
+  scrape_all >"$dir/s.before"; cpu_snap "$dir/cpu.before"
   open=$(load --sku "$sku" --sku-count "$count" --rate 300 --duration "${secs}s" | json accepted p99_ms)
   wait_settled; wait_delivered
   scrape_all >"$dir/s.after"
@@ -107,15 +107,17 @@ for case in "hot:BENCH-0:1" "10k:BENCH:10000"; do
   echo "[$name open] 300 orders/s for ${secs}s (accepted, HTTP p99: $open): 202 → confirmed p50 / p99 = $confirmed; 202 → delivered = $delivered (warehouse steps of 20 ms)" | tee -a "$results"
   echo "[$name open] stages: $(stages "$dir/s.before" "$dir/s.after")" | tee -a "$results"
   echo "[$name open] messages: $(sizes "$dir/s.before" "$dir/s.after")" | tee -a "$results"
+  echo "[$name open] CPU: $(cpu_per_order "$dir/cpu.before" "$(sql 'SELECT count(*) FROM orders')")" | tee -a "$results"
   [ -n "${SKIP_CLOSED:-}" ] && continue
   reset
-  t0=$(date +%s.%N)
+  t0=$(date +%s.%N); cpu_snap "$dir/cpu.before"
   load --sku "$sku" --sku-count "$count" --connections 300 --requests $(( secs * 1000 )) >"$dir/closed.json"
   closed=$(json accepted accepted_per_second <"$dir/closed.json")
   echo "[$name closed] answers by status: $(python3 -c "import json; print(json.load(open('$dir/closed.json'))['by_status'])")" | tee -a "$results"
   wait_settled
   read -r acc rate <<<"$closed"
   python3 -c "import time; t=time.time()-$t0; print(f'[$name closed] 300 connections: {$acc} orders accepted at {float(\"$rate\"):.0f}/s; all settled (charged and confirmed) after {t:.1f}s: {$acc/t:.0f} orders/s through the saga')" | tee -a "$results"
+  echo "[$name closed] CPU: $(cpu_per_order "$dir/cpu.before" "$acc")" | tee -a "$results"
 done
 echo "[webhooks] checkout's answers by outcome: $(curl -s "$CHECKOUT_URL/metrics" | grep -E '^soldonce_webhooks_total' | sed -E 's/.*outcome="([^"]*)".* ([0-9.e+]+)$/\1 \2/' | paste -sd, -)" | tee -a "$results"
 kill "$up"; wait "$up" 2>/dev/null || true; up=""

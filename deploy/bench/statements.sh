@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Where PostgreSQL's time goes per order: the whole saga at 300 orders/s (PSP
+# latency 20 ms) on a private PostgreSQL with pg_stat_statements loaded, then
+# the statements that took the most time, with calls and milliseconds per
+# order, and the CPU each program used per order. Time in a statement
+# includes waiting for row locks and for a core, so read it beside the CPU.
+#   bash deploy/bench/statements.sh [hot|10k] [seconds]
+# BIN_DIR=… runs binaries already built (e.g. an older build); PG_SETTINGS="a=1 b=2"
+# adds server settings (e.g. plan_cache_mode=force_generic_plan), to try one.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. deploy/setup.sh >&2
+case="${1:-10k}"
+secs="${2:-15}"
+case "$case" in
+  hot) sku=BENCH-0 count=1 ;;
+  10k) sku=BENCH count=10000 ;;
+  *) echo "statements.sh: the case is hot or 10k, not '$case'" >&2; exit 2 ;;
+esac
+. deploy/bench/lib.sh
+release_bins
+sql() { psql -qtA "$DATABASE_URL" -c "$1"; }
+
+# PostgreSQL refuses to run as root: as root, the server runs as `postgres`.
+as_pg=()
+mkdir "$dir/pg"
+if [ "$(id -u)" = 0 ]; then
+  as_pg=(runuser -u postgres --)
+  chmod 755 "$dir"
+  chown postgres "$dir/pg"
+fi
+"${as_pg[@]}" initdb -D "$dir/pg" -U postgres -A trust >/dev/null
+port=$(free_port)
+# The settings `soldonce up` starts PostgreSQL with, plus the statistics.
+"${as_pg[@]}" postgres -D "$dir/pg" -p "$port" -k "$dir/pg" -c listen_addresses=127.0.0.1 \
+  -c max_connections=200 -c shared_buffers=256MB -c track_commit_timestamp=on \
+  -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all -c pg_stat_statements.track_planning=on \
+  $(for setting in ${PG_SETTINGS:-}; do printf -- '-c %s ' "$setting"; done) >"$dir/pg.log" 2>&1 &
+pg=$!
+trap '[ -n "$up" ] && kill "$up" 2>/dev/null; kill "$pg" 2>/dev/null; wait; rm -rf "$dir"' EXIT
+for _ in $(seq 150); do pg_isready -q -h 127.0.0.1 -p "$port" && break; sleep 0.2; done
+export DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
+sql "CREATE EXTENSION pg_stat_statements" >/dev/null
+export PSP_FAULTS='{"latency_ms": 20}' FULFILLMENT_STEP_DELAY=20ms
+start_system psp-sim,checkout,outbox-relay,payment-worker,fulfillment
+seed_bench_products
+
+echo "machine: $(nproc) cores, $(uname -sr); $(postgres --version); binaries: $bin; case $case, 300 orders/s for ${secs}s; settings: ${PG_SETTINGS:-defaults}"
+sql "SELECT pg_stat_statements_reset(), pg_stat_reset()" >/dev/null
+cpu_snap "$dir/cpu.before"
+load --sku "$sku" --sku-count "$count" --rate 300 --duration "${secs}s" >/dev/null
+while [ "$(sql "SELECT count(*) FROM orders WHERE state = 'payment_pending'")" != "0" ]; do sleep 0.2; done
+while [ "$(sql "SELECT count(*) FROM orders o LEFT JOIN shipments s ON s.order_id = o.id WHERE o.state = 'confirmed' AND s.state IS DISTINCT FROM 'delivered'")" != "0" ]; do sleep 0.2; done
+orders=$(sql "SELECT count(*) FROM orders")
+echo "orders: $orders, every one settled and every confirmed one delivered"
+echo "CPU: $(cpu_per_order "$dir/cpu.before" "$orders")"
+echo "transactions per order: $(sql "SELECT round(xact_commit::numeric / $orders, 2) || ' committed, ' || round(xact_rollback::numeric / $orders, 2) || ' rolled back' FROM pg_stat_database WHERE datname = current_database()")"
+echo "statements per order: $(sql "SELECT round(sum(calls)::numeric / $orders, 1) || ', ' || round(sum(total_exec_time)::numeric / $orders, 2) || ' ms in them' FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())")"
+psql "$DATABASE_URL" -P pager=off -c "SELECT round((total_exec_time / $orders)::numeric, 3) AS ms_per_order, round(calls::numeric / $orders, 2) AS calls_per_order, round(mean_exec_time::numeric, 2) AS mean_ms, left(regexp_replace(query, '\s+', ' ', 'g'), 110) AS statement FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT 20"
+echo "JIT: $(sql "SELECT coalesce(sum(jit_functions), 0) || ' functions compiled, ' || round(coalesce(sum(jit_generation_time + jit_inlining_time + jit_optimization_time + jit_emission_time), 0)::numeric / $orders, 3) || ' ms per order' FROM pg_stat_statements"); planning: $(sql "SELECT round(sum(total_plan_time)::numeric / $orders, 3) || ' ms per order' FROM pg_stat_statements")"
