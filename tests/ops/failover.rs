@@ -103,7 +103,11 @@ async fn an_unconfirmed_commit_is_never_published_and_both_services_follow_the_p
     let watch = PgPool::connect(&primary.url("postgres"))
         .await
         .expect("a direct connection to the primary");
+    // A client's commit, not the relay's barrier, nor an autovacuum worker's
+    // ANALYZE of the new tables, whose commit waits for the standby too:
+    // cancelling that instead would leave the placement waiting.
     let waiting = "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' \
+                   AND backend_type = 'client backend' \
                    AND query NOT LIKE '%synchronous_standby_names%'";
     let (pid,): (i32,) = eventually(
         "the placement's commit waiting for the standby",
