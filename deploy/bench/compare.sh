@@ -13,7 +13,6 @@ before="$1" after="$2" secs="${3:-10}" rounds="${4:-3}"
 bin="$before"
 . deploy/bench/lib.sh
 export RESERVATION_TTL=1s
-sql() { psql -qtA "$DATABASE_URL" -c "$1"; }
 closed() { load --sku "$1" --sku-count "$2" --connections 300 --requests $(( secs * 1500 )) --no-verify | json accepted_per_second; }
 
 # one BIN_DIR: prints "hot 10k expiry" for one fresh system.

@@ -12,6 +12,10 @@ release_bins() {
   fi
   bin="$BIN_DIR"
 }
+sql() { psql -qtA "$DATABASE_URL" -c "$1"; }
+# Until no order waits for its payment / every confirmed order is delivered.
+wait_settled() { while [ "$(sql "SELECT count(*) FROM orders WHERE state = 'payment_pending'")" != "0" ]; do sleep 0.2; done; }
+wait_delivered() { while [ "$(sql "SELECT count(*) FROM orders o LEFT JOIN shipments s ON s.order_id = o.id WHERE o.state = 'confirmed' AND s.state IS DISTINCT FROM 'delivered'")" != "0" ]; do sleep 0.2; done; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # Benchmarks drive one account far past the default per-account rate limit.
 export ACCOUNT_RATE_LIMIT=0
@@ -48,7 +52,7 @@ pgb() {
 cpu_snap() {
   python3 - "$1" <<'PY'
 import json, os, sys, time
-use = {'@wall': time.time()}
+use, tick = {'@wall': time.time()}, os.sysconf('SC_CLK_TCK')
 for pid in filter(str.isdigit, os.listdir('/proc')):
     try:
         stat = open(f'/proc/{pid}/stat').read()
@@ -56,7 +60,7 @@ for pid in filter(str.isdigit, os.listdir('/proc')):
         continue
     name, rest = stat[stat.index('(') + 1:stat.rindex(')')], stat[stat.rindex(')') + 2:].split()
     name = name.split('/')[0]  # the kernel's workers (kworker/u8:1-…) as one
-    use[name] = use.get(name, 0) + (int(rest[11]) + int(rest[12])) / os.sysconf('SC_CLK_TCK')
+    use[name] = use.get(name, 0) + (int(rest[11]) + int(rest[12])) / tick
 json.dump(use, open(sys.argv[1], 'w'))
 PY
 }
@@ -64,7 +68,6 @@ PY
 cpu_per_order() {
   cpu_snap "$dir/cpu.now"
   python3 - "$1" "$dir/cpu.now" "$2" <<'PY'
-import json, sys
 import json, os, sys
 b, a, n = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), float(sys.argv[3])
 wall = a.pop('@wall') - b.pop('@wall')

@@ -17,7 +17,6 @@ if [ -z "${BIN_DIRS:-}" ]; then release_bins; BIN_DIRS="$bin"; fi
 bin="${BIN_DIRS%% *}"
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr); $(postgres --version)" | tee "$results"
 start_system checkout
-sql() { psql -qtA "$DATABASE_URL" -c "$1"; }
 rows() {
   sql "INSERT INTO outbox (id, stream_id, subject, payload) SELECT gen_random_uuid(), gen_random_uuid(), 'soldonce.bench.relay.x', jsonb_build_object('pad', repeat('x', 600)) FROM generate_series(1, $1)" >/dev/null
 }

@@ -16,9 +16,6 @@ secs="${1:-20}"
 expired="${2:-100000}"
 . deploy/bench/lib.sh
 release_bins
-sql() { psql -qtA "$DATABASE_URL" -c "$1"; }
-wait_settled() { while [ "$(sql "SELECT count(*) FROM orders WHERE state = 'payment_pending'")" != "0" ]; do sleep 0.2; done; }
-wait_delivered() { while [ "$(sql "SELECT count(*) FROM orders o LEFT JOIN shipments s ON s.order_id = o.id WHERE o.state = 'confirmed' AND s.state IS DISTINCT FROM 'delivered'")" != "0" ]; do sleep 0.2; done; }
 # Empties the order tables between phases, once the services have nothing left to do
 # (a TRUNCATE racing a service's transaction can deadlock: retried).
 reset() {

@@ -19,7 +19,6 @@ case "$case" in
 esac
 . deploy/bench/lib.sh
 release_bins
-sql() { psql -qtA "$DATABASE_URL" -c "$1"; }
 
 # PostgreSQL refuses to run as root: as root, the server runs as `postgres`.
 as_pg=()
@@ -49,8 +48,7 @@ echo "machine: $(nproc) cores, $(uname -sr); $(postgres --version); binaries: $b
 sql "SELECT pg_stat_statements_reset(), pg_stat_reset()" >/dev/null
 cpu_snap "$dir/cpu.before"
 load --sku "$sku" --sku-count "$count" --rate 300 --duration "${secs}s" >/dev/null
-while [ "$(sql "SELECT count(*) FROM orders WHERE state = 'payment_pending'")" != "0" ]; do sleep 0.2; done
-while [ "$(sql "SELECT count(*) FROM orders o LEFT JOIN shipments s ON s.order_id = o.id WHERE o.state = 'confirmed' AND s.state IS DISTINCT FROM 'delivered'")" != "0" ]; do sleep 0.2; done
+wait_settled; wait_delivered
 orders=$(sql "SELECT count(*) FROM orders")
 echo "orders: $orders, every one settled and every confirmed one delivered"
 echo "CPU: $(cpu_per_order "$dir/cpu.before" "$orders")"
