@@ -7,6 +7,10 @@
 #   bash deploy/bench/statements.sh [hot|10k] [seconds]
 # BIN_DIR=… runs binaries already built (e.g. an older build); PG_SETTINGS="a=1 b=2"
 # adds server settings (e.g. plan_cache_mode=force_generic_plan), to try one.
+# PERF=1 also samples every core with `perf record` during the load and
+# prints the functions that used the most CPU (needs perf and the right to
+# sample the whole machine: root, or kernel.perf_event_paranoid <= 0);
+# PERF_DATA=file keeps the samples, for `perf report -i file`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . deploy/setup.sh >&2
@@ -47,7 +51,13 @@ seed_bench_products
 echo "machine: $(nproc) cores, $(uname -sr); $(postgres --version); binaries: $bin; case $case, 300 orders/s for ${secs}s; settings: ${PG_SETTINGS:-defaults}"
 sql "SELECT pg_stat_statements_reset(), pg_stat_reset()" >/dev/null
 cpu_snap "$dir/cpu.before"
+if [ -n "${PERF:-}" ]; then
+  command -v perf >/dev/null || { echo "statements.sh: PERF=1 needs perf (Debian: linux-perf)" >&2; exit 2; }
+  perf record -a -F 997 -o "${PERF_DATA:-$dir/perf.data}" -- sleep "$secs" >/dev/null 2>&1 &
+  perf_pid=$!
+fi
 load --sku "$sku" --sku-count "$count" --rate 300 --duration "${secs}s" >/dev/null
+[ -n "${PERF:-}" ] && wait "$perf_pid"
 wait_settled; wait_delivered
 orders=$(sql "SELECT count(*) FROM orders")
 echo "orders: $orders, every one settled and every confirmed one delivered"
@@ -56,3 +66,9 @@ echo "transactions per order: $(sql "SELECT round(xact_commit::numeric / $orders
 echo "statements per order: $(sql "SELECT round(sum(calls)::numeric / $orders, 1) || ', ' || round(sum(total_exec_time)::numeric / $orders, 2) || ' ms in them' FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())")"
 psql "$DATABASE_URL" -P pager=off -c "SELECT round((total_exec_time / $orders)::numeric, 3) AS ms_per_order, round(calls::numeric / $orders, 2) AS calls_per_order, round(mean_exec_time::numeric, 2) AS mean_ms, left(regexp_replace(query, '\s+', ' ', 'g'), 110) AS statement FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT 20"
 echo "JIT: $(sql "SELECT coalesce(sum(jit_functions), 0) || ' functions compiled, ' || round(coalesce(sum(jit_generation_time + jit_inlining_time + jit_optimization_time + jit_emission_time), 0)::numeric / $orders, 3) || ' ms per order' FROM pg_stat_statements"); planning: $(sql "SELECT round(sum(total_plan_time)::numeric / $orders, 3) || ' ms per order' FROM pg_stat_statements")"
+if [ -n "${PERF:-}" ]; then
+  echo "CPU samples during the load, by program (the thread's name: every service's runtime threads are tokio-rt-worker, told apart by their binary) and shared object:"
+  perf report -i "${PERF_DATA:-$dir/perf.data}" --no-children --sort comm,dso --stdio --percent-limit 1 2>/dev/null | grep -v '^#' | grep -v '^$' | head -25
+  echo "the functions with the most samples:"
+  perf report -i "${PERF_DATA:-$dir/perf.data}" --no-children --sort dso,sym --stdio --percent-limit 0.4 2>/dev/null | grep -v '^#' | grep -v '^$' | head -60
+fi
