@@ -96,6 +96,69 @@ async fn two_expiry_instances_release_each_order_exactly_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_concurrent_release_loops_release_each_order_once_and_report_the_count() {
+    let app = Arc::new(TestApp::spawn_with_ttl(Duration::from_secs(1)).await);
+    for sku in ["A", "B", "C"] {
+        app.add_product(sku, 100, 150).await;
+    }
+    for sku in ["A", "B", "C"] {
+        place_many(&app, sku, 100).await;
+    }
+    eventually(
+        "every reservation past its window",
+        Duration::from_secs(30),
+        || async {
+            (app.count("SELECT count(*) FROM orders WHERE expires_at > now()")
+                .await
+                == 0)
+                .then_some(())
+        },
+    )
+    .await;
+    // Batches of 10 over 300 orders: the four loops claim around each other many times.
+    let released = expiry::release_overdue(&app.pool, 10, 4)
+        .await
+        .expect("release");
+    assert_eq!(released, 300, "the loops' own count");
+    assert_eq!(
+        app.count("SELECT count(*) FROM orders WHERE state = 'payment_pending'")
+            .await,
+        0,
+        "nothing overdue is left behind"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM stock_ledger WHERE movement = 'release'")
+            .await,
+        300,
+        "one release per order"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM events WHERE type = 'order.expired.v1'")
+            .await,
+        300
+    );
+    for sku in ["A", "B", "C"] {
+        assert_eq!(
+            app.buckets(sku).await,
+            Buckets {
+                available: 150,
+                reserved: 0,
+                sold: 0
+            },
+            "{sku}"
+        );
+    }
+    // A second run finds nothing to do.
+    assert_eq!(
+        expiry::release_overdue(&app.pool, 10, 4)
+            .await
+            .expect("release"),
+        0
+    );
+    assert_audit_clean(&app).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_racing_payment_success_ends_each_order_confirmed_or_cancelled_with_its_payment_refunded(
 ) {
     let app = Arc::new(TestApp::spawn().await);

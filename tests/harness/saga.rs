@@ -367,6 +367,8 @@ pub async fn spawn_expiry(
         database_url: database_url.to_owned(),
         interval,
         batch_size: 100,
+        // Two release loops, as by default: the tests' batches are released concurrently.
+        concurrency: 2,
         retention: Duration::from_secs(24 * 3600),
         audit_interval: Duration::ZERO,
     };

@@ -207,6 +207,22 @@ fn every_service_turns_bad_configuration_into_exit_2_and_one_line_naming_it() {
             "EXPIRY_INTERVAL",
         ),
         (
+            "expiry",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("EXPIRY_CONCURRENCY", "0"),
+            ],
+            "EXPIRY_CONCURRENCY",
+        ),
+        (
+            "expiry",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("EXPIRY_CONCURRENCY", "17"),
+            ],
+            "EXPIRY_CONCURRENCY",
+        ),
+        (
             "fulfillment",
             &[
                 ("DATABASE_URL", "postgres://x/y"),
