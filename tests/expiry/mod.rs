@@ -18,6 +18,23 @@ async fn wait_no_pending(app: &TestApp, within: Duration) {
     .await;
 }
 
+/// `n` orders were released, each once: one release in the ledger and one
+/// `order.expired` event per order.
+async fn assert_released_once(app: &TestApp, n: i64) {
+    assert_eq!(
+        app.count("SELECT count(*) FROM stock_ledger WHERE movement = 'release'")
+            .await,
+        n,
+        "one release per order"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM events WHERE type = 'order.expired.v1'")
+            .await,
+        n,
+        "one expired event per order"
+    );
+}
+
 async fn place_many(app: &Arc<TestApp>, sku: &str, n: usize) -> Vec<String> {
     stream::iter(0..n)
         .map(|_| {
@@ -73,17 +90,7 @@ async fn two_expiry_instances_release_each_order_exactly_once() {
     let _one = spawn_expiry(&app.database_url, Duration::from_millis(20)).await;
     let _two = spawn_expiry(&app.database_url, Duration::from_millis(20)).await;
     wait_no_pending(&app, Duration::from_secs(30)).await;
-    assert_eq!(
-        app.count("SELECT count(*) FROM stock_ledger WHERE movement = 'release'")
-            .await,
-        300,
-        "one release per order"
-    );
-    assert_eq!(
-        app.count("SELECT count(*) FROM events WHERE type = 'order.expired.v1'")
-            .await,
-        300
-    );
+    assert_released_once(&app, 300).await;
     assert_eq!(
         app.buckets("A").await,
         Buckets {
@@ -126,17 +133,7 @@ async fn four_concurrent_release_loops_release_each_order_once_and_report_the_co
         0,
         "nothing overdue is left behind"
     );
-    assert_eq!(
-        app.count("SELECT count(*) FROM stock_ledger WHERE movement = 'release'")
-            .await,
-        300,
-        "one release per order"
-    );
-    assert_eq!(
-        app.count("SELECT count(*) FROM events WHERE type = 'order.expired.v1'")
-            .await,
-        300
-    );
+    assert_released_once(&app, 300).await;
     for sku in ["A", "B", "C"] {
         assert_eq!(
             app.buckets(sku).await,
