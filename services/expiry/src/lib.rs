@@ -152,29 +152,30 @@ pub async fn release_overdue(
 ) -> Result<u64, store::StoreError> {
     let full = u64::try_from(batch_size).unwrap_or(u64::MAX);
     // Each loop stops at a batch that was not full: nothing overdue was left
-    // unclaimed then (what another loop holds, that loop releases).
+    // unclaimed then (what another loop holds, that loop releases). A loop
+    // that fails returns what it released before, all of it committed.
     let release = || async {
         let mut total = 0;
         loop {
-            let released =
-                store::orders::expire_due(pool, batch_size, store::now(), "expiry").await?;
-            total += released;
-            if released < full {
-                return Ok::<_, store::StoreError>(total);
+            match store::orders::expire_due(pool, batch_size, store::now(), "expiry").await {
+                Ok(released) if released < full => return (total + released, None),
+                Ok(released) => total += released,
+                Err(e) => return (total, Some(e)),
             }
         }
     };
     let mut total = 0;
     let mut failed = None;
-    for result in futures::future::join_all((0..concurrency.max(1)).map(|_| release())).await {
-        match result {
-            Ok(n) => total += n,
-            Err(e) => failed = failed.or(Some(e)),
-        }
+    for (released, error) in
+        futures::future::join_all((0..concurrency.max(1)).map(|_| release())).await
+    {
+        total += released;
+        failed = failed.or(error);
     }
     match failed {
-        // What the other loops released was committed: it is counted next run.
+        // Nothing was released: the caller reports the failure; the next run retries.
         Some(e) if total == 0 => Err(e),
+        // What was released is committed, so it is counted; the rest waits for the next run.
         Some(e) => {
             tracing::warn!(error = %e, released = total, "a release loop failed; the others went on");
             Ok(total)
