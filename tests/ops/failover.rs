@@ -103,12 +103,14 @@ async fn an_unconfirmed_commit_is_never_published_and_both_services_follow_the_p
     let watch = PgPool::connect(&primary.url("postgres"))
         .await
         .expect("a direct connection to the primary");
-    // A client's commit, not the relay's barrier, nor an autovacuum worker's
-    // ANALYZE of the new tables, whose commit waits for the standby too:
-    // cancelling that instead would leave the placement waiting.
+    // The placement's `COMMIT`. Other commits wait for the standby too, and
+    // cancelling one of them instead would leave the placement waiting: the
+    // relay's barrier, an autovacuum worker's ANALYZE of the new tables, and
+    // the relay's hold on the wake-up, a `setval` it sends right after its
+    // drain of the first order (a sequence's logged change takes a
+    // transaction id, so that statement's commit waits as well).
     let waiting = "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' \
-                   AND backend_type = 'client backend' \
-                   AND query NOT LIKE '%synchronous_standby_names%'";
+                   AND backend_type = 'client backend' AND query = 'COMMIT'";
     let (pid,): (i32,) = eventually(
         "the placement's commit waiting for the standby",
         Duration::from_secs(30),
