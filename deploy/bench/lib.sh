@@ -41,6 +41,22 @@ INSERT INTO stock_ledger (sku, movement, d_available, d_reserved, d_sold, reason
 SQL
 }
 
+# place_unpaid N: checkout and the relay with a 1 s reservation window, N
+# orders over 10,000 SKUs that nobody pays, and once all their windows have
+# passed, returns.
+place_unpaid() {
+  export RESERVATION_TTL=1s
+  start_system checkout,outbox-relay
+  seed_bench_products
+  load --sku BENCH --sku-count 10000 --connections 200 --requests "$1" --no-verify >/dev/null
+  while [ "$(sql "SELECT count(*) FROM orders WHERE expires_at > now()")" != "0" ]; do sleep 0.1; done
+}
+# start_expiry: one expiry process in the background (pid in `expiry`), audit off.
+start_expiry() {
+  EXPIRY_ADDR="127.0.0.1:$(free_port)" AUDIT_INTERVAL=0 "$bin/expiry" 2>"$dir/expiry.log" &
+  expiry=$!
+}
+
 load() { "$bin/soldonce" --json load --url "$CHECKOUT_URL" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(' '.join(str(d[k]) for k in sys.argv[1:]))" "$@"; }
 pgb() {

@@ -124,14 +124,10 @@ fi
 [ -n "${SKIP_EXPIRY:-}" ] && exit 0
 # Expiry: N orders with a 1 s window and nobody paying, then one expiry process.
 rm -rf "$dir/data"
-export RESERVATION_TTL=1s
-start_system checkout,outbox-relay
-seed_bench_products
-load --sku BENCH --sku-count 10000 --connections 200 --requests "$expired" --no-verify >/dev/null
-sleep 1.1
+place_unpaid "$expired"
 t0=$(date +%s.%N)
-EXPIRY_ADDR="127.0.0.1:$(free_port)" AUDIT_INTERVAL=0 "$bin/expiry" 2>"$dir/expiry.log" &
-exp=$!
+start_expiry
+exp=$expiry
 wait_settled
 python3 -c "import time; t=time.time()-$t0; print(f'[expiry] released {$expired} expired orders in {t:.1f}s: {$expired/t:.0f} releases/s (one expiry process)')" | tee -a "$results"
 kill "$exp"; wait "$exp" 2>/dev/null || true

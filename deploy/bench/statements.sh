@@ -54,9 +54,10 @@ for _ in $(seq 150); do pg_isready -q -h 127.0.0.1 -p "$port" && break; sleep 0.
 export DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
 sql "CREATE EXTENSION pg_stat_statements" >/dev/null
 # Samples every core from now until perf_stop.
+perf_data="${PERF_DATA:-$dir/perf.data}"
 perf_start() {
   [ -n "${PERF:-}" ] || return 0
-  perf record -a -F 997 -o "${PERF_DATA:-$dir/perf.data}" >/dev/null 2>&1 &
+  perf record -a -F 997 -o "$perf_data" >/dev/null 2>&1 &
   perf_pid=$!
 }
 perf_stop() { [ -z "${PERF:-}" ] || { kill -INT "$perf_pid"; wait "$perf_pid" || true; }; }
@@ -64,18 +65,13 @@ reset_statistics() { sql "SELECT pg_stat_statements_reset(), pg_stat_reset()" >/
 echo "machine: $(nproc) cores, $(uname -sr); $(postgres --version); binaries: $bin; settings: ${PG_SETTINGS:-defaults}"
 
 if [ "$case" = expiry ]; then
-  export RESERVATION_TTL=1s
-  start_system checkout,outbox-relay
-  seed_bench_products
-  load --sku BENCH --sku-count 10000 --connections 200 --requests "$expired" --no-verify >/dev/null
+  place_unpaid "$expired"
   while [ "$(sql 'SELECT count(*) FROM outbox')" != "0" ]; do sleep 0.2; done
-  while [ "$(sql "SELECT count(*) FROM orders WHERE expires_at > now()")" != "0" ]; do sleep 0.2; done
   reset_statistics
   cpu_snap "$dir/cpu.before"
   perf_start
   t0=$(date +%s.%N)
-  EXPIRY_ADDR="127.0.0.1:$(free_port)" AUDIT_INTERVAL=0 "$bin/expiry" 2>"$dir/expiry.log" &
-  expiry=$!
+  start_expiry
   wait_settled
   perf_stop
   orders=$(sql "SELECT count(*) FROM orders WHERE state = 'expired'")
@@ -103,7 +99,7 @@ psql "$DATABASE_URL" -P pager=off -c "SELECT round((total_exec_time / $orders)::
 echo "JIT: $(sql "SELECT coalesce(sum(jit_functions), 0) || ' functions compiled, ' || round(coalesce(sum(jit_generation_time + jit_inlining_time + jit_optimization_time + jit_emission_time), 0)::numeric / $orders, 3) || ' ms per order' FROM pg_stat_statements"); planning: $(sql "SELECT round(sum(total_plan_time)::numeric / $orders, 3) || ' ms per order' FROM pg_stat_statements")"
 if [ -n "${PERF:-}" ]; then
   echo "CPU samples, by program (the thread's name: every service's runtime threads are tokio-rt-worker, told apart by their binary) and shared object:"
-  perf report -i "${PERF_DATA:-$dir/perf.data}" --no-children --sort comm,dso --stdio --percent-limit 1 2>/dev/null | grep -v '^#' | grep -v '^$' | head -25
+  perf report -i "$perf_data" --no-children --sort comm,dso --stdio --percent-limit 1 2>/dev/null | grep -v '^#' | grep -v '^$' | head -25
   echo "the functions with the most samples:"
-  perf report -i "${PERF_DATA:-$dir/perf.data}" --no-children --sort dso,sym --stdio --percent-limit 0.4 2>/dev/null | grep -v '^#' | grep -v '^$' | head -60
+  perf report -i "$perf_data" --no-children --sort dso,sym --stdio --percent-limit 0.4 2>/dev/null | grep -v '^#' | grep -v '^$' | head -60
 fi
