@@ -455,3 +455,71 @@ async fn every_published_event_validates_against_its_schema() {
         ])
     );
 }
+
+/// The relay's hold on its wake-up is a hint, not data: it commits on the
+/// primary alone and never waits for a synchronous standby that is away,
+/// while an ordinary write on the same server does wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holding_the_wake_up_never_waits_for_an_absent_synchronous_standby() {
+    let pg = Postgres::start_temporary(PgOptions {
+        durable: true,
+        ..PgOptions::default()
+    })
+    .expect("private postgres");
+    let url = servers::migrated_database_on(&pg).await;
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    for sql in [
+        "ALTER SYSTEM SET synchronous_standby_names = 'absent'",
+        "SELECT pg_reload_conf()",
+    ] {
+        sqlx::query(sql).execute(&pool).await.expect(sql);
+    }
+    // An ordinary write now waits for the standby that never comes.
+    let plain = tokio::spawn({
+        let pool = pool.clone();
+        async move {
+            sqlx::query("CREATE TABLE waits_for_the_standby (id int)")
+                .execute(&pool)
+                .await
+        }
+    });
+    let waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'";
+    eventually(
+        "a plain write waiting for the standby",
+        Duration::from_secs(30),
+        || async {
+            let (n,): (i64,) = sqlx::query_as(waiting).fetch_one(&pool).await.ok()?;
+            (n == 1).then_some(())
+        },
+    )
+    .await;
+
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        store::outbox::hold_wake(&pool, Duration::from_secs(5)),
+    )
+    .await
+    .expect("the hold waited for the absent standby")
+    .expect("hold the wake-up");
+    let (held,): (bool,) = sqlx::query_as(
+        "SELECT last_value >= floor(extract(epoch FROM clock_timestamp() + interval '4 s') * 200) FROM outbox_wake_bucket",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("the wake-up bucket");
+    assert!(held, "the bucket was moved about 5 s ahead");
+    let (n,): (i64,) = sqlx::query_as(waiting)
+        .fetch_one(&pool)
+        .await
+        .expect("waits");
+    assert_eq!(n, 1, "only the plain write waits for the standby");
+
+    sqlx::query("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+        .execute(&pool)
+        .await
+        .expect("cancel the plain write's wait");
+    plain
+        .await
+        .expect("join")
+        .expect("the plain write, kept locally once its wait was cancelled");
+}

@@ -105,10 +105,10 @@ async fn an_unconfirmed_commit_is_never_published_and_both_services_follow_the_p
         .expect("a direct connection to the primary");
     // The placement's `COMMIT`. Other commits wait for the standby too, and
     // cancelling one of them instead would leave the placement waiting: the
-    // relay's barrier, an autovacuum worker's ANALYZE of the new tables, and
-    // the relay's hold on the wake-up, a `setval` it sends right after its
-    // drain of the first order (a sequence's logged change takes a
-    // transaction id, so that statement's commit waits as well).
+    // relay's barrier and an autovacuum worker's ANALYZE of the new tables.
+    // (The relay's hold on the wake-up, a `setval` sent right after its
+    // drain of the first order, used to wait as well; it now commits without
+    // waiting, see `bus::relay::holding_the_wake_up_never_waits_…`.)
     let waiting = "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' \
                    AND backend_type = 'client backend' AND query = 'COMMIT'";
     let (pid,): (i32,) = eventually(

@@ -151,9 +151,15 @@ pub async fn parked(pool: &PgPool) -> Result<i64, sqlx::Error> {
 /// bucket (200 per second, see its migration) that far ahead, never back,
 /// so writers committing until then send no notification. The relay that
 /// holds it looks for rows itself until then.
+///
+/// The move is a hint, not data, so it commits as [`delete`] does
+/// (`synchronous_commit = off` for this one statement): lost in a crash or
+/// a failover, it costs writers a few notifications, whereas waiting for
+/// its flush, or for a synchronous standby that is away, would stall the
+/// relay's loop behind a statement that protects nothing.
 pub async fn hold_wake(pool: &PgPool, ahead: std::time::Duration) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "SELECT setval('outbox_wake_bucket', greatest((SELECT last_value FROM outbox_wake_bucket), floor(extract(epoch FROM clock_timestamp() + make_interval(secs => $1)) * 200)::bigint))",
+        "SELECT set_config('synchronous_commit', 'off', true), setval('outbox_wake_bucket', greatest((SELECT last_value FROM outbox_wake_bucket), floor(extract(epoch FROM clock_timestamp() + make_interval(secs => $1)) * 200)::bigint))",
     )
     .bind(ahead.as_secs_f64())
     .execute(pool)
