@@ -244,6 +244,17 @@ pub(crate) fn update_projections<'q>(
     Ok(())
 }
 
+/// The projection row with its lines, as one query.
+macro_rules! select_orders {
+    () => {
+        "SELECT o.id, o.account_id, o.state, o.currency, o.total_minor, o.shipping, o.payment_id, o.paid_minor, \
+            o.version, o.expires_at, o.created_at, o.updated_at, o.refunds, \
+            (SELECT coalesce(jsonb_agg(jsonb_build_object('sku', l.sku, 'quantity', l.quantity, 'unit_price_minor', l.unit_price_minor) ORDER BY l.sku COLLATE \"C\"), '[]') \
+               FROM order_lines l WHERE l.order_id = o.id) AS lines \
+         FROM orders o"
+    };
+}
+
 /// Expires up to `limit` overdue orders in one transaction, on the write
 /// path (each SKU's buckets moved once for the batch); safe with N
 /// processes (`FOR UPDATE SKIP LOCKED`). `source` names the caller in the
@@ -254,21 +265,29 @@ pub async fn expire_due(
     now: DateTime<Utc>,
     source: &str,
 ) -> Result<u64, StoreError> {
+    // Claimed and loaded in one statement: the rows it returns are the
+    // ones it locked (`SKIP LOCKED` never waits, so the order in which it
+    // locks them cannot deadlock), and each row is read after its lock, so
+    // a concurrent payment that committed first is seen (its order is no
+    // longer overdue and the domain declines to expire it).
+    const CLAIM: &str = concat!(
+        select_orders!(),
+        " WHERE o.state = 'payment_pending' AND o.expires_at <= $1 \
+          ORDER BY o.expires_at LIMIT $2 FOR UPDATE OF o SKIP LOCKED"
+    );
     let mut tx = pool.begin().await?;
-    let ids: Vec<Uuid> = sqlx::query_scalar(
-        "SELECT id FROM orders WHERE state = 'payment_pending' AND expires_at <= $1 \
-         ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED",
-    )
-    .bind(now)
-    .bind(limit)
-    .fetch_all(&mut *tx)
-    .await?;
-    if ids.is_empty() {
+    let rows: Vec<OrderRow> = sqlx::query_as(CLAIM)
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+    if rows.is_empty() {
         return Ok(0);
     }
     let mut changes = Changes::new();
     let mut expired = 0;
-    for order in load_many_locked(&mut tx, &ids).await? {
+    for row in rows {
+        let order = Order::try_from(row)?;
         let Ok(events) = domain::decide(Some(&order), Command::Expire { at: now }) else {
             continue;
         };
@@ -318,17 +337,6 @@ struct OrderRow {
     lines: serde_json::Value,
 }
 
-/// The projection row with its lines, as one query.
-macro_rules! select_orders {
-    () => {
-        "SELECT o.id, o.account_id, o.state, o.currency, o.total_minor, o.shipping, o.payment_id, o.paid_minor, \
-            o.version, o.expires_at, o.created_at, o.updated_at, o.refunds, \
-            (SELECT coalesce(jsonb_agg(jsonb_build_object('sku', l.sku, 'quantity', l.quantity, 'unit_price_minor', l.unit_price_minor) ORDER BY l.sku COLLATE \"C\"), '[]') \
-               FROM order_lines l WHERE l.order_id = o.id) AS lines \
-         FROM orders o"
-    };
-}
-
 pub(crate) const SELECT_ORDER: &str = concat!(
     select_orders!(),
     " WHERE o.id = $1 AND ($2::uuid IS NULL OR o.account_id = $2)"
@@ -375,14 +383,6 @@ impl TryFrom<OrderRow> for Order {
     }
 }
 
-/// The orders with these ids, locked for update.
-pub(crate) async fn load_many_locked(
-    conn: &mut PgConnection,
-    ids: &[Uuid],
-) -> Result<Vec<Order>, StoreError> {
-    load_many_locking(conn, ids, Waiting::Wait).await
-}
-
 /// Whether a writer waits for the rows another writer holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Waiting {
@@ -392,8 +392,9 @@ pub(crate) enum Waiting {
     NoWait,
 }
 
-/// [`load_many_locked`], or with [`Waiting::NoWait`] `StoreError::Busy`
-/// naming the first id when any of the rows is held by another writer.
+/// The orders with these ids, locked for update (in id order); with
+/// [`Waiting::NoWait`], `StoreError::Busy` naming the first id when any of
+/// the rows is held by another writer.
 pub(crate) async fn load_many_locking(
     conn: &mut PgConnection,
     ids: &[Uuid],
