@@ -247,3 +247,74 @@ async fn operators_see_an_orders_timeline_and_follow_live_events() {
     );
     assert_eq!(event["data"]["order_id"], id.as_str());
 }
+
+/// One batch holding a confirmed order twice, an unpaid order and an order
+/// that does not exist: one answer each, in the order given, from the
+/// database's states; a second batch finds the shipment made; the
+/// `shipments` rows and the event store count one shipment.
+#[tokio::test]
+async fn one_batch_ships_the_confirmed_order_once_and_answers_every_other_order_from_the_database()
+{
+    use domain::OrderState;
+    use store::shipments::Created;
+    let app = soldonce_tests::TestApp::spawn().await;
+    app.add_product("MUG", 2500, 10).await;
+    let id = |body: &serde_json::Value| -> uuid::Uuid {
+        body["id"].as_str().expect("id").parse().expect("uuid")
+    };
+    let paid = id(&app.buy("MUG", 1).await.body);
+    assert_eq!(
+        soldonce_tests::saga::pay_by_webhook(&app, &paid.to_string(), 2500).await,
+        200
+    );
+    let unpaid = id(&app.buy("MUG", 1).await.body);
+    let missing = uuid::Uuid::now_v7();
+    let meta = |order: uuid::Uuid| events::Metadata {
+        correlation_id: order,
+        causation_id: uuid::Uuid::now_v7(),
+        source: "test".into(),
+        traceparent: None,
+    };
+    let batch = [paid, unpaid, paid, missing].map(|o| (o, meta(o)));
+    let mut tx = app.pool.begin().await.expect("tx");
+    let answers = store::shipments::create_many(&mut tx, &batch)
+        .await
+        .expect("ship");
+    tx.commit().await.expect("commit");
+    let [Created::New(shipment), rest @ ..] = &answers[..] else {
+        panic!("the confirmed order gets a new shipment first, got {answers:?}");
+    };
+    assert_eq!(
+        rest,
+        [
+            Created::NotConfirmed(Some(OrderState::PaymentPending)),
+            Created::Existed,
+            Created::NotConfirmed(None),
+        ]
+    );
+    let mut tx = app.pool.begin().await.expect("tx");
+    let again = store::shipments::create_many(&mut tx, &[(paid, meta(paid))])
+        .await
+        .expect("ship again");
+    tx.commit().await.expect("commit");
+    assert_eq!(again, [Created::Existed], "a redelivery ships nothing");
+    let rows: Vec<(uuid::Uuid, uuid::Uuid)> = sqlx::query_as("SELECT id, order_id FROM shipments")
+        .fetch_all(&app.pool)
+        .await
+        .expect("shipments");
+    assert_eq!(
+        rows,
+        [(*shipment, paid)],
+        "one shipments row, for the paid order"
+    );
+    let created: Vec<uuid::Uuid> =
+        sqlx::query_scalar("SELECT stream_id FROM events WHERE type = 'shipment.created.v1'")
+            .fetch_all(&app.pool)
+            .await
+            .expect("events");
+    assert_eq!(
+        created,
+        [*shipment],
+        "one shipment created in the event store"
+    );
+}

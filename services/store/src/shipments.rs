@@ -41,6 +41,18 @@ impl TryFrom<ShipmentRow> for Shipment {
     }
 }
 
+/// A row of [`create_many`]'s locking read: an order (`shipment` false:
+/// its id and state) or a shipment.
+#[derive(sqlx::FromRow)]
+struct LockedRow {
+    shipment: bool,
+    id: Uuid,
+    order_id: Uuid,
+    state: String,
+    version: Option<i32>,
+    updated_at: Option<DateTime<Utc>>,
+}
+
 const SELECT: &str = "SELECT id, order_id, state, version, updated_at FROM shipments";
 
 /// What [`create_many`] did for one order.
@@ -57,8 +69,8 @@ pub enum Created {
 /// Creates each confirmed order's shipment unless it has one, in the
 /// caller's transaction, set-based: the orders' states (share-locked in id
 /// order, the order every batch locks orders in, so they cannot change
-/// meanwhile), their shipments and the new shipments with their events are
-/// each one statement for the whole batch. One answer per order, in the
+/// meanwhile) with their shipments, then the new shipments with their
+/// events, are each one statement for the whole batch. One answer per order, in the
 /// order given. Never ships what the database does not say is confirmed.
 pub async fn create_many(
     conn: &mut PgConnection,
@@ -70,25 +82,46 @@ pub async fn create_many(
     let mut ids: Vec<Uuid> = orders.iter().map(|(id, _)| *id).collect();
     ids.sort_unstable();
     ids.dedup();
-    let states: Vec<(Uuid, String)> =
-        sqlx::query_as("SELECT id, state FROM orders WHERE id = ANY($1) ORDER BY id FOR SHARE")
-            .bind(&ids)
-            .fetch_all(&mut *conn)
-            .await?;
-    let states: HashMap<Uuid, OrderState> = states
-        .into_iter()
-        .map(|(id, s)| crate::orders::parse_state(id, &s).map(|state| (id, state)))
-        .collect::<Result<_, _>>()?;
-    let existing: Vec<ShipmentRow> = sqlx::query_as(&format!(
-        "{SELECT} WHERE order_id = ANY($1) ORDER BY order_id FOR UPDATE"
-    ))
+    // The orders first (share-locked in id order, the order every batch
+    // locks orders in), then their shipments: one statement, as the
+    // `UNION ALL` runs its branches one after the other and each CTE's
+    // scan locks its rows in its own `ORDER BY`.
+    let rows: Vec<LockedRow> = sqlx::query_as(
+        "WITH o AS MATERIALIZED (SELECT id, state FROM orders WHERE id = ANY($1) ORDER BY id FOR SHARE), \
+              s AS MATERIALIZED (SELECT id, order_id, state, version, updated_at FROM shipments \
+                                 WHERE order_id = ANY($1) ORDER BY order_id FOR UPDATE) \
+         SELECT false AS shipment, id, id AS order_id, state, NULL::int AS version, NULL::timestamptz AS updated_at FROM o \
+         UNION ALL \
+         SELECT true, id, order_id, state, version, updated_at FROM s",
+    )
     .bind(&ids)
     .fetch_all(&mut *conn)
     .await?;
-    let mut shipped: HashMap<Uuid, Shipment> = existing
-        .into_iter()
-        .map(|r| Shipment::try_from(r).map(|s| (s.order_id, s)))
-        .collect::<Result<_, _>>()?;
+    let mut states: HashMap<Uuid, OrderState> = HashMap::with_capacity(ids.len());
+    let mut shipped: HashMap<Uuid, Shipment> = HashMap::new();
+    for row in rows {
+        match (row.shipment, row.version, row.updated_at) {
+            (false, _, _) => {
+                states.insert(row.id, crate::orders::parse_state(row.id, &row.state)?);
+            }
+            (true, Some(version), Some(updated_at)) => {
+                let s = Shipment::try_from(ShipmentRow {
+                    id: row.id,
+                    order_id: row.order_id,
+                    state: row.state,
+                    version,
+                    updated_at,
+                })?;
+                shipped.insert(s.order_id, s);
+            }
+            (true, _, _) => {
+                return Err(StoreError::Corrupt(format!(
+                    "shipment {}: no version or time",
+                    row.id
+                )))
+            }
+        }
+    }
     let mut changes = Changes::new();
     let mut answers = Vec::with_capacity(orders.len());
     for (order_id, meta) in orders {
