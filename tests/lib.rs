@@ -27,3 +27,13 @@ pub mod system;
 
 pub use app::TestApp;
 pub use poll::eventually;
+
+/// Every plan node under `plan` (an `EXPLAIN (FORMAT JSON)` plan's
+/// `Plan`), depth first.
+pub fn plan_nodes(plan: &serde_json::Value) -> Vec<serde_json::Value> {
+    let mut out = vec![plan.clone()];
+    for child in plan["Plans"].as_array().into_iter().flatten() {
+        out.extend(plan_nodes(child));
+    }
+    out
+}

@@ -499,3 +499,70 @@ async fn however_many_batches_are_in_hand_a_consumer_records_in_no_more_transact
     stop.send(true).expect("stop");
     runner.await.expect("runner").expect("consumer ran cleanly");
 }
+
+/// A consumer's inbox keeps a row per handled event for the whole
+/// retention (a day by default), and the look for which events of a batch
+/// were handled already runs before every batch, as a prepared statement
+/// whose plan PostgreSQL may keep generic, made when the inbox was small.
+/// Even that plan must read the asked ids and nothing else, however large
+/// the inbox grew since: a plan that reads every row of the consumer costs
+/// each batch more as the day goes on.
+#[tokio::test]
+async fn the_look_for_handled_events_reads_only_the_asked_ids_even_on_a_generic_plan_made_on_a_small_inbox(
+) {
+    use events::Inbox;
+    let app = soldonce_tests::TestApp::spawn().await;
+    let mut conn = app.pool.acquire().await.expect("connection");
+    let insert = |consumer: &str, n: i64| {
+        format!(
+            "INSERT INTO inbox (consumer, event_id) \
+             SELECT '{consumer}', gen_random_uuid() FROM generate_series(1, {n})"
+        )
+    };
+    let steps = [
+        // No autovacuum during the test: an analyze of the grown table would replan.
+        "ALTER TABLE inbox SET (autovacuum_enabled = false)".to_owned(),
+        insert("payment-worker", 40),
+        insert("fulfillment", 40),
+        "ANALYZE inbox".to_owned(),
+        "SET plan_cache_mode = force_generic_plan".to_owned(),
+        format!("PREPARE seen(text, uuid[]) AS {}", store::inbox::SEEN_SQL),
+        "EXECUTE seen('payment-worker', ARRAY[gen_random_uuid()])".to_owned(),
+        insert("payment-worker", 20_000),
+    ];
+    for sql in steps {
+        sqlx::query(&sql)
+            .execute(&mut *conn)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let handled: Uuid = sqlx::query_scalar(
+        "SELECT event_id FROM inbox WHERE consumer = 'payment-worker' ORDER BY event_id LIMIT 1",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .expect("a handled event");
+    let fresh = Uuid::now_v7();
+    let (explained,): (serde_json::Value,) = sqlx::query_as(&format!(
+        "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE seen('payment-worker', ARRAY['{handled}', '{fresh}']::uuid[])"
+    ))
+    .fetch_one(&mut *conn)
+    .await
+    .expect("explain");
+    let nodes = soldonce_tests::plan_nodes(&explained[0]["Plan"]);
+    for node in &nodes {
+        let rows = node["Actual Rows"].as_f64().expect("actual rows");
+        assert!(
+            rows <= 2.0,
+            "a node read {rows} rows of an inbox of 20,040 rows, for 2 ids: {nodes:#?}"
+        );
+    }
+    assert_eq!(
+        PgInbox::new(app.pool.clone())
+            .seen("payment-worker", &[fresh, handled])
+            .await
+            .expect("seen"),
+        [false, true],
+        "one answer per id, in the order asked"
+    );
+}

@@ -278,14 +278,6 @@ async fn the_relays_delete_commits_without_waiting_for_its_flush_and_only_that_t
     assert_eq!(app.count("SELECT count(*) FROM outbox").await, 0);
 }
 
-/// Every plan node under `plan` (an EXPLAIN JSON plan), depth first.
-fn plan_nodes(plan: &serde_json::Value, out: &mut Vec<serde_json::Value>) {
-    out.push(plan.clone());
-    for child in plan["Plans"].as_array().into_iter().flatten() {
-        plan_nodes(child, out);
-    }
-}
-
 /// The outbox is a queue, nearly empty when autovacuum analyzes it between
 /// bursts. A claim planned then, and kept as its prepared statement's
 /// generic plan, scanned the whole outbox for each row it looked at (a
@@ -336,8 +328,7 @@ async fn a_claim_planned_on_a_nearly_empty_outbox_still_probes_by_index_when_the
             .fetch_one(&mut *conn)
             .await
             .expect("explain");
-    let mut nodes = Vec::new();
-    plan_nodes(&explained[0]["Plan"], &mut nodes);
+    let nodes = soldonce_tests::plan_nodes(&explained[0]["Plan"]);
     let kinds: Vec<&str> = nodes
         .iter()
         .filter_map(|n| n["Node Type"].as_str())

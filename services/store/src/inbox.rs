@@ -8,6 +8,15 @@ use events::{DeadLetter, Inbox};
 use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
+/// The look-up behind [`Inbox::seen`]: which of the ids (`$2`) the
+/// consumer (`$1`) has committed the effect of. One index condition on the
+/// primary key, so every plan, custom or generic, probes the index for
+/// these ids only. A join with `unnest` of the ids let the generic plan,
+/// which cannot see the array's length, hash every inbox row of the
+/// consumer instead: 0.6 ms a call over 4,500 rows in
+/// `deploy/bench/statements.sh 10k 15`, growing with the retention.
+pub const SEEN_SQL: &str = "SELECT event_id FROM inbox WHERE consumer = $1 AND event_id = ANY($2)";
+
 /// [`events::Inbox`] over PostgreSQL: the inbox table and the dead letters.
 #[derive(Debug, Clone)]
 pub struct PgInbox {
@@ -26,17 +35,13 @@ impl Inbox for PgInbox {
     type Error = StoreError;
 
     async fn seen(&self, consumer: &str, event_ids: &[Uuid]) -> Result<Vec<bool>, StoreError> {
-        let seen: Vec<bool> = sqlx::query_scalar(
-            // One primary-key probe per id (a join measured 2.5× cheaper than
-            // a correlated EXISTS per id on a 29,000-row inbox).
-            "SELECT i.event_id IS NOT NULL FROM unnest($2::uuid[]) WITH ORDINALITY AS t(id, n) \
-             LEFT JOIN inbox i ON i.consumer = $1 AND i.event_id = t.id ORDER BY t.n",
-        )
-        .bind(consumer)
-        .bind(event_ids)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(seen)
+        let seen: Vec<Uuid> = sqlx::query_scalar(SEEN_SQL)
+            .bind(consumer)
+            .bind(event_ids)
+            .fetch_all(&self.pool)
+            .await?;
+        let seen: std::collections::HashSet<Uuid> = seen.into_iter().collect();
+        Ok(event_ids.iter().map(|id| seen.contains(id)).collect())
     }
 
     async fn begin(

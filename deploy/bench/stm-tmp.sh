@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Where PostgreSQL's time goes per order: the whole saga at 300 orders/s (PSP
+# latency 20 ms) on a private PostgreSQL with pg_stat_statements loaded, then
+# the statements that took the most time, with calls and milliseconds per
+# order, and the CPU each program used per order. Time in a statement
+# includes waiting for row locks and for a core, so read it beside the CPU.
+#   bash deploy/bench/statements.sh [hot|10k] [seconds]
+# or, for expiry: N orders placed over 10,000 SKUs with a 1 s reservation
+# window and nobody paying, then one expiry process releasing them all (per
+# order: per released order):
+#   bash deploy/bench/statements.sh expiry [orders]
+# BIN_DIR=… runs binaries already built (e.g. an older build); PG_SETTINGS="a=1 b=2"
+# adds server settings (e.g. plan_cache_mode=force_generic_plan), to try one.
+# PERF=1 also samples every core with `perf record` during the load and
+# prints the functions that used the most CPU (needs perf and the right to
+# sample the whole machine: root, or kernel.perf_event_paranoid <= 0);
+# PERF_DATA=file keeps the samples, for `perf report -i file`.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. deploy/setup.sh >&2
+case="${1:-10k}"
+secs="${2:-15}"
+case "$case" in
+  hot) sku=BENCH-0 count=1 ;;
+  10k) sku=BENCH count=10000 ;;
+  expiry)
+    expired="${2:-50000}"
+    [[ "$expired" =~ ^[1-9][0-9]*$ ]] || { echo "statements.sh: the number of orders to expire must be a positive integer, not '$expired'" >&2; exit 2; } ;;
+  *) echo "statements.sh: the case is hot, 10k or expiry, not '$case'" >&2; exit 2 ;;
+esac
+[ -n "${PERF:-}" ] && ! command -v perf >/dev/null && { echo "statements.sh: PERF=1 needs perf (Debian: linux-perf)" >&2; exit 2; }
+. deploy/bench/lib.sh
+release_bins
+
+# PostgreSQL refuses to run as root: as root, the server runs as `postgres`.
+as_pg=()
+mkdir "$dir/pg"
+if [ "$(id -u)" = 0 ]; then
+  as_pg=(runuser -u postgres --)
+  chmod 755 "$dir"
+  chown postgres "$dir/pg"
+fi
+"${as_pg[@]}" initdb -D "$dir/pg" -U postgres -A trust >/dev/null
+port=$(free_port)
+# The settings `soldonce up` starts PostgreSQL with, plus the statistics.
+"${as_pg[@]}" postgres -D "$dir/pg" -p "$port" -k "$dir/pg" -c listen_addresses=127.0.0.1 \
+  -c max_connections=200 -c shared_buffers=256MB -c track_commit_timestamp=on \
+  -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all -c pg_stat_statements.track_planning=on \
+  $(for setting in ${PG_SETTINGS:-}; do printf -- '-c %s ' "$setting"; done) >"$dir/pg.log" 2>&1 &
+pg=$!
+expiry=""
+trap '[ -n "$expiry" ] && kill "$expiry" 2>/dev/null; [ -n "$up" ] && kill "$up" 2>/dev/null; kill "$pg" 2>/dev/null; wait; rm -rf "$dir"' EXIT
+for _ in $(seq 150); do pg_isready -q -h 127.0.0.1 -p "$port" && break; sleep 0.2; done
+export DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
+sql "CREATE EXTENSION pg_stat_statements" >/dev/null
+# Samples every core from now until perf_stop.
+perf_data="${PERF_DATA:-$dir/perf.data}"
+perf_start() {
+  [ -n "${PERF:-}" ] || return 0
+  perf record -a -F 997 -o "$perf_data" >/dev/null 2>&1 &
+  perf_pid=$!
+}
+perf_stop() { [ -z "${PERF:-}" ] || { kill -INT "$perf_pid"; wait "$perf_pid" || true; }; }
+reset_statistics() { sql "SELECT pg_stat_statements_reset(), pg_stat_reset()" >/dev/null; }
+echo "machine: $(nproc) cores, $(uname -sr); $(postgres --version); binaries: $bin; settings: ${PG_SETTINGS:-defaults}"
+
+if [ "$case" = expiry ]; then
+  place_unpaid "$expired"
+  while [ "$(sql 'SELECT count(*) FROM outbox')" != "0" ]; do sleep 0.2; done
+  reset_statistics
+  cpu_snap "$dir/cpu.before"
+  perf_start
+  t0=$(date +%s.%N)
+  start_expiry
+  wait_settled
+  perf_stop
+  orders=$(sql "SELECT count(*) FROM orders WHERE state = 'expired'")
+  echo "case expiry: $orders orders released by one expiry process (EXPIRY_CONCURRENCY=${EXPIRY_CONCURRENCY:-2}, EXPIRY_BATCH_SIZE=${EXPIRY_BATCH_SIZE:-1000}) in $(python3 -c "import time; t=time.time()-$t0; print(f'{t:.1f}s: {$orders/t:.0f} releases/s')")"
+  # Before expiry exits: its CPU, and its connections' backends, leave /proc with it.
+  echo "CPU: $(cpu_per_order "$dir/cpu.before" "$orders")"
+  kill "$expiry"; wait "$expiry" 2>/dev/null || true; expiry=""
+else
+  export PSP_FAULTS='{"latency_ms": 20}' FULFILLMENT_STEP_DELAY=20ms
+  start_system psp-sim,checkout,outbox-relay,payment-worker,fulfillment
+  seed_bench_products
+  reset_statistics
+  cpu_snap "$dir/cpu.before"
+  perf_start
+  load --sku "$sku" --sku-count "$count" --rate 300 --duration "${secs}s" >/dev/null
+  perf_stop
+  wait_settled; wait_delivered
+  orders=$(sql "SELECT count(*) FROM orders")
+  echo "case $case: 300 orders/s for ${secs}s; orders: $orders, every one settled and every confirmed one delivered"
+  echo "CPU: $(cpu_per_order "$dir/cpu.before" "$orders")"
+fi
+echo "transactions per order: $(sql "SELECT round(xact_commit::numeric / $orders, 2) || ' committed, ' || round(xact_rollback::numeric / $orders, 2) || ' rolled back' FROM pg_stat_database WHERE datname = current_database()")"
+echo "statements per order: $(sql "SELECT round(sum(calls)::numeric / $orders, 1) || ', ' || round(sum(total_exec_time)::numeric / $orders, 2) || ' ms in them' FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())")"
+psql "$DATABASE_URL" -P pager=off -c "SELECT round((total_exec_time / $orders)::numeric, 3) AS ms_per_order, round(calls::numeric / $orders, 2) AS calls_per_order, round(mean_exec_time::numeric, 2) AS mean_ms, left(regexp_replace(query, '\s+', ' ', 'g'), 110) AS statement FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT 20"
+echo "JIT: $(sql "SELECT coalesce(sum(jit_functions), 0) || ' functions compiled, ' || round(coalesce(sum(jit_generation_time + jit_inlining_time + jit_optimization_time + jit_emission_time), 0)::numeric / $orders, 3) || ' ms per order' FROM pg_stat_statements"); planning: $(sql "SELECT round(sum(total_plan_time)::numeric / $orders, 3) || ' ms per order' FROM pg_stat_statements")"
+if [ -n "${PERF:-}" ]; then
+  echo "CPU samples, by program (the thread's name: every service's runtime threads are tokio-rt-worker, told apart by their binary) and shared object:"
+  perf report -i "$perf_data" --no-children --sort comm,dso --stdio --percent-limit 1 2>/dev/null | grep -v '^#' | grep -v '^$' | head -25
+  echo "the functions with the most samples:"
+  perf report -i "$perf_data" --no-children --sort dso,sym --stdio --percent-limit 0.4 2>/dev/null | grep -v '^#' | grep -v '^$' | head -60
+fi
+psql "$DATABASE_URL" -P pager=off -c "SELECT round(calls::numeric / $orders, 2) cpo, round(mean_exec_time::numeric,3) mean, round(mean_plan_time::numeric,3) plan, plans, rows/calls rows_per_call, shared_blks_hit/calls blks_per_call, left(regexp_replace(query, '\s+', ' ', 'g'), 90) FROM pg_stat_statements WHERE calls > 100 ORDER BY shared_blks_hit DESC LIMIT 25"
