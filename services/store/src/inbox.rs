@@ -9,12 +9,13 @@ use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 /// The look-up behind [`Inbox::seen`]: which of the ids (`$2`) the
-/// consumer (`$1`) has committed the effect of. One index condition on the
-/// primary key, so every plan, custom or generic, probes the index for
-/// these ids only. A join with `unnest` of the ids let the generic plan,
-/// which cannot see the array's length, hash every inbox row of the
-/// consumer instead: 0.6 ms a call over 4,500 rows in
-/// `deploy/bench/statements.sh 10k 15`, growing with the retention.
+/// consumer (`$1`) has committed the effect of, as one index condition on
+/// the inbox's key. It runs unprepared (planned at each call, on the
+/// table as it is then): a prepared statement's generic plan, made once
+/// on a connection while the inbox was small, stayed a scan of every inbox
+/// row of the consumer as the inbox grew over the retention (0.6 ms a call
+/// over 4,500 rows in `deploy/bench/statements.sh 10k 15`), and a generic
+/// plan cannot see how few ids are asked.
 pub const SEEN_SQL: &str = "SELECT event_id FROM inbox WHERE consumer = $1 AND event_id = ANY($2)";
 
 /// [`events::Inbox`] over PostgreSQL: the inbox table and the dead letters.
@@ -36,6 +37,7 @@ impl Inbox for PgInbox {
 
     async fn seen(&self, consumer: &str, event_ids: &[Uuid]) -> Result<Vec<bool>, StoreError> {
         let seen: Vec<Uuid> = sqlx::query_scalar(SEEN_SQL)
+            .persistent(false)
             .bind(consumer)
             .bind(event_ids)
             .fetch_all(&self.pool)

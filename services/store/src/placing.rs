@@ -292,6 +292,17 @@ fn units_per_sku(order: &Order) -> BTreeMap<&Sku, i64> {
     asked
 }
 
+/// The stored responses of idempotency keys (`$1` accounts, `$2` keys,
+/// pairwise), each with its 1-based position. Run unprepared, so it is
+/// planned at each call on the table as it is then: a prepared statement's
+/// generic plan, made once on a connection while the table was small,
+/// joined by hashing every stored key (a sequential scan of a day's keys
+/// once the table had grown), where a plan that sees the arrays probes
+/// the key's index once per key.
+const KEYS_SQL: &str = "SELECT t.i, k.fingerprint, k.status, k.response_body, k.order_id \
+     FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS t(a, k, i) \
+     JOIN idempotency_keys k ON k.account_id = t.a AND k.key = t.k";
+
 /// Try-locks the keys of `which` (a lock held elsewhere: `InFlight`; never
 /// waits), then, in a statement of its own so it sees every commit made
 /// before the locks were taken, reads the keys already stored.
@@ -328,15 +339,12 @@ async fn claim(
         .collect();
     let keys: Vec<&str> = locked.iter().map(|&a| group[which[a]].key.key).collect();
     type Stored = (i64, Vec<u8>, i16, serde_json::Value, Option<Uuid>);
-    let stored: Vec<Stored> = sqlx::query_as(
-        "SELECT t.i, k.fingerprint, k.status, k.response_body, k.order_id \
-         FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS t(a, k, i) \
-         JOIN idempotency_keys k ON k.account_id = t.a AND k.key = t.k",
-    )
-    .bind(&accounts)
-    .bind(&keys)
-    .fetch_all(&mut *conn)
-    .await?;
+    let stored: Vec<Stored> = sqlx::query_as(KEYS_SQL)
+        .persistent(false)
+        .bind(&accounts)
+        .bind(&keys)
+        .fetch_all(&mut *conn)
+        .await?;
     for (i, fingerprint, status, body, order_id) in stored {
         let at = usize::try_from(i - 1)
             .ok()
