@@ -10,12 +10,13 @@ use uuid::Uuid;
 
 /// The look-up behind [`Inbox::seen`]: which of the ids (`$2`) the
 /// consumer (`$1`) has committed the effect of, as one index condition on
-/// the inbox's key. It runs unprepared (planned at each call, on the
-/// table as it is then): a prepared statement's generic plan, made once
-/// on a connection while the inbox was small, stayed a scan of every inbox
-/// row of the consumer as the inbox grew over the retention (0.6 ms a call
-/// over 4,500 rows in `deploy/bench/statements.sh 10k 15`), and a generic
-/// plan cannot see how few ids are asked.
+/// the inbox's key. It runs unprepared, planned at each call on the table
+/// as it is then. Prepared, PostgreSQL may keep a generic plan made on the
+/// statistics of the last `ANALYZE`: on a new system those say the inbox is
+/// nearly empty, and the plan kept read every inbox row of the consumer at
+/// each call until autovacuum analyzed the table again (0.6 ms a call over
+/// 4,500 rows in `deploy/bench/statements.sh 10k 15`, which starts empty).
+/// A generic plan also cannot see how few ids are asked.
 pub const SEEN_SQL: &str = "SELECT event_id FROM inbox WHERE consumer = $1 AND event_id = ANY($2)";
 
 /// [`events::Inbox`] over PostgreSQL: the inbox table and the dead letters.

@@ -293,12 +293,11 @@ fn units_per_sku(order: &Order) -> BTreeMap<&Sku, i64> {
 }
 
 /// The stored responses of idempotency keys (`$1` accounts, `$2` keys,
-/// pairwise), each with its 1-based position. Run unprepared, so it is
-/// planned at each call on the table as it is then: a prepared statement's
-/// generic plan, made once on a connection while the table was small,
-/// joined by hashing every stored key (a sequential scan of a day's keys
-/// once the table had grown), where a plan that sees the arrays probes
-/// the key's index once per key.
+/// pairwise), each with its 1-based position. Run unprepared, planned at
+/// each call on the table as it is then, as the inbox's look-up is (see
+/// `inbox::SEEN_SQL`): a generic plan made while the table was small
+/// hashes every stored key (a sequential scan), where a plan that sees the
+/// arrays probes the key's index once per key.
 const KEYS_SQL: &str = "SELECT t.i, k.fingerprint, k.status, k.response_body, k.order_id \
      FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS t(a, k, i) \
      JOIN idempotency_keys k ON k.account_id = t.a AND k.key = t.k";
