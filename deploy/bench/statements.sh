@@ -2,7 +2,8 @@
 # Where PostgreSQL's time goes per order: the whole saga at 300 orders/s (PSP
 # latency 20 ms) on a private PostgreSQL with pg_stat_statements loaded, then
 # the statements that took the most time, with calls and milliseconds per
-# order, and the CPU each program used per order. Time in a statement
+# order, the statements that read the most blocks per call, and the CPU each
+# program used per order. Time in a statement
 # includes waiting for row locks and for a core, so read it beside the CPU.
 #   bash deploy/bench/statements.sh [hot|10k] [seconds]
 # or, for expiry: N orders placed over 10,000 SKUs with a 1 s reservation
@@ -96,6 +97,8 @@ fi
 echo "transactions per order: $(sql "SELECT round(xact_commit::numeric / $orders, 2) || ' committed, ' || round(xact_rollback::numeric / $orders, 2) || ' rolled back' FROM pg_stat_database WHERE datname = current_database()")"
 echo "statements per order: $(sql "SELECT round(sum(calls)::numeric / $orders, 1) || ', ' || round(sum(total_exec_time)::numeric / $orders, 2) || ' ms in them' FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())")"
 psql "$DATABASE_URL" -P pager=off -c "SELECT round((total_exec_time / $orders)::numeric, 3) AS ms_per_order, round(calls::numeric / $orders, 2) AS calls_per_order, round(mean_exec_time::numeric, 2) AS mean_ms, left(regexp_replace(query, '\s+', ' ', 'g'), 110) AS statement FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT 20"
+echo "statements by shared blocks read per call (a plan that walks a whole table shows here; plans = calls means planned at every call):"
+psql "$DATABASE_URL" -P pager=off -c "SELECT round(calls::numeric / $orders, 2) AS calls_per_order, plans, round(shared_blks_hit::numeric / calls, 1) AS blocks_per_call, round(rows::numeric / calls, 1) AS rows_per_call, round(mean_plan_time::numeric, 3) AS plan_ms, left(regexp_replace(query, '\s+', ' ', 'g'), 90) AS statement FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND calls >= $orders / 20 ORDER BY shared_blks_hit::numeric / calls DESC LIMIT 10"
 echo "JIT: $(sql "SELECT coalesce(sum(jit_functions), 0) || ' functions compiled, ' || round(coalesce(sum(jit_generation_time + jit_inlining_time + jit_optimization_time + jit_emission_time), 0)::numeric / $orders, 3) || ' ms per order' FROM pg_stat_statements"); planning: $(sql "SELECT round(sum(total_plan_time)::numeric / $orders, 3) || ' ms per order' FROM pg_stat_statements")"
 if [ -n "${PERF:-}" ]; then
   echo "CPU samples, by program (the thread's name: every service's runtime threads are tokio-rt-worker, told apart by their binary) and shared object:"
