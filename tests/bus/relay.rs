@@ -465,14 +465,39 @@ async fn holding_the_wake_up_never_waits_for_an_absent_synchronous_standby() {
     ] {
         sqlx::query(sql).execute(&pool).await.expect(sql);
     }
+    // A backend reads the reloaded setting when the postmaster's signal
+    // reaches it, between two commands: each one-connection pool used below
+    // is polled until it sees the standby it must wait for (a write sent
+    // before that commits without waiting, and nothing would wait).
+    let sees_the_standby = |pool: sqlx::PgPool| async move {
+        eventually(
+            "the connection sees the reloaded setting",
+            Duration::from_secs(30),
+            || async {
+                let name: String = sqlx::query_scalar("SHOW synchronous_standby_names")
+                    .fetch_one(&pool)
+                    .await
+                    .ok()?;
+                (name == "absent").then_some(())
+            },
+        )
+        .await;
+    };
+    let one_connection = || async {
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&url)
+            .await
+            .expect("a one-connection pool")
+    };
+    let (hold_pool, write_pool) = (one_connection().await, one_connection().await);
+    sees_the_standby(hold_pool.clone()).await;
+    sees_the_standby(write_pool.clone()).await;
     // An ordinary write now waits for the standby that never comes.
-    let plain = tokio::spawn({
-        let pool = pool.clone();
-        async move {
-            sqlx::query("CREATE TABLE waits_for_the_standby (id int)")
-                .execute(&pool)
-                .await
-        }
+    let plain = tokio::spawn(async move {
+        sqlx::query("CREATE TABLE waits_for_the_standby (id int)")
+            .execute(&write_pool)
+            .await
     });
     // By its text: an autovacuum worker's ANALYZE of the new tables may wait too.
     let waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep' \
@@ -489,7 +514,7 @@ async fn holding_the_wake_up_never_waits_for_an_absent_synchronous_standby() {
 
     tokio::time::timeout(
         Duration::from_secs(30),
-        store::outbox::hold_wake(&pool, Duration::from_secs(5)),
+        store::outbox::hold_wake(&hold_pool, Duration::from_secs(5)),
     )
     .await
     .expect("the hold waited for the absent standby")
