@@ -262,8 +262,10 @@ async fn the_relays_delete_commits_without_waiting_for_its_flush_and_only_that_t
         insert_row(&mut conn, id).await;
     }
     let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
-    let deleted = store::outbox::delete(&mut tx, &ids).await.expect("delete");
-    assert_eq!(deleted, 2);
+    let deleted = store::outbox::delete(&mut tx, &ids, 0)
+        .await
+        .expect("delete");
+    assert_eq!(deleted.rows, 2);
     assert_eq!(
         synchronous_commit(&mut tx).await,
         "off",
@@ -540,4 +542,51 @@ async fn holding_the_wake_up_never_waits_for_an_absent_synchronous_standby() {
         .await
         .expect("join")
         .expect("the plain write, kept locally once its wait was cancelled");
+}
+
+/// After a batch that was not full, the relay claims again at once only
+/// if a row written after the batch's last one is there (a claim that finds
+/// nothing costs a transaction): the batch's delete says so in the same
+/// statement, counting only rows past the batch, not the batch's own.
+#[tokio::test]
+async fn the_batch_delete_says_whether_a_row_was_written_after_the_batch() {
+    let app = TestApp::spawn().await;
+    let mut conn = app.pool.acquire().await.expect("connection");
+    for _ in 0..3 {
+        insert_row(&mut conn, Uuid::now_v7()).await;
+    }
+    let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
+    let first = store::outbox::claim(&mut tx, 2).await.expect("claim");
+    assert_eq!(first.len(), 2, "a batch of two");
+    let ids: Vec<Uuid> = first.iter().map(|r| r.id).collect();
+    let last = first.iter().map(|r| r.position).max().expect("positions");
+    let deleted = store::outbox::delete(&mut tx, &ids, last)
+        .await
+        .expect("delete");
+    tx.commit().await.expect("commit");
+    assert_eq!(
+        deleted,
+        store::outbox::Deleted {
+            rows: 2,
+            newer: true
+        },
+        "the third row is past the batch"
+    );
+    let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
+    let second = store::outbox::claim(&mut tx, 2).await.expect("claim");
+    assert_eq!(second.len(), 1, "the third row");
+    assert!(second[0].position > last);
+    let deleted = store::outbox::delete(&mut tx, &[second[0].id], second[0].position)
+        .await
+        .expect("delete");
+    tx.commit().await.expect("commit");
+    assert_eq!(
+        deleted,
+        store::outbox::Deleted {
+            rows: 1,
+            newer: false
+        },
+        "nothing past the last row"
+    );
+    assert_eq!(app.count("SELECT count(*) FROM outbox").await, 0);
 }

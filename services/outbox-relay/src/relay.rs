@@ -51,6 +51,9 @@ pub struct Relay {
 struct Batch {
     /// Rows that left the outbox: published, or parked.
     settled: usize,
+    /// Whether to claim again at once: the batch was full, or a row written
+    /// after it was there when it committed.
+    more: bool,
     /// The first failure worth retrying; its row stays in the outbox.
     failure: Option<anyhow::Error>,
 }
@@ -171,6 +174,9 @@ impl Relay {
             moved += batch.settled;
             match (batch.settled, batch.failure) {
                 (0, None) => return Ok(moved),
+                // Nothing more seen: the lane's next look (within LOOK_EVERY while it
+                // holds the wake-up, or the writers' notification) finds what commits next.
+                (_, None) if !batch.more => return Ok(moved),
                 (0, Some(e)) => return Err(e),
                 (_, Some(e)) => {
                     metrics::counter!("soldonce_outbox_publish_errors_total").increment(1);
@@ -261,8 +267,13 @@ impl Relay {
                 },
             }
         }
+        let full = i64::try_from(rows.len()).is_ok_and(|n| n >= self.batch_size);
+        let mut more = full;
         if !published.is_empty() {
-            store::outbox::delete(&mut tx, &published).await?;
+            let last = rows.iter().map(|r| r.position).max().unwrap_or_default();
+            more |= store::outbox::delete(&mut tx, &published, last)
+                .await?
+                .newer;
         }
         let to_park: Vec<(Uuid, &str)> = parked
             .iter()
@@ -289,6 +300,7 @@ impl Relay {
         }
         Ok(Batch {
             settled: published.len() + parked.len(),
+            more,
             failure,
         })
     }

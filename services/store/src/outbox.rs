@@ -15,6 +15,8 @@ use uuid::Uuid;
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct OutboxRow {
     pub id: Uuid,
+    /// Its place in the outbox (taken when it was written, not when it committed).
+    pub position: i64,
     /// The aggregate it belongs to (the order, or the shipment).
     pub stream_id: Uuid,
     pub subject: String,
@@ -55,7 +57,7 @@ pub const CLAIM_SETTINGS: &[(&str, &str)] = &[
 /// keeps the look-up for older rows of the same order off the position
 /// index (a range over every older row, filtered by order), so it can only
 /// use `outbox_stream_position`.
-pub const CLAIM_SQL: &str = "SELECT o.id, o.stream_id, o.subject, o.payload, o.headers, \
+pub const CLAIM_SQL: &str = "SELECT o.id, o.position, o.stream_id, o.subject, o.payload, o.headers, \
         coalesce(CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(o.xmin) END, o.created_at) AS created_at \
  FROM outbox o \
  WHERE NOT EXISTS (SELECT 1 FROM outbox p WHERE p.stream_id = o.stream_id AND p.position + 0 < o.position) \
@@ -89,6 +91,17 @@ pub async fn await_replication(pool: &PgPool) -> Result<(), sqlx::Error> {
     .map(|_| ())
 }
 
+/// What [`delete`] did, and what it saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deleted {
+    /// Rows deleted.
+    pub rows: u64,
+    /// Whether a row written after the batch's last one (a position past
+    /// `after`) is there now: most likely new work, committed while the
+    /// batch was out on the bus.
+    pub newer: bool,
+}
+
 /// Deletes published rows, and makes the caller's transaction commit
 /// without waiting for its WAL flush (`synchronous_commit = off`, for that
 /// transaction only). Nothing is lost by that: a delete that a crash takes
@@ -100,15 +113,30 @@ pub async fn await_replication(pool: &PgPool) -> Result<(), sqlx::Error> {
 /// the flushes it no longer waits for are flushes every writer shares. The
 /// replication barrier ([`await_replication`]) is its own statement and
 /// keeps the session's setting.
-pub async fn delete(conn: &mut PgConnection, ids: &[Uuid]) -> Result<u64, sqlx::Error> {
-    let deleted: i64 = sqlx::query_scalar(
+///
+/// In the same statement it looks for a row past position `after` (the
+/// batch's last), so that the relay claims again at once only when there
+/// is likely something to claim: a claim that finds nothing costs a
+/// transaction (`BEGIN`, the claim, `ROLLBACK`).
+pub async fn delete(
+    conn: &mut PgConnection,
+    ids: &[Uuid],
+    after: i64,
+) -> Result<Deleted, sqlx::Error> {
+    let (deleted, newer): (i64, bool) = sqlx::query_as(
         "WITH d AS (DELETE FROM outbox WHERE id = ANY($1) RETURNING 1) \
-         SELECT (SELECT count(*) FROM d), set_config('synchronous_commit', 'off', true)",
+         SELECT (SELECT count(*) FROM d), \
+                EXISTS (SELECT 1 FROM outbox WHERE position > $2), \
+                set_config('synchronous_commit', 'off', true) IS NOT NULL",
     )
     .bind(ids)
+    .bind(after)
     .fetch_one(conn)
     .await?;
-    Ok(u64::try_from(deleted).unwrap_or(0))
+    Ok(Deleted {
+        rows: u64::try_from(deleted).unwrap_or(0),
+        newer,
+    })
 }
 
 /// Moves rows that can never be published, each with its short reason
