@@ -555,37 +555,37 @@ async fn the_batch_delete_says_whether_a_row_was_written_after_the_batch() {
     for _ in 0..3 {
         insert_row(&mut conn, Uuid::now_v7()).await;
     }
-    let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
-    let first = store::outbox::claim(&mut tx, 2).await.expect("claim");
+    // Claims up to two rows and deletes them as the relay does, past the batch's last position.
+    async fn relay_two(conn: &mut sqlx::PgConnection) -> (Vec<i64>, store::outbox::Deleted) {
+        let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
+        let rows = store::outbox::claim(&mut tx, 2).await.expect("claim");
+        let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+        let positions: Vec<i64> = rows.iter().map(|r| r.position).collect();
+        let last = positions.iter().copied().max().expect("a row claimed");
+        let deleted = store::outbox::delete(&mut tx, &ids, last)
+            .await
+            .expect("delete");
+        tx.commit().await.expect("commit");
+        (positions, deleted)
+    }
+    let (first, deleted) = relay_two(&mut conn).await;
     assert_eq!(first.len(), 2, "a batch of two");
-    let ids: Vec<Uuid> = first.iter().map(|r| r.id).collect();
-    let last = first.iter().map(|r| r.position).max().expect("positions");
-    let deleted = store::outbox::delete(&mut tx, &ids, last)
-        .await
-        .expect("delete");
-    tx.commit().await.expect("commit");
+    let (rows, newer) = (2, true);
     assert_eq!(
         deleted,
-        store::outbox::Deleted {
-            rows: 2,
-            newer: true
-        },
+        store::outbox::Deleted { rows, newer },
         "the third row is past the batch"
     );
-    let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
-    let second = store::outbox::claim(&mut tx, 2).await.expect("claim");
+    let (second, deleted) = relay_two(&mut conn).await;
     assert_eq!(second.len(), 1, "the third row");
-    assert!(second[0].position > last);
-    let deleted = store::outbox::delete(&mut tx, &[second[0].id], second[0].position)
-        .await
-        .expect("delete");
-    tx.commit().await.expect("commit");
+    assert!(
+        second[0] > first[0].max(first[1]),
+        "written after the batch"
+    );
+    let (rows, newer) = (1, false);
     assert_eq!(
         deleted,
-        store::outbox::Deleted {
-            rows: 1,
-            newer: false
-        },
+        store::outbox::Deleted { rows, newer },
         "nothing past the last row"
     );
     assert_eq!(app.count("SELECT count(*) FROM outbox").await, 0);
