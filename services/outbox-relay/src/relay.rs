@@ -162,9 +162,10 @@ impl Relay {
         }
     }
 
-    /// Publishes batches until the outbox has nothing claimable. A batch
-    /// that settled some rows and failed others is followed by the next
-    /// (the failed rows are claimed again first); one that settled nothing
+    /// Publishes batches while there is likely more to claim: after a full
+    /// batch, or one whose delete saw a row written after it. A batch that
+    /// settled some rows and failed others is followed by the next (the
+    /// failed rows are claimed again first); one that settled nothing
     /// returns its failure, for the caller to back off. Returns how many
     /// rows left the outbox.
     async fn drain(&self) -> anyhow::Result<usize> {
