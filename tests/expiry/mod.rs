@@ -155,6 +155,68 @@ async fn four_concurrent_release_loops_release_each_order_once_and_report_the_co
     assert_audit_clean(&app).await;
 }
 
+/// The release loops run at once: while one loop's release waits for a
+/// SKU's stock row (held here, as a long transaction on a hot SKU would),
+/// the other loop goes on releasing the orders of another SKU. One loop
+/// alone would claim the held SKU's order first (it expired first) and
+/// release nothing else until the row was free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_loop_waiting_for_a_stock_row_does_not_hold_back_the_other_loop() {
+    let app = Arc::new(TestApp::spawn_with_ttl(Duration::from_secs(1)).await);
+    app.add_product("HELD", 100, 5).await;
+    app.add_product("FREE", 100, 50).await;
+    let held = place_many(&app, "HELD", 1).await;
+    place_many(&app, "FREE", 10).await;
+    eventually(
+        "every reservation past its window",
+        Duration::from_secs(30),
+        || async {
+            (app.count("SELECT count(*) FROM orders WHERE expires_at > now()")
+                .await
+                == 0)
+                .then_some(())
+        },
+    )
+    .await;
+    let mut hold = app.pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM stock WHERE sku = 'HELD' FOR UPDATE")
+        .execute(&mut *hold)
+        .await
+        .expect("hold the stock row");
+    // Batches of one order, two loops: one claims the held SKU's order and waits.
+    let run = tokio::spawn({
+        let app = app.clone();
+        async move { expiry::release_overdue(&app.pool, 1, 2).await }
+    });
+    let free_expired = "SELECT count(*) FROM orders o JOIN order_lines l ON l.order_id = o.id \
+                        WHERE l.sku = 'FREE' AND o.state = 'expired'";
+    eventually(
+        "the other SKU's orders released while the held row waits",
+        Duration::from_secs(30),
+        || async { (app.count(free_expired).await == 10).then_some(()) },
+    )
+    .await;
+    let state: String = sqlx::query_scalar("SELECT state FROM orders WHERE id = $1::uuid")
+        .bind(&held[0])
+        .fetch_one(&app.pool)
+        .await
+        .expect("the held SKU's order");
+    assert_eq!(state, "payment_pending", "its release waits for the row");
+    hold.rollback().await.expect("free the stock row");
+    let released = run.await.expect("join").expect("release");
+    assert_eq!(released, 11, "the loops' own count");
+    assert_released_once(&app, 11).await;
+    assert_eq!(
+        app.buckets("HELD").await,
+        Buckets {
+            available: 5,
+            reserved: 0,
+            sold: 0
+        }
+    );
+    assert_audit_clean(&app).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_racing_payment_success_ends_each_order_confirmed_or_cancelled_with_its_payment_refunded(
 ) {
