@@ -18,6 +18,21 @@ async fn wait_no_pending(app: &TestApp, within: Duration) {
     .await;
 }
 
+/// Until every reservation's window has passed.
+async fn wait_past_windows(app: &TestApp) {
+    eventually(
+        "every reservation past its window",
+        Duration::from_secs(30),
+        || async {
+            (app.count("SELECT count(*) FROM orders WHERE expires_at > now()")
+                .await
+                == 0)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 /// `n` orders were released, each once: one release in the ledger and one
 /// `order.expired` event per order.
 async fn assert_released_once(app: &TestApp, n: i64) {
@@ -111,17 +126,7 @@ async fn four_concurrent_release_loops_release_each_order_once_and_report_the_co
     for sku in ["A", "B", "C"] {
         place_many(&app, sku, 100).await;
     }
-    eventually(
-        "every reservation past its window",
-        Duration::from_secs(30),
-        || async {
-            (app.count("SELECT count(*) FROM orders WHERE expires_at > now()")
-                .await
-                == 0)
-                .then_some(())
-        },
-    )
-    .await;
+    wait_past_windows(&app).await;
     // Batches of 10 over 300 orders: the four loops claim around each other many times.
     let released = expiry::release_overdue(&app.pool, 10, 4)
         .await
@@ -167,17 +172,7 @@ async fn a_release_loop_waiting_for_a_stock_row_does_not_hold_back_the_other_loo
     app.add_product("FREE", 100, 50).await;
     let held = place_many(&app, "HELD", 1).await;
     place_many(&app, "FREE", 10).await;
-    eventually(
-        "every reservation past its window",
-        Duration::from_secs(30),
-        || async {
-            (app.count("SELECT count(*) FROM orders WHERE expires_at > now()")
-                .await
-                == 0)
-                .then_some(())
-        },
-    )
-    .await;
+    wait_past_windows(&app).await;
     let mut hold = app.pool.begin().await.expect("begin");
     sqlx::query("SELECT 1 FROM stock WHERE sku = 'HELD' FOR UPDATE")
         .execute(&mut *hold)
