@@ -37,3 +37,13 @@ pub fn plan_nodes(plan: &serde_json::Value) -> Vec<serde_json::Value> {
     }
     out
 }
+
+/// A pool of one connection to `url`: every statement sent through it runs
+/// in the same session (its prepared statements, its reloaded settings).
+pub async fn one_connection_pool(url: &str) -> sqlx::PgPool {
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .expect("a one-connection pool")
+}

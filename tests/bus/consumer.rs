@@ -514,11 +514,7 @@ async fn the_look_for_handled_events_is_planned_on_the_inbox_as_it_is_and_reads_
     use events::Inbox;
     let app = soldonce_tests::TestApp::spawn().await;
     // One connection: the inbox's look-ups and the checks below share it.
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&app.database_url)
-        .await
-        .expect("a one-connection pool");
+    let pool = soldonce_tests::one_connection_pool(&app.database_url).await;
     let inbox = PgInbox::new(pool.clone());
     let insert = |consumer: &str, n: i64| {
         format!(

@@ -485,14 +485,8 @@ async fn holding_the_wake_up_never_waits_for_an_absent_synchronous_standby() {
         )
         .await;
     };
-    let one_connection = || async {
-        sqlx::postgres::PgPoolOptions::new()
-            .max_connections(1)
-            .connect(&url)
-            .await
-            .expect("a one-connection pool")
-    };
-    let (hold_pool, write_pool) = (one_connection().await, one_connection().await);
+    let hold_pool = soldonce_tests::one_connection_pool(&url).await;
+    let write_pool = soldonce_tests::one_connection_pool(&url).await;
     sees_the_standby(hold_pool.clone()).await;
     sees_the_standby(write_pool.clone()).await;
     // An ordinary write now waits for the standby that never comes.

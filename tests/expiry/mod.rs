@@ -18,6 +18,20 @@ async fn wait_no_pending(app: &TestApp, within: Duration) {
     .await;
 }
 
+/// Every unit of `sku` is available again: none reserved, none sold.
+async fn assert_all_available(app: &TestApp, sku: &str, units: i64) {
+    let (available, reserved, sold) = (units, 0, 0);
+    assert_eq!(
+        app.buckets(sku).await,
+        Buckets {
+            available,
+            reserved,
+            sold
+        },
+        "{sku}"
+    );
+}
+
 /// Until every reservation's window has passed.
 async fn wait_past_windows(app: &TestApp) {
     eventually(
@@ -106,14 +120,7 @@ async fn two_expiry_instances_release_each_order_exactly_once() {
     let _two = spawn_expiry(&app.database_url, Duration::from_millis(20)).await;
     wait_no_pending(&app, Duration::from_secs(30)).await;
     assert_released_once(&app, 300).await;
-    assert_eq!(
-        app.buckets("A").await,
-        Buckets {
-            available: 400,
-            reserved: 0,
-            sold: 0
-        }
-    );
+    assert_all_available(&app, "A", 400).await;
     assert_audit_clean(&app).await;
 }
 
@@ -140,15 +147,7 @@ async fn four_concurrent_release_loops_release_each_order_once_and_report_the_co
     );
     assert_released_once(&app, 300).await;
     for sku in ["A", "B", "C"] {
-        assert_eq!(
-            app.buckets(sku).await,
-            Buckets {
-                available: 150,
-                reserved: 0,
-                sold: 0
-            },
-            "{sku}"
-        );
+        assert_all_available(&app, sku, 150).await;
     }
     // A second run finds nothing to do.
     assert_eq!(
@@ -201,14 +200,7 @@ async fn a_release_loop_waiting_for_a_stock_row_does_not_hold_back_the_other_loo
     let released = run.await.expect("join").expect("release");
     assert_eq!(released, 11, "the loops' own count");
     assert_released_once(&app, 11).await;
-    assert_eq!(
-        app.buckets("HELD").await,
-        Buckets {
-            available: 5,
-            reserved: 0,
-            sold: 0
-        }
-    );
+    assert_all_available(&app, "HELD", 5).await;
     assert_audit_clean(&app).await;
 }
 
