@@ -33,7 +33,7 @@ pct() { # pct SQL-yielding-ms: "p50 / p99 ms"
 export PAYMENT_WORKER_ADDR="127.0.0.1:$(free_port)" FULFILLMENT_ADDR="127.0.0.1:$(free_port)"
 scrape_all() {
   { curl -s "$CHECKOUT_URL/metrics"; curl -s "http://$OUTBOX_RELAY_ADDR/metrics"; curl -s "http://$PAYMENT_WORKER_ADDR/metrics"; curl -s "http://$FULFILLMENT_ADDR/metrics"; } \
-    | grep -E '^soldonce_((checkout_queue_wait|checkout_group|outbox_commit_to_puback|consumer_wait|consumer_handle|consumer_transaction|psp_latency)_seconds_(bucket|count)|consumer_(batch|transaction)_size_(sum|count))' || true
+    | grep -E '^soldonce_((checkout_queue_wait|checkout_group|outbox_commit_to_(claim|puback)|consumer_wait|consumer_handle|consumer_transaction|psp_latency)_seconds_(bucket|count)|consumer_(batch|transaction)_size_(sum|count))' || true
 }
 # Mean messages per batch and per transaction of each consumer between two scrapes.
 sizes() {

@@ -552,7 +552,12 @@ async fn the_batch_delete_says_whether_a_row_was_written_after_the_batch() {
     // Claims up to two rows and deletes them as the relay does, past the batch's last position.
     async fn relay_two(conn: &mut sqlx::PgConnection) -> (Vec<i64>, store::outbox::Deleted) {
         let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
-        let rows = store::outbox::claim(&mut tx, 2).await.expect("claim");
+        let claimed = store::outbox::claim(&mut tx, 2).await.expect("claim");
+        assert!(
+            !claimed.needs_replication,
+            "no synchronous standby is named: no barrier to pass"
+        );
+        let rows = claimed.rows;
         let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
         let positions: Vec<i64> = rows.iter().map(|r| r.position).collect();
         let last = positions.iter().copied().max().expect("a row claimed");

@@ -74,9 +74,23 @@ async fn every_services_metrics_parse_as_prometheus_text() {
     assert!(scraped("checkout")
         .await
         .contains("soldonce_checkout_requests_total"));
-    assert!(scraped("outbox-relay")
-        .await
-        .contains("soldonce_outbox_published_total"));
+    let relay = scraped("outbox-relay").await;
+    assert!(relay.contains("soldonce_outbox_published_total"));
+    // The relay's lag comes in two parts, on the fine steps of its 25 ms budget:
+    // every acknowledged row was claimed first.
+    let count = |name: &str| {
+        relay
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{name} in\n{relay}"))
+    };
+    let acked = count("soldonce_outbox_commit_to_puback_seconds_count");
+    assert!(acked >= 1.0, "{relay}");
+    assert!(
+        count("soldonce_outbox_commit_to_claim_seconds_count") >= acked,
+        "{relay}"
+    );
+    assert!(relay.contains("soldonce_outbox_commit_to_claim_seconds_bucket{le=\"0.0125\"}"));
     assert!(scraped("payment-worker")
         .await
         .contains("soldonce_psp_latency_seconds"));

@@ -193,12 +193,23 @@ impl Relay {
     /// poison ones.
     async fn relay_batch(&self) -> anyhow::Result<Batch> {
         let mut tx = self.pool.begin().await?;
-        let rows = store::outbox::claim(&mut tx, self.batch_size).await?;
+        let store::outbox::Claimed {
+            rows,
+            needs_replication,
+        } = store::outbox::claim(&mut tx, self.batch_size).await?;
         if rows.is_empty() {
             return Ok(Batch::default());
         }
+        // The first part of each row's commit → PubAck lag: how long it waited to be claimed.
+        let claimed_at = chrono::Utc::now();
+        for row in &rows {
+            metrics::histogram!("soldonce_outbox_commit_to_claim_seconds")
+                .record(seconds_between(row.created_at, claimed_at));
+        }
         // Nothing leaves for the bus that a failover could still take back.
-        store::outbox::await_replication(&self.pool).await?;
+        if needs_replication {
+            store::outbox::await_replication(&self.pool).await?;
+        }
         // 0 before the first connection: then only the client's own check applies.
         let max_payload = self.js.client().server_info().max_payload;
         let mut parked: Vec<(usize, Poison)> = Vec::new();
@@ -237,12 +248,8 @@ impl Relay {
                     if ack.duplicate {
                         metrics::counter!("soldonce_outbox_duplicates_total").increment(1);
                     }
-                    let lag = (chrono::Utc::now() - row.created_at)
-                        .num_microseconds()
-                        .unwrap_or(0) as f64
-                        / 1e6;
                     metrics::histogram!("soldonce_outbox_commit_to_puback_seconds")
-                        .record(lag.max(0.0));
+                        .record(seconds_between(row.created_at, chrono::Utc::now()));
                     tracing::debug!(
                         event_id = %row.id,
                         order_id = %row.stream_id,
@@ -305,6 +312,12 @@ impl Relay {
             failure,
         })
     }
+}
+
+/// Seconds from `from` to `to`, never negative (the two clocks are the
+/// database's and this process's: on one machine, one clock).
+fn seconds_between(from: chrono::DateTime<chrono::Utc>, to: chrono::DateTime<chrono::Utc>) -> f64 {
+    ((to - from).num_microseconds().unwrap_or(0) as f64 / 1e6).max(0.0)
 }
 
 /// The message for `row`, or why it can never be published: a subject the

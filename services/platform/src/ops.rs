@@ -30,9 +30,10 @@ pub fn metrics_handle() -> PrometheusHandle {
                     )
                 })
                 .and_then(|b| {
-                    // The relay's lag is judged against a 25 ms budget: finer steps below 100 ms.
+                    // The relay's lag (commit → claim, commit → PubAck) is judged
+                    // against a 25 ms budget: finer steps below 100 ms.
                     b.set_buckets_for_metric(
-                        Matcher::Suffix("_to_puback_seconds".into()),
+                        Matcher::Prefix("soldonce_outbox_commit_to_".into()),
                         &[
                             0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025,
                             0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,

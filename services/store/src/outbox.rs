@@ -56,18 +56,43 @@ pub const CLAIM_SETTINGS: &[(&str, &str)] = &[
 /// The claim, for [`claim`] and for checking its plan. `p.position + 0`
 /// keeps the look-up for older rows of the same order off the position
 /// index (a range over every older row, filtered by order), so it can only
-/// use `outbox_stream_position`.
+/// use `outbox_stream_position`. Each row also says whether commits wait
+/// for synchronous standbys (`standbys`), so the relay knows in the same
+/// round trip whether it needs [`await_replication`].
 pub const CLAIM_SQL: &str = "SELECT o.id, o.position, o.stream_id, o.subject, o.payload, o.headers, \
-        coalesce(CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(o.xmin) END, o.created_at) AS created_at \
+        coalesce(CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(o.xmin) END, o.created_at) AS created_at, \
+        current_setting('synchronous_standby_names') <> '' AS standbys \
  FROM outbox o \
  WHERE NOT EXISTS (SELECT 1 FROM outbox p WHERE p.stream_id = o.stream_id AND p.position + 0 < o.position) \
  ORDER BY o.position LIMIT $1 FOR UPDATE SKIP LOCKED";
 
+/// The rows one claim locked.
+#[derive(Debug, Clone, Default)]
+pub struct Claimed {
+    pub rows: Vec<OutboxRow>,
+    /// Whether the server had synchronous standbys named when it claimed:
+    /// then the relay must pass [`await_replication`] before it publishes.
+    /// When none are named, no commit the claim saw waited for one, so the
+    /// barrier would be a round trip that waits for nothing.
+    pub needs_replication: bool,
+}
+
+#[derive(sqlx::FromRow)]
+struct ClaimedRow {
+    #[sqlx(flatten)]
+    row: OutboxRow,
+    standbys: bool,
+}
+
 /// Locks up to `limit` publishable rows for this transaction; rows other
 /// relays hold are skipped. Run it on a connection opened with
 /// [`CLAIM_SETTINGS`].
-pub async fn claim(conn: &mut PgConnection, limit: i64) -> Result<Vec<OutboxRow>, sqlx::Error> {
-    sqlx::query_as(CLAIM_SQL).bind(limit).fetch_all(conn).await
+pub async fn claim(conn: &mut PgConnection, limit: i64) -> Result<Claimed, sqlx::Error> {
+    let rows: Vec<ClaimedRow> = sqlx::query_as(CLAIM_SQL).bind(limit).fetch_all(conn).await?;
+    Ok(Claimed {
+        needs_replication: rows.iter().any(|r| r.standbys),
+        rows: rows.into_iter().map(|r| r.row).collect(),
+    })
 }
 
 /// Returns once everything committed before the call is on every
@@ -80,7 +105,8 @@ pub async fn claim(conn: &mut PgConnection, limit: i64) -> Result<Vec<OutboxRow>
 /// record comes after every commit the claim could see, and its commit waits
 /// for the standbys. A transaction that only took an id would write no WAL
 /// before its commit record and not wait. Free when
-/// `synchronous_standby_names` is empty (nothing is written, nothing waits).
+/// `synchronous_standby_names` is empty (nothing is written, nothing waits),
+/// and skipped then: the claim says so ([`Claimed::needs_replication`]).
 pub async fn await_replication(pool: &PgPool) -> Result<(), sqlx::Error> {
     sqlx::query(
         "SELECT CASE WHEN current_setting('synchronous_standby_names') <> '' \
