@@ -28,6 +28,12 @@ start_system() {
   for _ in $(seq 300); do [ -f "$dir/data/env" ] && break; sleep 0.2; done
   [ -f "$dir/data/env" ] || { cat "$dir/up.log"; exit 1; }
   . "$dir/data/env"
+  # PG_SETTINGS="name=value …": server settings to try, set on the running
+  # server (ALTER SYSTEM and a reload; every backend reads them at its next command).
+  if [ -n "${PG_SETTINGS:-}" ]; then
+    for setting in $PG_SETTINGS; do sql "ALTER SYSTEM SET ${setting%%=*} = '${setting#*=}'" >/dev/null; done
+    sql "SELECT pg_reload_conf()" >/dev/null
+  fi
 }
 
 seed_bench_products() {

@@ -8,7 +8,8 @@
 #   bash deploy/bench/saga.sh [seconds] [expired-orders]
 # BIN_DIR=… runs binaries already built (e.g. an older build, for before/after);
 # SKIP_E2E=1 runs only the expiry part, SKIP_EXPIRY=1 only the saga part,
-# SKIP_CLOSED=1 only the open loops of the saga part.
+# SKIP_CLOSED=1 only the open loops of the saga part. PG_SETTINGS="a=1 b=2"
+# tries server settings (set with ALTER SYSTEM once the system is up).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . deploy/setup.sh >&2
@@ -87,7 +88,7 @@ print('; '.join(out))
 PY
 }
 
-echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr); $(postgres --version); binaries: $bin" | tee "$results"
+echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr); $(postgres --version); binaries: $bin; settings: ${PG_SETTINGS:-defaults}" | tee "$results"
 if [ -z "${SKIP_E2E:-}" ]; then
 export PSP_FAULTS='{"latency_ms": 20}' FULFILLMENT_STEP_DELAY=20ms
 start_system psp-sim,checkout,outbox-relay,payment-worker,fulfillment
