@@ -88,7 +88,10 @@ struct ClaimedRow {
 /// relays hold are skipped. Run it on a connection opened with
 /// [`CLAIM_SETTINGS`].
 pub async fn claim(conn: &mut PgConnection, limit: i64) -> Result<Claimed, sqlx::Error> {
-    let rows: Vec<ClaimedRow> = sqlx::query_as(CLAIM_SQL).bind(limit).fetch_all(conn).await?;
+    let rows: Vec<ClaimedRow> = sqlx::query_as(CLAIM_SQL)
+        .bind(limit)
+        .fetch_all(conn)
+        .await?;
     Ok(Claimed {
         needs_replication: rows.iter().any(|r| r.standbys),
         rows: rows.into_iter().map(|r| r.row).collect(),
