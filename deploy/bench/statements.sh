@@ -62,7 +62,7 @@ perf_start() {
   perf_pid=$!
 }
 perf_stop() { [ -z "${PERF:-}" ] || { kill -INT "$perf_pid"; wait "$perf_pid" || true; }; }
-reset_statistics() { sql "SELECT pg_stat_statements_reset(), pg_stat_reset()" >/dev/null; }
+reset_statistics() { sql "SELECT pg_stat_statements_reset(), pg_stat_reset(), pg_stat_reset_shared('wal')" >/dev/null; }
 echo "machine: $(nproc) cores, $(uname -sr); $(postgres --version); binaries: $bin; settings: ${PG_SETTINGS:-defaults}"
 
 if [ "$case" = expiry ]; then
@@ -95,6 +95,9 @@ else
   echo "CPU: $(cpu_per_order "$dir/cpu.before" "$orders")"
 fi
 echo "transactions per order: $(sql "SELECT round(xact_commit::numeric / $orders, 2) || ' committed, ' || round(xact_rollback::numeric / $orders, 2) || ' rolled back' FROM pg_stat_database WHERE datname = current_database()")"
+echo "WAL per order: $(sql "SELECT round(wal_records::numeric / $orders, 1) || ' records, ' || round(wal_fpi::numeric / $orders, 2) || ' full-page images, ' || round(wal_bytes / $orders / 1024, 1) || ' kB' FROM pg_stat_wal"); events per order: $(sql "SELECT round(count(*)::numeric / $orders, 2) FROM events")"
+echo "indexes of the tables written per order (an index is one more entry to write per row; idx_scan = 0: not read during the run):"
+psql "$DATABASE_URL" -P pager=off -c "SELECT t.relname AS table, round((t.n_tup_ins + t.n_tup_upd - t.n_tup_hot_upd)::numeric / $orders, 2) AS index_writes_per_order, i.indexrelname AS index, i.idx_scan FROM pg_stat_user_tables t JOIN pg_stat_user_indexes i USING (relid) WHERE t.n_tup_ins + t.n_tup_upd > $orders / 10 ORDER BY t.relname, i.indexrelname"
 echo "statements per order: $(sql "SELECT round(sum(calls)::numeric / $orders, 1) || ', ' || round(sum(total_exec_time)::numeric / $orders, 2) || ' ms in them' FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())")"
 psql "$DATABASE_URL" -P pager=off -c "SELECT round((total_exec_time / $orders)::numeric, 3) AS ms_per_order, round(calls::numeric / $orders, 2) AS calls_per_order, round(mean_exec_time::numeric, 2) AS mean_ms, left(regexp_replace(query, '\s+', ' ', 'g'), 110) AS statement FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT 20"
 echo "statements by shared blocks read per call (a plan that walks a whole table shows here; plans = calls means planned at every call):"
