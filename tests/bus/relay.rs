@@ -3,7 +3,8 @@
 use futures::stream::{self, StreamExt};
 use localservers::{Nats, PgOptions, Postgres};
 use soldonce_tests::relay::{
-    read_stream, spawn_in_process, spawn_in_process_polling, spawn_process, stream_len,
+    read_stream, spawn_in_process, spawn_in_process_polling, spawn_in_process_with, spawn_process,
+    stream_len,
 };
 use soldonce_tests::{eventually, servers, TestApp};
 use std::collections::HashSet;
@@ -588,4 +589,36 @@ async fn the_batch_delete_says_whether_a_row_was_written_after_the_batch() {
         "nothing past the last row"
     );
     assert_eq!(app.count("SELECT count(*) FROM outbox").await, 0);
+}
+
+/// The outbox is a queue, and the claim walks its position index from the
+/// start, where deleted rows' entries stay until a vacuum: autovacuum may
+/// come a minute later, so the relay vacuums the outbox itself once enough
+/// rows have left it, and every row is still published once.
+#[tokio::test]
+async fn the_relay_vacuums_the_outbox_once_enough_rows_have_left_it() {
+    let app = TestApp::spawn().await;
+    let nats = Nats::start_temporary().expect("private nats");
+    let vacuums = "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'outbox'";
+    let before = app.count(vacuums).await;
+    let _relay =
+        spawn_in_process_with(&app.database_url, &nats.url(), |s| s.vacuum_after = 100).await;
+    let mut tx = app.pool.begin().await.expect("begin");
+    let ids: Vec<Uuid> = (0..300).map(|_| Uuid::now_v7()).collect();
+    for id in &ids {
+        insert_row(&mut *tx, *id).await;
+    }
+    tx.commit().await.expect("commit");
+    wait_until_published(&app, &nats.url(), 300).await;
+    eventually(
+        "the relay's vacuum of the outbox",
+        Duration::from_secs(30),
+        || async { (app.count(vacuums).await > before).then_some(()) },
+    )
+    .await;
+    let stream = read_stream(&nats.url()).await;
+    assert!(
+        ids.iter().all(|id| stream.get(id).map(|(n, _)| *n) == Some(1)),
+        "every row published once"
+    );
 }

@@ -67,15 +67,26 @@ pub async fn spawn_in_process_polling(
     nats_url: &str,
     poll_interval: Duration,
 ) -> tokio::sync::oneshot::Sender<()> {
-    let settings = outbox_relay::Settings {
+    spawn_in_process_with(database_url, nats_url, |s| s.poll_interval = poll_interval).await
+}
+
+/// [`spawn_in_process`] with its settings changed by `tweak`.
+pub async fn spawn_in_process_with(
+    database_url: &str,
+    nats_url: &str,
+    tweak: impl FnOnce(&mut outbox_relay::Settings),
+) -> tokio::sync::oneshot::Sender<()> {
+    let mut settings = outbox_relay::Settings {
         addr: "127.0.0.1:0".parse().expect("addr"),
         database_url: database_url.to_owned(),
         nats_url: nats_url.to_owned(),
         batch_size: 200,
-        poll_interval,
+        poll_interval: Duration::from_millis(200),
         lanes: 2,
+        vacuum_after: 5000,
         stream: bus::StreamSettings::default(),
     };
+    tweak(&mut settings);
     let app = outbox_relay::Application::build(settings)
         .await
         .expect("build relay");

@@ -44,6 +44,9 @@ pub struct Settings {
     /// `OUTBOX_RELAY_LANES`, default 2: batches claimed and published at
     /// once, each in its own transaction.
     pub lanes: usize,
+    /// `OUTBOX_VACUUM_AFTER`, default 5000: the relay vacuums the outbox
+    /// each time this many rows have left it (0: never; autovacuum alone).
+    pub vacuum_after: u64,
     pub stream: bus::StreamSettings,
 }
 
@@ -74,6 +77,7 @@ impl Settings {
             batch_size,
             poll_interval: config::duration("OUTBOX_POLL_INTERVAL", Duration::from_millis(100))?,
             lanes,
+            vacuum_after: config::parsed("OUTBOX_VACUUM_AFTER", 5000u64)?,
             stream: bus::StreamSettings::from_env()?,
         })
     }
@@ -89,10 +93,11 @@ pub struct Application {
 impl Application {
     /// Connects to PostgreSQL and NATS, ensures the stream, binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        // Per lane a claiming transaction and the replication barrier; one for the gauges.
+        // Per lane a claiming transaction and the replication barrier; one
+        // for the gauges, one for vacuuming the outbox.
         let pool = store::connect_with_settings(
             &settings.database_url,
-            2 * settings.lanes as u32 + 1,
+            2 * settings.lanes as u32 + 2,
             store::outbox::CLAIM_SETTINGS,
         )
         .await
@@ -109,6 +114,7 @@ impl Application {
                 settings.batch_size,
                 settings.poll_interval,
                 settings.lanes,
+                settings.vacuum_after,
             ),
         })
     }

@@ -14,6 +14,8 @@ use async_nats::jetstream::{self, message::PublishMessage};
 use backon::{ExponentialBuilder, Retryable};
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -36,6 +38,10 @@ const HOLD: Duration = Duration::from_millis(50);
 /// How often a lane holding the wake-up looks for rows.
 const LOOK_EVERY: Duration = Duration::from_millis(4);
 
+/// How often the relay looks whether it has deleted enough rows to vacuum
+/// the outbox (see [`store::outbox::vacuum`]).
+const VACUUM_LOOK_EVERY: Duration = Duration::from_secs(1);
+
 /// Publishes outbox rows.
 #[derive(Clone)]
 pub struct Relay {
@@ -44,6 +50,10 @@ pub struct Relay {
     batch_size: i64,
     poll_interval: Duration,
     lanes: usize,
+    /// Vacuum the outbox once this many rows left it (0: never).
+    vacuum_after: u64,
+    /// Rows that left the outbox since the last vacuum, all lanes together.
+    left_since_vacuum: Arc<AtomicU64>,
 }
 
 /// What one batch came to.
@@ -60,13 +70,16 @@ struct Batch {
 
 impl Relay {
     /// A relay over this database and bus, with `lanes` loops claiming and
-    /// publishing at once (see [`Relay::run`]).
+    /// publishing at once (see [`Relay::run`]), that vacuums the outbox
+    /// after every `vacuum_after` rows it moved out (0: leaves that to
+    /// autovacuum).
     pub fn new(
         pool: PgPool,
         js: jetstream::Context,
         batch_size: i64,
         poll_interval: Duration,
         lanes: usize,
+        vacuum_after: u64,
     ) -> Self {
         Relay {
             pool,
@@ -74,6 +87,8 @@ impl Relay {
             batch_size,
             poll_interval,
             lanes: lanes.max(1),
+            vacuum_after,
+            left_since_vacuum: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -89,6 +104,14 @@ impl Relay {
             metrics::counter!("soldonce_outbox_parked_total", "reason" => reason).increment(0);
         }
         let gauges = tokio::spawn(report_backlog(self.pool.clone(), stop.clone()));
+        let vacuum = (self.vacuum_after > 0).then(|| {
+            tokio::spawn(vacuum_outbox(
+                self.pool.clone(),
+                self.vacuum_after,
+                self.left_since_vacuum.clone(),
+                stop.clone(),
+            ))
+        });
         let lanes: Vec<_> = (0..self.lanes)
             .map(|_| tokio::spawn(self.clone().lane(stop.clone())))
             .collect();
@@ -98,6 +121,9 @@ impl Relay {
             }
         }
         gauges.abort();
+        if let Some(vacuum) = vacuum {
+            vacuum.abort();
+        }
     }
 
     /// One lane: drain on each wake-up until `stop` turns true.
@@ -289,6 +315,8 @@ impl Relay {
             .collect();
         store::outbox::park(&mut tx, &to_park).await?;
         tx.commit().await?;
+        self.left_since_vacuum
+            .fetch_add((published.len() + parked.len()) as u64, Ordering::Relaxed);
         metrics::counter!("soldonce_outbox_published_total").increment(published.len() as u64);
         for (i, p) in &parked {
             let row = &rows[*i];
@@ -377,6 +405,53 @@ async fn wait_for_notification(listener: &mut Option<PgListener>, poll: Duration
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "LISTEN connection lost; polling until it is back");
             *listener = None;
+        }
+    }
+}
+
+/// Vacuums the outbox each time `after` rows have left it (checked every
+/// [`VACUUM_LOOK_EVERY`]), while this role may; see [`store::outbox::vacuum`].
+async fn vacuum_outbox(
+    pool: PgPool,
+    after: u64,
+    left: Arc<AtomicU64>,
+    mut stop: watch::Receiver<bool>,
+) {
+    metrics::counter!("soldonce_outbox_vacuums_total").increment(0);
+    let mut allowed: Option<bool> = None;
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            () = tokio::time::sleep(VACUUM_LOOK_EVERY) => {}
+        }
+        if left.load(Ordering::Relaxed) < after {
+            continue;
+        }
+        if allowed.is_none() {
+            match store::outbox::can_vacuum(&pool).await {
+                Ok(true) => allowed = Some(true),
+                Ok(false) => {
+                    tracing::warn!(
+                        "this database role may not VACUUM the outbox (it is neither the table's nor the database's owner): \
+                         the relay leaves it to autovacuum; under load, set a low autovacuum_naptime, or give the relay the owner's role"
+                    );
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "could not learn whether the outbox may be vacuumed");
+                    continue;
+                }
+            }
+        }
+        let started = Instant::now();
+        match store::outbox::vacuum(&pool).await {
+            Ok(()) => {
+                left.store(0, Ordering::Relaxed);
+                metrics::counter!("soldonce_outbox_vacuums_total").increment(1);
+                metrics::histogram!("soldonce_outbox_vacuum_seconds")
+                    .record(started.elapsed().as_secs_f64());
+            }
+            Err(e) => tracing::warn!(error = %e, "vacuuming the outbox failed; trying again later"),
         }
     }
 }
