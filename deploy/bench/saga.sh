@@ -10,6 +10,7 @@
 # SKIP_E2E=1 runs only the expiry part, SKIP_EXPIRY=1 only the saga part,
 # SKIP_CLOSED=1 only the open loops of the saga part. PG_SETTINGS="a=1 b=2"
 # tries server settings (set with ALTER SYSTEM once the system is up).
+# CASES="10k" runs one of the saga's two cases (default "hot 10k").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . deploy/setup.sh >&2
@@ -95,6 +96,7 @@ start_system psp-sim,checkout,outbox-relay,payment-worker,fulfillment
 seed_bench_products
 for case in "hot:BENCH-0:1" "10k:BENCH:10000"; do
   IFS=: read -r name sku count <<<"$case"
+  [[ " ${CASES:-hot 10k} " == *" $name "* ]] || continue
   reset
   scrape_all >"$dir/s.before"; cpu_snap "$dir/cpu.before"
   open=$(load --sku "$sku" --sku-count "$count" --rate 300 --duration "${secs}s" | json accepted p99_ms)
