@@ -635,7 +635,7 @@ async fn the_relay_vacuums_the_outbox_once_enough_rows_have_left_it() {
     let mut tx = app.pool.begin().await.expect("begin");
     let ids: Vec<Uuid> = (0..300).map(|_| Uuid::now_v7()).collect();
     for id in &ids {
-        insert_row(&mut *tx, *id).await;
+        insert_row(&mut tx, *id).await;
     }
     tx.commit().await.expect("commit");
     wait_until_published(&app, &nats.url(), 300).await;
@@ -647,7 +647,8 @@ async fn the_relay_vacuums_the_outbox_once_enough_rows_have_left_it() {
     .await;
     let stream = read_stream(&nats.url()).await;
     assert!(
-        ids.iter().all(|id| stream.get(id).map(|(n, _)| *n) == Some(1)),
+        ids.iter()
+            .all(|id| stream.get(id).map(|(n, _)| *n) == Some(1)),
         "every row published once"
     );
 }
