@@ -228,10 +228,11 @@ impl Relay {
         }
         // The first part of each row's commit → PubAck lag: how long it waited to be claimed.
         let claimed_at = chrono::Utc::now();
+        let waited = metrics::histogram!("soldonce_outbox_commit_to_claim_seconds");
         for row in &rows {
-            metrics::histogram!("soldonce_outbox_commit_to_claim_seconds")
-                .record(seconds_between(row.created_at, claimed_at));
+            waited.record(seconds_between(row.created_at, claimed_at));
         }
+        let lag = metrics::histogram!("soldonce_outbox_commit_to_puback_seconds");
         // Nothing leaves for the bus that a failover could still take back.
         if needs_replication {
             store::outbox::await_replication(&self.pool).await?;
@@ -274,8 +275,7 @@ impl Relay {
                     if ack.duplicate {
                         metrics::counter!("soldonce_outbox_duplicates_total").increment(1);
                     }
-                    metrics::histogram!("soldonce_outbox_commit_to_puback_seconds")
-                        .record(seconds_between(row.created_at, chrono::Utc::now()));
+                    lag.record(seconds_between(row.created_at, chrono::Utc::now()));
                     tracing::debug!(
                         event_id = %row.id,
                         order_id = %row.stream_id,
@@ -418,7 +418,8 @@ async fn vacuum_outbox(
     mut stop: watch::Receiver<bool>,
 ) {
     metrics::counter!("soldonce_outbox_vacuums_total").increment(0);
-    let mut allowed: Option<bool> = None;
+    // Whether this role may vacuum is asked once, when the first vacuum is due.
+    let mut allowed = false;
     loop {
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
@@ -427,9 +428,9 @@ async fn vacuum_outbox(
         if left.load(Ordering::Relaxed) < after {
             continue;
         }
-        if allowed.is_none() {
+        if !allowed {
             match store::outbox::can_vacuum(&pool).await {
-                Ok(true) => allowed = Some(true),
+                Ok(true) => allowed = true,
                 Ok(false) => {
                     tracing::warn!(
                         "this database role may not VACUUM the outbox (it is neither the table's nor the database's owner): \
