@@ -34,15 +34,10 @@ async fn assert_all_available(app: &TestApp, sku: &str, units: i64) {
 
 /// Until every reservation's window has passed.
 async fn wait_past_windows(app: &TestApp) {
-    eventually(
+    app.wait_count(
         "every reservation past its window",
-        Duration::from_secs(30),
-        || async {
-            (app.count("SELECT count(*) FROM orders WHERE expires_at > now()")
-                .await
-                == 0)
-                .then_some(())
-        },
+        "SELECT count(*) FROM orders WHERE expires_at > now()",
+        0,
     )
     .await;
 }

@@ -289,6 +289,14 @@ impl TestApp {
         n
     }
 
+    /// Polls until the count from `sql` is `expected` (within 30 s).
+    pub async fn wait_count(&self, what: &str, sql: &str, expected: i64) {
+        crate::eventually(what, Duration::from_secs(30), || async {
+            (self.count(sql).await == expected).then_some(())
+        })
+        .await;
+    }
+
     /// Locks `sku`'s stock row in a transaction of its own, as another
     /// writer would: the transaction, and its backend's pid for
     /// [`TestApp::wait_blocked_by`].

@@ -467,17 +467,12 @@ async fn mismatched_and_second_payments_are_refunded_and_the_order_confirms_on_i
     let second = saga
         .charge_directly(&order, 2500, "BRL", "second-charge")
         .await;
-    let refunded = eventually(
+    app.wait_count(
         "the three odd payments to be refunded",
-        Duration::from_secs(30),
-        || async {
-            (app.count("SELECT count(*) FROM payments WHERE refund_state = 'succeeded'")
-                .await
-                == 3)
-                .then_some(())
-        },
-    );
-    refunded.await;
+        "SELECT count(*) FROM payments WHERE refund_state = 'succeeded'",
+        3,
+    )
+    .await;
     let view = app
         .get(&app.token, &format!("/v1/orders/{order}"))
         .await
