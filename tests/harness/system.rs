@@ -163,6 +163,11 @@ impl System {
                 ("FULFILLMENT_STEP_DELAY", "20ms".to_owned()),
             ]),
         );
+        // Every service shares this host with the servers, as with `soldonce
+        // up` and the compose file: one runtime thread each, as they run them.
+        for settings in env.values_mut() {
+            settings.insert("TOKIO_WORKER_THREADS", "1".to_owned());
+        }
         if let Some(size) = options.nats_cluster {
             for service in ["outbox-relay", "payment-worker", "fulfillment"] {
                 env.get_mut(service)

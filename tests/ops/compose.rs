@@ -286,6 +286,21 @@ fn every_service_turns_bad_configuration_into_exit_2_and_one_line_naming_it() {
             ],
             "WEBHOOK_SECRET",
         ),
+        // A runtime size that is not a positive number of threads, in a
+        // service that reads its settings through platform and in psp-sim.
+        (
+            "checkout",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("TOKIO_WORKER_THREADS", "0"),
+            ],
+            "TOKIO_WORKER_THREADS",
+        ),
+        (
+            "psp-sim",
+            &[("TOKIO_WORKER_THREADS", "two")],
+            "TOKIO_WORKER_THREADS",
+        ),
         // Receipts kept shorter than the webhook tolerance would reopen replay.
         (
             "expiry",
@@ -311,4 +326,19 @@ fn every_service_turns_bad_configuration_into_exit_2_and_one_line_naming_it() {
             "{service}: the line names {names}: {stderr:?}"
         );
     }
+    // The CLI sizes its runtime the same way, before it does anything.
+    let out = std::process::Command::new(binary("soldonce"))
+        .args(["migrate"])
+        .env_clear()
+        .env("DATABASE_URL", "postgres://127.0.0.1:1/none")
+        .env("TOKIO_WORKER_THREADS", "-1")
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "soldonce: {stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "soldonce: {stderr:?}");
+    assert!(
+        stderr.contains("TOKIO_WORKER_THREADS"),
+        "soldonce: {stderr:?}"
+    );
 }

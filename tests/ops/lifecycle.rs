@@ -5,7 +5,7 @@ use futures::stream::{self, StreamExt};
 use soldonce_tests::eventually;
 use soldonce_tests::relay::{binary, read_stream};
 use soldonce_tests::saga::assert_audit_clean;
-use soldonce_tests::system::{System, SERVICES};
+use soldonce_tests::system::{System, SystemOptions, SERVICES};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -32,7 +32,13 @@ async fn place_one_mug(system: &System, key: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_services_metrics_parse_as_prometheus_text() {
-    let system = System::start().await;
+    // Every service runs on one runtime thread unless told otherwise (the
+    // harness sets it, as `soldonce up` and compose do); checkout is told 3.
+    let system = System::start_with(SystemOptions {
+        env: vec![("checkout", "TOKIO_WORKER_THREADS", "3".to_owned())],
+        ..SystemOptions::default()
+    })
+    .await;
     system.app.add_product("MUG", 100, 10).await;
     for service in SERVICES {
         let text = reqwest::get(format!("{}/metrics", system.url(service)))
@@ -48,6 +54,19 @@ async fn every_services_metrics_parse_as_prometheus_text() {
             !scrape.samples.is_empty() || text.trim().is_empty(),
             "{service}: {text}"
         );
+        if *service != "psp-sim" {
+            let workers = scrape
+                .samples
+                .iter()
+                .find(|s| s.metric == "soldonce_runtime_workers")
+                .map(|s| match s.value {
+                    prometheus_parse::Value::Gauge(v) => v,
+                    ref other => panic!("{service}: the worker count is a gauge: {other:?}"),
+                })
+                .unwrap_or_else(|| panic!("{service}: no soldonce_runtime_workers in\n{text}"));
+            let expected = if *service == "checkout" { 3.0 } else { 1.0 };
+            assert_eq!(workers, expected, "{service}: runtime worker threads");
+        }
     }
     // After an order flows, the saga's metrics are there to see.
     place_one_mug(&system, "m1").await;

@@ -138,10 +138,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let threads = match platform::runtime::worker_threads() {
+        Ok(threads) => threads,
+        Err(e) => {
+            eprintln!("soldonce: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match platform::runtime::build(threads) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("soldonce: cannot start the runtime: {e}");

@@ -1,12 +1,12 @@
-//! The outbox-relay binary: config → telemetry → build → relay until SIGTERM.
+//! The outbox-relay binary: config and runtime → telemetry → build → relay until SIGTERM.
 
 use outbox_relay::{Application, Settings};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let settings = platform::config::load(Settings::from_env);
-    platform::telemetry::init("outbox-relay");
-    let app = Application::build(settings).await?;
-    tracing::info!(addr = %app.local_addr(), "outbox-relay running");
-    app.run_until_stopped(platform::shutdown::signal()).await
+fn main() -> anyhow::Result<()> {
+    platform::runtime::run("outbox-relay", Settings::from_env, |settings| async move {
+        let app = Application::build(settings).await?;
+        tracing::info!(addr = %app.local_addr(), "outbox-relay running");
+        app.run_until_stopped(platform::shutdown::signal()).await?;
+        Ok(())
+    })
 }

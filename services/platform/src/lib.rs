@@ -9,6 +9,7 @@
 //! - `config.rs` — settings from the environment
 //! - `ops.rs` — `/healthz`, `/readyz` (combined checks), `/metrics`
 //! - `problem.rs` — RFC 9457 problem responses
+//! - `runtime.rs` — the async runtime, sized by `TOKIO_WORKER_THREADS`
 //! - `shutdown.rs` — signals and periodic tasks
 //! - `telemetry.rs` — JSON logs and metrics
 //! - `trace.rs` — W3C trace context
@@ -17,6 +18,7 @@ pub mod app;
 pub mod config;
 pub mod ops;
 pub mod problem;
+pub mod runtime;
 pub mod shutdown;
 pub mod telemetry;
 pub mod trace;

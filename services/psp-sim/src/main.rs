@@ -1,20 +1,25 @@
-//! The psp-sim binary: config → tracing → build → serve until Ctrl-C or SIGTERM.
+//! The psp-sim binary: config and runtime → tracing → build → serve until Ctrl-C or SIGTERM.
 
 use std::process::ExitCode;
 
 use psp_sim::{Application, Settings};
 use tracing_subscriber::EnvFilter;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let loaded = Settings::from_env();
+    let threads = platform::runtime::worker_threads();
     if std::env::args().skip(1).any(|a| a == "--check-config") {
         // What a deployment may set, for checking compose files against.
         let reads: serde_json::Map<String, serde_json::Value> = psp_sim::settings::VARIABLES
             .iter()
+            .chain([&platform::runtime::WORKER_THREADS])
             .map(|v| ((*v).to_owned(), false.into()))
             .collect();
-        let error = loaded.as_ref().err().map(ToString::to_string);
+        let error = match (&loaded, &threads) {
+            (Err(e), _) => Some(e.to_string()),
+            (_, Err(e)) => Some(e.to_string()),
+            _ => None,
+        };
         println!(
             "{}",
             serde_json::json!({ "valid": error.is_none(), "error": error, "reads": reads })
@@ -25,13 +30,27 @@ async fn main() -> ExitCode {
             ExitCode::from(2)
         };
     }
-    let settings = match loaded {
-        Ok(settings) => settings,
-        Err(error) => {
+    let (settings, threads) = match (loaded, threads) {
+        (Ok(settings), Ok(threads)) => (settings, threads),
+        (Err(error), _) => {
+            eprintln!("psp-sim: {error}");
+            return ExitCode::from(2);
+        }
+        (_, Err(error)) => {
             eprintln!("psp-sim: {error}");
             return ExitCode::from(2);
         }
     };
+    match platform::runtime::build(threads) {
+        Ok(runtime) => runtime.block_on(serve(settings)),
+        Err(error) => {
+            eprintln!("psp-sim: cannot start the async runtime: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(settings: Settings) -> ExitCode {
     // JSON lines, like every soldonce service, so one order's trace id can
     // be followed through all of their logs.
     tracing_subscriber::fmt()

@@ -1,0 +1,77 @@
+//! The async runtime a service runs on, sized by `TOKIO_WORKER_THREADS`
+//! (tokio's own name for it), checked like every other setting: a value
+//! that is not a positive integer is a one-line configuration error (exit
+//! code 2; `--check-config` reports it) instead of a panic inside tokio.
+//!
+//! Unset, a service runs one worker thread per core it may use, tokio's
+//! default: right for a service alone on its host or in its container.
+//! When every service shares one small host (`soldonce up`, the compose
+//! file), each extra worker thread mostly adds wake-ups and context
+//! switches between the services' threads and PostgreSQL's backends; those
+//! launchers give each service one thread (see the README's figures).
+
+use crate::config::{self, ConfigError};
+use std::future::Future;
+use std::num::NonZeroUsize;
+
+/// The variable, as tokio names it.
+pub const WORKER_THREADS: &str = "TOKIO_WORKER_THREADS";
+
+/// `TOKIO_WORKER_THREADS`: `None` when unset (one per core).
+pub fn worker_threads() -> Result<Option<NonZeroUsize>, ConfigError> {
+    match config::optional(WORKER_THREADS)? {
+        None => Ok(None),
+        Some(v) => v.trim().parse::<NonZeroUsize>().map(Some).map_err(|_| {
+            ConfigError::new(
+                WORKER_THREADS,
+                format!("must be a whole number of threads, at least 1, not {v:?}"),
+            )
+        }),
+    }
+}
+
+/// A multi-threaded runtime with `threads` workers (one per core when `None`).
+pub fn build(threads: Option<NonZeroUsize>) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    // Always set, so tokio never reads (and panics on) the variable itself.
+    builder.worker_threads(threads.map_or_else(default_threads, NonZeroUsize::get));
+    builder.build()
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
+}
+
+/// A service's `main`: reads its settings and the runtime's size (as
+/// [`config::load`] does: `--check-config`, or one line and exit code 2 on
+/// an error), builds the runtime, starts telemetry for `service` and runs
+/// `body` on it. The runtime's worker count is exported as the gauge
+/// `soldonce_runtime_workers`.
+pub fn run<S, F>(
+    service: &'static str,
+    read: impl FnOnce() -> Result<S, ConfigError>,
+    body: impl FnOnce(S) -> F,
+) -> anyhow::Result<()>
+where
+    F: Future<Output = anyhow::Result<()>>,
+{
+    let (settings, threads) = config::load(|| {
+        let threads = worker_threads()?;
+        Ok((read()?, threads))
+    });
+    let runtime =
+        build(threads).map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))?;
+    runtime.block_on(async move {
+        crate::telemetry::init(service);
+        export_workers();
+        body(settings).await
+    })
+}
+
+/// Sets `soldonce_runtime_workers` to the current runtime's worker count.
+pub fn export_workers() {
+    crate::ops::metrics_handle();
+    let workers = tokio::runtime::Handle::current().metrics().num_workers();
+    metrics::gauge!("soldonce_runtime_workers").set(workers as f64);
+}
