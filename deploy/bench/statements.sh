@@ -12,6 +12,8 @@
 #   bash deploy/bench/statements.sh expiry [orders]
 # BIN_DIR=… runs binaries already built (e.g. an older build); PG_SETTINGS="a=1 b=2"
 # adds server settings (e.g. plan_cache_mode=force_generic_plan), to try one.
+# CLOSED=1 runs the saga's case as a closed loop at saturation (300
+# connections, `seconds` × 1,000 orders) instead of 300 orders/s.
 # PERF=1 also samples every core with `perf record` during the load and
 # prints the functions that used the most CPU (needs perf and the right to
 # sample the whole machine: root, or kernel.perf_event_paranoid <= 0);
@@ -87,11 +89,23 @@ else
   reset_statistics
   cpu_snap "$dir/cpu.before"
   perf_start
-  load --sku "$sku" --sku-count "$count" --rate 300 --duration "${secs}s" >/dev/null
-  perf_stop
-  wait_settled; wait_delivered
-  orders=$(sql "SELECT count(*) FROM orders")
-  echo "case $case: 300 orders/s for ${secs}s; orders: $orders, every one settled and every confirmed one delivered"
+  if [ -n "${CLOSED:-}" ]; then
+    # At saturation: what an order costs when batches and groups are full.
+    t0=$(date +%s.%N)
+    load --sku "$sku" --sku-count "$count" --connections 300 --requests $(( secs * 1000 )) >/dev/null
+    wait_settled
+    settled=$(python3 -c "import time; print(f'{time.time()-$t0:.1f}')")
+    perf_stop
+    wait_delivered
+    orders=$(sql "SELECT count(*) FROM orders")
+    echo "case $case: closed loop, 300 connections; orders: $orders, all settled after ${settled}s, every confirmed one delivered"
+  else
+    load --sku "$sku" --sku-count "$count" --rate 300 --duration "${secs}s" >/dev/null
+    perf_stop
+    wait_settled; wait_delivered
+    orders=$(sql "SELECT count(*) FROM orders")
+    echo "case $case: 300 orders/s for ${secs}s; orders: $orders, every one settled and every confirmed one delivered"
+  fi
   echo "CPU: $(cpu_per_order "$dir/cpu.before" "$orders")"
 fi
 echo "transactions per order: $(sql "SELECT round(xact_commit::numeric / $orders, 2) || ' committed, ' || round(xact_rollback::numeric / $orders, 2) || ' rolled back' FROM pg_stat_database WHERE datname = current_database()")"
