@@ -286,6 +286,7 @@ async fn soldonce_up_then_demo_flash_sale_sells_the_unit_once_and_ships_it() {
         .env_remove("CONSOLE_TOKEN")
         .env_remove("DATABASE_URL")
         .env_remove("NATS_URL")
+        .env_remove("TOKIO_WORKER_THREADS")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
@@ -357,6 +358,23 @@ async fn soldonce_up_then_demo_flash_sale_sells_the_unit_once_and_ships_it() {
     assert_eq!(figures.status(), 200);
     let figures: serde_json::Value = figures.json().await.expect("figures");
     assert_eq!(figures["orders"]["confirmed"], 1, "{figures}");
+    // up gives each service its share of the cores: with the six services,
+    // PostgreSQL and NATS on this machine, cores / 8 threads, at least one.
+    let metrics = client
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .expect("checkout's metrics")
+        .text()
+        .await
+        .expect("text");
+    let share = (std::thread::available_parallelism().map_or(1, usize::from) / 8).max(1);
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == format!("soldonce_runtime_workers {share}")),
+        "checkout runs {share} worker thread(s) under up:\n{metrics}"
+    );
     let pid = up.id().expect("pid");
     std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
