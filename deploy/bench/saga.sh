@@ -8,7 +8,9 @@
 #   bash deploy/bench/saga.sh [seconds] [expired-orders]
 # BIN_DIR=… runs binaries already built (e.g. an older build, for before/after);
 # SKIP_E2E=1 runs only the expiry part, SKIP_EXPIRY=1 only the saga part,
-# SKIP_CLOSED=1 only the open loops of the saga part. PG_SETTINGS="a=1 b=2"
+# SKIP_CLOSED=1 only the open loops of the saga part. Before the saga, each
+# case's closed loop runs with checkout alone (SKIP_ALONE=1 skips it), and the
+# saga's closed loop is reported against it. PG_SETTINGS="a=1 b=2"
 # tries server settings (set with ALTER SYSTEM once the system is up).
 # CASES="10k" runs one of the saga's two cases (default "hot 10k").
 set -euo pipefail
@@ -91,6 +93,23 @@ PY
 
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr); $(postgres --version); binaries: $bin; settings: ${PG_SETTINGS:-defaults}" | tee "$results"
 if [ -z "${SKIP_E2E:-}" ]; then
+# The yardstick of "≥ 0.8 × what checkout accepts alone in the same run":
+# per case, the same closed loop with checkout the only service running.
+declare -A alone
+if [ -z "${SKIP_CLOSED:-}" ] && [ -z "${SKIP_ALONE:-}" ]; then
+  start_system checkout
+  seed_bench_products
+  for case in "hot:BENCH-0:1" "10k:BENCH:10000"; do
+    IFS=: read -r name sku count <<<"$case"
+    [[ " ${CASES:-hot 10k} " == *" $name "* ]] || continue
+    sql "TRUNCATE orders, order_lines, events, outbox, idempotency_keys CASCADE" >/dev/null
+    alone[$name]=$(load --sku "$sku" --sku-count "$count" --connections 300 --requests $(( secs * 1000 )) | json accepted_per_second)
+    echo "[$name alone] checkout alone, 300 connections: $(printf '%.0f' "${alone[$name]}") orders accepted/s" | tee -a "$results"
+  done
+  kill "$up"; wait "$up" 2>/dev/null || true; up=""
+  rm -rf "$dir/data"
+  unset DATABASE_URL NATS_URL CHECKOUT_URL SOLDONCE_TOKEN
+fi
 export PSP_FAULTS='{"latency_ms": 20}' FULFILLMENT_STEP_DELAY=20ms
 start_system psp-sim,checkout,outbox-relay,payment-worker,fulfillment
 seed_bench_products
@@ -116,7 +135,7 @@ for case in "hot:BENCH-0:1" "10k:BENCH:10000"; do
   echo "[$name closed] answers by status: $(python3 -c "import json; print(json.load(open('$dir/closed.json'))['by_status'])")" | tee -a "$results"
   wait_settled
   read -r acc rate <<<"$closed"
-  python3 -c "import time; t=time.time()-$t0; print(f'[$name closed] 300 connections: {$acc} orders accepted at {float(\"$rate\"):.0f}/s; all settled (charged and confirmed) after {t:.1f}s: {$acc/t:.0f} orders/s through the saga')" | tee -a "$results"
+  python3 -c "import time; t=time.time()-$t0; a='${alone[$name]:-}'; r=(f'; against checkout alone ({float(a):.0f}/s): accepted {float(\"$rate\")/float(a):.2f}×, settled {$acc/t/float(a):.2f}×' if a else ''); print(f'[$name closed] 300 connections: {$acc} orders accepted at {float(\"$rate\"):.0f}/s; all settled (charged and confirmed) after {t:.1f}s: {$acc/t:.0f} orders/s through the saga{r}')" | tee -a "$results"
   echo "[$name closed] CPU: $(cpu_per_order "$dir/cpu.before" "$acc")" | tee -a "$results"
 done
 echo "[webhooks] checkout's answers by outcome: $(curl -s "$CHECKOUT_URL/metrics" | grep -E '^soldonce_webhooks_total' | sed -E 's/.*outcome="([^"]*)".* ([0-9.e+]+)$/\1 \2/' | paste -sd, -)" | tee -a "$results"
