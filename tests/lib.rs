@@ -38,6 +38,14 @@ pub fn plan_nodes(plan: &serde_json::Value) -> Vec<serde_json::Value> {
     out
 }
 
+/// The node types of an `EXPLAIN (FORMAT JSON)` answer, depth first.
+pub fn plan_kinds(explained: &serde_json::Value) -> Vec<String> {
+    plan_nodes(&explained[0]["Plan"])
+        .iter()
+        .filter_map(|n| n["Node Type"].as_str().map(str::to_owned))
+        .collect()
+}
+
 /// A pool of one connection to `url`: every statement sent through it runs
 /// in the same session (its prepared statements, its reloaded settings).
 pub async fn one_connection_pool(url: &str) -> sqlx::PgPool {

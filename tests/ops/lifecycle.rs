@@ -368,7 +368,7 @@ async fn soldonce_up_then_demo_flash_sale_sells_the_unit_once_and_ships_it() {
         .text()
         .await
         .expect("text");
-    let share = (std::thread::available_parallelism().map_or(1, usize::from) / 8).max(1);
+    let share = (platform::runtime::cores() / 8).max(1);
     assert!(
         metrics
             .lines()

@@ -148,14 +148,6 @@ async fn one_batch_of_facts_about_the_same_orders_decides_each_once_and_a_redeli
     assert_audit_clean(&app).await;
 }
 
-/// The kinds of the nodes of an `EXPLAIN (FORMAT JSON)` answer.
-fn node_kinds(explained: &serde_json::Value) -> Vec<String> {
-    soldonce_tests::plan_nodes(&explained[0]["Plan"])
-        .iter()
-        .filter_map(|n| n["Node Type"].as_str().map(str::to_owned))
-        .collect()
-}
-
 /// A worker's connections live as long as the process, and a statement
 /// prepared on one keeps the generic plan PostgreSQL settles on after five
 /// calls, made on the statistics of that moment. On a new system (or in a
@@ -216,7 +208,7 @@ async fn a_batchs_lookups_by_key_set_are_planned_on_the_tables_as_they_are() {
     .await
     .expect("explain the kept plan");
     assert!(
-        node_kinds(&kept).iter().any(|k| k == "Seq Scan"),
+        soldonce_tests::plan_kinds(&kept).iter().any(|k| k == "Seq Scan"),
         "the plan kept from the empty table scans the grown one (what running unprepared avoids): {kept}"
     );
     let (fresh,): (serde_json::Value,) = sqlx::query_as(&format!(
@@ -229,7 +221,9 @@ async fn a_batchs_lookups_by_key_set_are_planned_on_the_tables_as_they_are() {
     .await
     .expect("explain a plan made at the call");
     assert!(
-        !node_kinds(&fresh).iter().any(|k| k == "Seq Scan"),
+        !soldonce_tests::plan_kinds(&fresh)
+            .iter()
+            .any(|k| k == "Seq Scan"),
         "a plan made at the call probes the index: {fresh}"
     );
     sqlx::query("DEALLOCATE known")

@@ -155,10 +155,7 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
         })
         .collect();
     let mut children = Vec::new();
-    for service in SERVICES
-        .iter()
-        .filter(|s| args.only.is_empty() || args.only.iter().any(|o| o == *s))
-    {
+    for service in started(&args.only) {
         children.push(spawn_service(service, &env)?);
     }
     // The operator console: the soldonce binary itself, on CONSOLE_ADDR
@@ -232,12 +229,15 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
 /// every service only adds wake-ups and context switches between them
 /// (measured on 2 cores: README, "Worker threads").
 fn worker_share(only: &[String]) -> usize {
-    let services = SERVICES
+    (platform::runtime::cores() / (started(only).count() + 2)).max(1)
+}
+
+/// The services `up` starts: all, or those `--only` names.
+fn started(only: &[String]) -> impl Iterator<Item = &'static str> + '_ {
+    SERVICES
         .iter()
-        .filter(|s| only.is_empty() || only.iter().any(|o| o == *s))
-        .count();
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    (cores / (services + 2)).max(1)
+        .copied()
+        .filter(move |s| only.is_empty() || only.iter().any(|o| o == s))
 }
 
 /// The demo product and a fresh demo account; returns the account's token.

@@ -35,11 +35,12 @@ pub fn build(threads: Option<NonZeroUsize>) -> std::io::Result<tokio::runtime::R
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
     // Always set, so tokio never reads (and panics on) the variable itself.
-    builder.worker_threads(threads.map_or_else(default_threads, NonZeroUsize::get));
+    builder.worker_threads(threads.map_or_else(cores, NonZeroUsize::get));
     builder.build()
 }
 
-fn default_threads() -> usize {
+/// The cores this process may use (at least 1): tokio's default worker count.
+pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
 }
 
@@ -70,7 +71,7 @@ where
 }
 
 /// Sets `soldonce_runtime_workers` to the current runtime's worker count.
-pub fn export_workers() {
+fn export_workers() {
     crate::ops::metrics_handle();
     let workers = tokio::runtime::Handle::current().metrics().num_workers();
     metrics::gauge!("soldonce_runtime_workers").set(workers as f64);

@@ -6,8 +6,12 @@ use psp_sim::{Application, Settings};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
-    let loaded = Settings::from_env();
-    let threads = platform::runtime::worker_threads();
+    // Both settings, checked once: the first error is what is reported.
+    let checked = match (Settings::from_env(), platform::runtime::worker_threads()) {
+        (Ok(settings), Ok(threads)) => Ok((settings, threads)),
+        (Err(e), _) => Err(e.to_string()),
+        (_, Err(e)) => Err(e.to_string()),
+    };
     if std::env::args().skip(1).any(|a| a == "--check-config") {
         // What a deployment may set, for checking compose files against.
         let reads: serde_json::Map<String, serde_json::Value> = psp_sim::settings::VARIABLES
@@ -15,11 +19,7 @@ fn main() -> ExitCode {
             .chain([&platform::runtime::WORKER_THREADS])
             .map(|v| ((*v).to_owned(), false.into()))
             .collect();
-        let error = match (&loaded, &threads) {
-            (Err(e), _) => Some(e.to_string()),
-            (_, Err(e)) => Some(e.to_string()),
-            _ => None,
-        };
+        let error = checked.err();
         println!(
             "{}",
             serde_json::json!({ "valid": error.is_none(), "error": error, "reads": reads })
@@ -30,13 +30,9 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         };
     }
-    let (settings, threads) = match (loaded, threads) {
-        (Ok(settings), Ok(threads)) => (settings, threads),
-        (Err(error), _) => {
-            eprintln!("psp-sim: {error}");
-            return ExitCode::from(2);
-        }
-        (_, Err(error)) => {
+    let (settings, threads) = match checked {
+        Ok(checked) => checked,
+        Err(error) => {
             eprintln!("psp-sim: {error}");
             return ExitCode::from(2);
         }
