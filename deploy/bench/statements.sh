@@ -64,7 +64,10 @@ perf_start() {
   perf_pid=$!
 }
 perf_stop() { [ -z "${PERF:-}" ] || { kill -INT "$perf_pid"; wait "$perf_pid" || true; }; }
-reset_statistics() { sql "SELECT pg_stat_statements_reset(), pg_stat_reset(), pg_stat_reset_shared('wal')" >/dev/null; }
+reset_statistics() {
+  sql "SELECT pg_stat_statements_reset(), pg_stat_reset(), pg_stat_reset_shared('wal')" >/dev/null
+  wal_start=$(sql "SELECT pg_current_wal_lsn()")
+}
 echo "machine: $(nproc) cores, $(uname -sr); $(postgres --version); binaries: $bin; settings: ${PG_SETTINGS:-defaults}"
 
 if [ "$case" = expiry ]; then
@@ -110,6 +113,13 @@ else
 fi
 echo "transactions per order: $(sql "SELECT round(xact_commit::numeric / $orders, 2) || ' committed, ' || round(xact_rollback::numeric / $orders, 2) || ' rolled back' FROM pg_stat_database WHERE datname = current_database()")"
 echo "WAL per order: $(sql "SELECT round(wal_records::numeric / $orders, 1) || ' records, ' || round(wal_fpi::numeric / $orders, 2) || ' full-page images, ' || round(wal_bytes / $orders / 1024, 1) || ' kB' FROM pg_stat_wal"); events per order: $(sql "SELECT round(count(*)::numeric / $orders, 2) FROM events")"
+# The WAL written since the statistics were reset, by record type (pg_waldump
+# of the private server's segments): which writes an order costs.
+wal_end=$(sql "SELECT pg_current_wal_insert_lsn()")
+echo "WAL records per order by type (pg_waldump --stats=record):"
+"$(pg_config --bindir)/pg_waldump" --stats=record -p "$dir/pg/pg_wal" -s "$wal_start" -e "$wal_end" 2>/dev/null \
+  | awk -v n="$orders" '$1 ~ /\// && $2 ~ /^[0-9]+$/ && $2 > 0 { printf "  %6.2f  %s\n", $2 / n, $1 }' | sort -rn | head -15 \
+  || echo "  (pg_waldump could not read the segments)"
 echo "indexes of the tables written per order (an index is one more entry to write per row; idx_scan = 0: not read during the run):"
 psql "$DATABASE_URL" -P pager=off -c "SELECT t.relname AS table, round((t.n_tup_ins + t.n_tup_upd - t.n_tup_hot_upd)::numeric / $orders, 2) AS index_writes_per_order, i.indexrelname AS index, i.idx_scan FROM pg_stat_user_tables t JOIN pg_stat_user_indexes i USING (relid) WHERE t.n_tup_ins + t.n_tup_upd > $orders / 10 ORDER BY t.relname, i.indexrelname"
 echo "statements per order: $(sql "SELECT round(sum(calls)::numeric / $orders, 1) || ', ' || round(sum(total_exec_time)::numeric / $orders, 2) || ' ms in them' FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())")"
