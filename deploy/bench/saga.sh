@@ -110,7 +110,9 @@ if [ -z "${SKIP_CLOSED:-}" ] && [ -z "${SKIP_ALONE:-}" ]; then
   rm -rf "$dir/data"
   unset DATABASE_URL NATS_URL CHECKOUT_URL SOLDONCE_TOKEN
 fi
-export PSP_FAULTS='{"latency_ms": 20}' FULFILLMENT_STEP_DELAY=20ms
+# PSP_FAULTS, when set, replaces the 20 ms PSP (e.g. '{"latency_ms": 20, "drop_webhook_rate": 1}').
+psp_20ms='{"latency_ms": 20}'
+export PSP_FAULTS="${PSP_FAULTS:-$psp_20ms}" FULFILLMENT_STEP_DELAY=20ms
 start_system psp-sim,checkout,outbox-relay,payment-worker,fulfillment
 seed_bench_products
 for case in "hot:BENCH-0:1" "10k:BENCH:10000"; do

@@ -60,6 +60,12 @@ pub(crate) struct Failure(pub String);
 
 impl From<store::StoreError> for ApiError {
     fn from(e: store::StoreError) -> Self {
+        ApiError::from(&e)
+    }
+}
+
+impl From<&store::StoreError> for ApiError {
+    fn from(e: &store::StoreError) -> Self {
         if e.is_unavailable() {
             ApiError::Unavailable(e.to_string())
         } else {

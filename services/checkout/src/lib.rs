@@ -9,6 +9,7 @@
 //! - `coalesce.rs` — gathering concurrent placements into groups (lanes)
 //! - `orders.rs` — reading and cancelling an order
 //! - `webhooks.rs` — the PSP's signed webhooks
+//! - `known.rs` — whether webhooks' payments are recorded, many asked in one statement
 //! - `request.rs` — parsing and validating an order request
 //! - `view.rs` — the API's resources
 //! - `auth.rs`, `limits.rs` — bearer tokens, rate and hold limits
@@ -18,6 +19,7 @@
 mod auth;
 mod coalesce;
 mod error;
+mod known;
 pub mod limits;
 mod logging;
 mod orders;
@@ -229,6 +231,8 @@ pub(crate) struct AppState {
     pub webhook_secrets: Option<Arc<Secrets>>,
     /// Webhooks handled at once: a quarter of the pool.
     pub webhook_slots: Arc<tokio::sync::Semaphore>,
+    /// Whether webhooks' payments are recorded, many asked at once.
+    pub known_payments: Arc<known::KnownPayments>,
 }
 
 /// A bound, ready-to-run checkout.
@@ -259,6 +263,7 @@ impl Application {
             settings.coalesce,
         );
         let state = AppState {
+            known_payments: Arc::new(known::KnownPayments::start(pool.clone())),
             pool,
             placer: Arc::new(placer),
             tokens: Arc::default(),

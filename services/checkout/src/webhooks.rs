@@ -195,17 +195,6 @@ pub(crate) async fn receive(
     };
     let body = body?;
     let webhook_id = authenticate(secrets, &headers, &body)?;
-    // A bulkhead: webhooks take at most a quarter of the pool, so however
-    // many arrive (and however long they wait on order rows a payment batch
-    // holds), placements always find connections. The PSP retries a 503.
-    let _slot = tokio::time::timeout(
-        std::time::Duration::from_secs(5),
-        state.webhook_slots.acquire(),
-    )
-    .await
-    .ok()
-    .and_then(Result::ok)
-    .ok_or_else(|| ApiError::Unavailable("too many webhooks in progress".into()))?;
     let callback: Callback = serde_json::from_slice(&body)
         .map_err(|e| ApiError::Invalid(format!("webhook body: {e}")))?;
     let order_id = callback
@@ -218,6 +207,7 @@ pub(crate) async fn receive(
     {
         // Idempotent on its own: a refund is recorded once, whoever learns of it first.
         if let Some(payment_id) = callback.data.payment_id.as_deref() {
+            let _slot = writing_slot(&state).await?;
             store::compensations::complete(&state.pool, payment_id, &callback.data.id, "checkout")
                 .await?;
         }
@@ -241,7 +231,8 @@ pub(crate) async fn receive(
     // error in the server's log), for about a quarter of all orders under
     // load (`deploy/bench/statements.sh`). A payment the worker never
     // records (its reply was lost, the worker is down) is learned here
-    // about 40 ms later than it could be.
+    // about 40 ms later than it could be. The looks of every webhook in
+    // progress are asked together, on one connection (`known.rs`).
     if let Some(fact) = fact
         .as_ref()
         .filter(|f| f.status == domain::PspStatus::Succeeded)
@@ -250,11 +241,12 @@ pub(crate) async fn receive(
             if look > 0 {
                 tokio::time::sleep(LOOK_EVERY).await;
             }
-            if store::payments::is_known(&state.pool, &fact.payment_id).await? {
+            if state.known_payments.is_known(&fact.payment_id).await? {
                 return Ok(applied(&trace, order_id, &webhook_id, &callback));
             }
         }
     }
+    let _slot = writing_slot(&state).await?;
     let mut tx = state.pool.begin().await.map_err(store::StoreError::from)?;
     if !store::payments::record_webhook(&mut tx, &webhook_id, &callback.event_type, order_id)
         .await?
@@ -301,6 +293,21 @@ pub(crate) async fn receive(
         tx.commit().await.map_err(store::StoreError::from)?;
     }
     Ok(answered(&trace, order_id, &webhook_id, &callback, outcome))
+}
+
+/// A bulkhead: webhooks that write take at most a quarter of the pool, so
+/// however many arrive (and however long they wait on order rows a payment
+/// batch holds), placements always find connections. Their looks take
+/// none of it. The PSP retries the `503`.
+async fn writing_slot(state: &AppState) -> Result<tokio::sync::SemaphorePermit<'_>, ApiError> {
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        state.webhook_slots.acquire(),
+    )
+    .await
+    .ok()
+    .and_then(Result::ok)
+    .ok_or_else(|| ApiError::Unavailable("too many webhooks in progress".into()))
 }
 
 /// A webhook about a payment already recorded: nothing to learn, `200`.

@@ -363,17 +363,26 @@ impl<'a> NewPayments<'a> {
     }
 }
 
-/// Whether a payment is already recorded (attached to its order, or owed a
-/// refund). A recorded payment's disposition is final, so every later report
-/// of its success is already known; a plain read, no lock.
-pub async fn is_known(pool: &PgPool, payment_id: &str) -> Result<bool, StoreError> {
-    let known: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM payments WHERE payment_id = $1)")
-            .bind(payment_id)
-            .fetch_one(pool)
-            .await?;
-    Ok(known)
+/// Which of `payment_ids` are already recorded (attached to their order, or
+/// owed a refund). A recorded payment's disposition is final, so every later
+/// report of its success is already known; a plain read, no lock. One
+/// statement answers the webhooks of many payments at once (checkout's
+/// look-up gathers them); it runs unprepared, planned on the table as it is,
+/// for the reason given at [`LOCK_KNOWN_SQL`].
+pub async fn known_among(
+    pool: &PgPool,
+    payment_ids: &[&str],
+) -> Result<HashSet<String>, StoreError> {
+    let known: Vec<String> = sqlx::query_scalar(KNOWN_AMONG_SQL)
+        .bind(payment_ids)
+        .persistent(false)
+        .fetch_all(pool)
+        .await?;
+    Ok(known.into_iter().collect())
 }
+
+/// The statement of [`known_among`].
+pub const KNOWN_AMONG_SQL: &str = "SELECT payment_id FROM payments WHERE payment_id = ANY($1)";
 
 /// Records a webhook id; `false` if it was seen before (then do nothing).
 pub async fn record_webhook(
