@@ -345,8 +345,7 @@ async fn counter(app: &TestApp, name: &str) -> f64 {
 }
 
 #[tokio::test]
-async fn webhooks_of_recorded_payments_are_answered_from_looks_asked_together_and_write_nothing(
-) {
+async fn webhooks_of_recorded_payments_are_answered_from_looks_asked_together_and_write_nothing() {
     const ORDERS: usize = 20;
     let app = TestApp::spawn().await;
     app.add_product("MUG", 2500, ORDERS as i64).await;
@@ -369,7 +368,10 @@ async fn webhooks_of_recorded_payments_are_answered_from_looks_asked_together_an
     };
     // Each payment learned from its first webhook (no worker runs here).
     for i in 0..ORDERS {
-        assert_eq!(app.send(hook(format!("msg_first_{i}"), i)).await.status, 200);
+        assert_eq!(
+            app.send(hook(format!("msg_first_{i}"), i)).await.status,
+            200
+        );
     }
     let recorded = [
         "SELECT count(*) FROM payments WHERE disposition = 'attached'",
@@ -381,7 +383,11 @@ async fn webhooks_of_recorded_payments_are_answered_from_looks_asked_together_an
     for sql in recorded {
         before.push(app.count(sql).await);
     }
-    assert_eq!(before[..3], [ORDERS as i64; 3], "every first webhook was learned");
+    assert_eq!(
+        before[..3],
+        [ORDERS as i64; 3],
+        "every first webhook was learned"
+    );
     let looks = counter(&app, "soldonce_webhook_looks_total").await;
     let statements = counter(&app, "soldonce_webhook_look_statements_total").await;
 
@@ -392,9 +398,8 @@ async fn webhooks_of_recorded_payments_are_answered_from_looks_asked_together_an
         .execute(&mut *holder)
         .await
         .expect("lock payments");
-    let again = futures::future::join_all(
-        (0..ORDERS).map(|i| app.send(hook(format!("msg_again_{i}"), i))),
-    );
+    let again =
+        futures::future::join_all((0..ORDERS).map(|i| app.send(hook(format!("msg_again_{i}"), i))));
     let release = async {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while counter(&app, "soldonce_webhook_looks_total").await < looks + ORDERS as f64 {
@@ -424,6 +429,10 @@ async fn webhooks_of_recorded_payments_are_answered_from_looks_asked_together_an
         "{ORDERS} looks took {asked} statements"
     );
     for (sql, was) in recorded.iter().zip(before) {
-        assert_eq!(app.count(sql).await, was, "a webhook of a recorded payment wrote: {sql}");
+        assert_eq!(
+            app.count(sql).await,
+            was,
+            "a webhook of a recorded payment wrote: {sql}"
+        );
     }
 }
