@@ -229,7 +229,7 @@ pub(crate) struct AppState {
     pub tokens: Arc<auth::TokenCache>,
     pub limiter: Arc<limits::Limiter>,
     pub webhook_secrets: Option<Arc<Secrets>>,
-    /// Webhooks handled at once: a quarter of the pool.
+    /// Webhooks writing at once: a quarter of the pool (their looks share one connection).
     pub webhook_slots: Arc<tokio::sync::Semaphore>,
     /// Whether webhooks' payments are recorded, many asked at once.
     pub known_payments: Arc<known::KnownPayments>,
