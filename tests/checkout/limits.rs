@@ -87,15 +87,7 @@ async fn ten_thousand_unknown_tokens_cost_a_bounded_number_of_lookups_and_the_bu
     let lookups = |outcome: &'static str| {
         let app = app.clone();
         async move {
-            let text = app
-                .client
-                .get(app.url("/metrics"))
-                .send()
-                .await
-                .expect("metrics")
-                .text()
-                .await
-                .expect("text");
+            let text = app.metrics().await;
             let key = format!("soldonce_token_lookups_total{{outcome=\"{outcome}\"}}");
             text.lines()
                 .filter(|l| l.starts_with(&key))

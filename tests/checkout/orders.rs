@@ -158,15 +158,7 @@ async fn health_readiness_and_metrics_answer() {
     app.buy("MUG", 1).await;
     assert_eq!(app.get("", "/healthz").await.status, 200);
     assert_eq!(app.get("", "/readyz").await.status, 200);
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = app.metrics().await;
     assert!(
         metrics.contains("soldonce_checkout_requests_total"),
         "{metrics}"

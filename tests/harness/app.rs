@@ -141,6 +141,18 @@ impl TestApp {
         format!("http://{}{path}", self.addr)
     }
 
+    /// Checkout's `/metrics` text (the registry is this test process's).
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
     /// Adds a product priced in BRL with `stock` units received.
     pub async fn add_product(&self, sku: &str, price_minor: i64, stock: i64) {
         let sku = domain::Sku::parse(sku).expect("sku");

@@ -117,15 +117,7 @@ async fn forged_stale_or_malformed_webhooks_are_401_and_change_nothing() {
         .clone();
     assert_eq!(order_state, "payment_pending");
     assert_eq!(app.count("SELECT count(*) FROM webhook_receipts").await, 0);
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = app.metrics().await;
     assert!(
         metrics.contains("soldonce_webhooks_rejected_total"),
         "rejections are counted"
@@ -330,15 +322,7 @@ async fn a_webhook_whose_order_another_decider_holds_is_answered_503_at_once_and
 
 /// One counter of checkout's `/metrics`.
 async fn counter(app: &TestApp, name: &str) -> f64 {
-    let text = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
+    let text = app.metrics().await;
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
         .unwrap_or_else(|| panic!("{name} is not in checkout's metrics:\n{text}"))
