@@ -38,6 +38,18 @@ pub fn plan_nodes(plan: &serde_json::Value) -> Vec<serde_json::Value> {
     out
 }
 
+/// The value of one sample in a Prometheus text exposition: the line whose
+/// name, with its labels if it has any, is exactly `sample`.
+pub fn metric_sample(text: &str, sample: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(sample)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
 /// The node types of an `EXPLAIN (FORMAT JSON)` answer, depth first.
 pub fn plan_kinds(explained: &serde_json::Value) -> Vec<String> {
     plan_nodes(&explained[0]["Plan"])

@@ -268,9 +268,7 @@ impl Saga {
             .text()
             .await
             .expect("psp-sim metrics body");
-        text.lines()
-            .find_map(|l| l.strip_prefix(sample)?.trim().parse().ok())
-            .unwrap_or(0.0)
+        crate::metric_sample(&text, sample).unwrap_or(0.0)
     }
 
     /// Waits until the payment worker has nothing in hand or pending.

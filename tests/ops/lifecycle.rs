@@ -98,10 +98,7 @@ async fn every_services_metrics_parse_as_prometheus_text() {
     // The relay's lag comes in two parts, on the fine steps of its 25 ms budget:
     // every acknowledged row was claimed first.
     let count = |name: &str| {
-        relay
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
-            .unwrap_or_else(|| panic!("{name} in\n{relay}"))
+        soldonce_tests::metric_sample(&relay, name).unwrap_or_else(|| panic!("{name} in\n{relay}"))
     };
     let acked = count("soldonce_outbox_commit_to_puback_seconds_count");
     assert!(acked >= 1.0, "{relay}");

@@ -323,8 +323,7 @@ async fn a_webhook_whose_order_another_decider_holds_is_answered_503_at_once_and
 /// One counter of checkout's `/metrics`.
 async fn counter(app: &TestApp, name: &str) -> f64 {
     let text = app.metrics().await;
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    soldonce_tests::metric_sample(&text, name)
         .unwrap_or_else(|| panic!("{name} is not in checkout's metrics:\n{text}"))
 }
 

@@ -35,14 +35,6 @@ pub(crate) struct KnownPayments {
 impl KnownPayments {
     /// Starts the task that answers looks, on `pool`.
     pub(crate) fn start(pool: PgPool) -> Self {
-        metrics::describe_counter!(
-            "soldonce_webhook_looks_total",
-            "Looks whether a webhook's payment is recorded"
-        );
-        metrics::describe_counter!(
-            "soldonce_webhook_look_statements_total",
-            "Statements that answered them (many looks in one under load)"
-        );
         metrics::counter!("soldonce_webhook_looks_total").increment(0);
         metrics::counter!("soldonce_webhook_look_statements_total").increment(0);
         let (looks, waiting) = mpsc::channel(MOST_PER_STATEMENT * 4);
