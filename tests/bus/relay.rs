@@ -118,6 +118,66 @@ async fn a_transaction_that_commits_last_is_still_published() {
     assert_eq!(seen.len(), 21);
 }
 
+/// A writer's message leaves exactly as it stored it: the outbox keeps the
+/// payload as written (json, not jsonb, which would reorder its keys and
+/// respace it), and the relay publishes those bytes without parsing them.
+/// The events soldonce writes itself are as their writers encoded them:
+/// compact, and the envelope's fields in the order the schema lists them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_publishes_each_payload_byte_for_byte_as_it_was_stored() {
+    let app = Arc::new(TestApp::spawn().await);
+    app.add_product("BULK", 100, 1_000).await;
+    let nats = Nats::start_temporary().expect("private nats");
+    let _relay = spawn_in_process(&app.database_url, &nats.url()).await;
+    let odd = Uuid::now_v7();
+    let written = "{\"zeta\": 1,   \"alpha\": [1, 2.50],\"nested\": {\"y\": true, \"b\": null}}";
+    sqlx::query("INSERT INTO outbox (id, stream_id, subject, payload) VALUES ($1, $1, 'soldonce.test.bytes.x', $2::json)")
+        .bind(odd)
+        .bind(written)
+        .execute(&app.pool)
+        .await
+        .expect("insert the row");
+    place_orders(&app, 3).await;
+    wait_until_published(&app, &nats.url(), 4).await;
+
+    let js = bus::connect(&nats.url()).await.expect("connect nats");
+    let stream = js.get_stream(bus::STREAM).await.expect("stream exists");
+    let mut bodies = std::collections::HashMap::new();
+    for seq in 1..=stream.cached_info().state.last_sequence {
+        let msg = stream.get_raw_message(seq).await.expect("message");
+        let id = msg
+            .headers
+            .get("Nats-Msg-Id")
+            .expect("msg id")
+            .as_str()
+            .to_owned();
+        bodies.insert(id, String::from_utf8(msg.payload.to_vec()).expect("UTF-8"));
+    }
+    assert_eq!(bodies.len(), 4, "the row and three order.placed events");
+    assert_eq!(
+        bodies[&odd.to_string()],
+        written,
+        "published byte for byte as stored"
+    );
+    for (id, body) in bodies.iter().filter(|(id, _)| **id != odd.to_string()) {
+        let event: serde_json::Value = serde_json::from_str(body).expect("JSON");
+        assert_eq!(
+            event["id"],
+            id.as_str(),
+            "the envelope's id is the Nats-Msg-Id"
+        );
+        assert_eq!(
+            body.len(),
+            serde_json::to_string(&event).expect("encode").len(),
+            "compact, as its writer encoded it: {body}"
+        );
+        assert!(
+            body.starts_with("{\"specversion\":\"1.0\",\"id\":"),
+            "the envelope's fields in their written order, not jsonb's: {body}"
+        );
+    }
+}
+
 /// Inserts one outbox row for a test subject in `conn`'s transaction.
 async fn insert_row(conn: &mut sqlx::PgConnection, id: Uuid) {
     sqlx::query("INSERT INTO outbox (id, stream_id, subject, payload) VALUES ($1, $1, 'soldonce.test.wake.x', '{}')")
@@ -258,12 +318,15 @@ async fn the_relays_delete_commits_without_waiting_for_its_flush_and_only_that_t
         .execute(&mut *conn)
         .await
         .expect("durable session");
-    let ids = [Uuid::now_v7(), Uuid::now_v7()];
-    for id in ids {
-        insert_row(&mut conn, id).await;
+    for _ in 0..2 {
+        insert_row(&mut conn, Uuid::now_v7()).await;
     }
+    let positions: Vec<i64> = sqlx::query_scalar("SELECT position FROM outbox")
+        .fetch_all(&mut *conn)
+        .await
+        .expect("positions");
     let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
-    let deleted = store::outbox::delete(&mut tx, &ids, 0)
+    let deleted = store::outbox::delete(&mut tx, &positions, 0)
         .await
         .expect("delete");
     assert_eq!(deleted.rows, 2);
@@ -584,11 +647,9 @@ async fn the_batch_delete_says_whether_a_row_was_written_after_the_batch() {
             !claimed.needs_replication,
             "no synchronous standby is named: no barrier to pass"
         );
-        let rows = claimed.rows;
-        let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
-        let positions: Vec<i64> = rows.iter().map(|r| r.position).collect();
+        let positions: Vec<i64> = claimed.rows.iter().map(|r| r.position).collect();
         let last = positions.iter().copied().max().expect("a row claimed");
-        let deleted = store::outbox::delete(&mut tx, &ids, last)
+        let deleted = store::outbox::delete(&mut tx, &positions, last)
             .await
             .expect("delete");
         tx.commit().await.expect("commit");

@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
-use uuid::Uuid;
 
 /// How long the outbox trigger's notifications are folded together (one
 /// per 5 ms bucket, see the `outbox_wake` migration), with a margin.
@@ -220,7 +219,7 @@ impl Relay {
     async fn relay_batch(&self) -> anyhow::Result<Batch> {
         let mut tx = self.pool.begin().await?;
         let store::outbox::Claimed {
-            rows,
+            mut rows,
             needs_replication,
         } = store::outbox::claim(&mut tx, self.batch_size).await?;
         if rows.is_empty() {
@@ -241,8 +240,11 @@ impl Relay {
         let max_payload = self.js.client().server_info().max_payload;
         let mut parked: Vec<(usize, Poison)> = Vec::new();
         let mut failure: Option<anyhow::Error> = None;
-        let mut pending = Vec::with_capacity(rows.len());
-        for (i, row) in rows.iter().enumerate() {
+        let (mut waiting, mut acks) = (
+            Vec::with_capacity(rows.len()),
+            Vec::with_capacity(rows.len()),
+        );
+        for (i, row) in rows.iter_mut().enumerate() {
             let message = match message(row, max_payload) {
                 Ok(m) => m,
                 Err(p) => {
@@ -251,9 +253,9 @@ impl Relay {
                 }
             };
             match self.js.send_publish(row.subject.clone(), message).await {
-                // The acks are awaited together, so a dead connection costs one timeout, not one per row.
                 Ok(ack) => {
-                    pending.push((i, tokio::spawn(std::future::IntoFuture::into_future(ack))))
+                    waiting.push(i);
+                    acks.push(std::future::IntoFuture::into_future(ack));
                 }
                 Err(e) => match poison::classify(&e) {
                     Some(p) => parked.push((i, p)),
@@ -267,10 +269,13 @@ impl Relay {
                 },
             }
         }
-        let mut published: Vec<Uuid> = Vec::with_capacity(pending.len());
-        for (i, ack) in pending {
+        // The acks are awaited together (their timeouts run at once), so a
+        // dead connection costs one timeout, not one per row.
+        let acked = futures::future::join_all(acks).await;
+        let mut published: Vec<i64> = Vec::with_capacity(acked.len());
+        for (i, ack) in waiting.into_iter().zip(acked) {
             let row = &rows[i];
-            match ack.await? {
+            match ack {
                 Ok(ack) => {
                     if ack.duplicate {
                         metrics::counter!("soldonce_outbox_duplicates_total").increment(1);
@@ -288,7 +293,7 @@ impl Relay {
                         subject = %row.subject,
                         "event published"
                     );
-                    published.push(row.id);
+                    published.push(row.position);
                 }
                 Err(e) => match poison::classify(&e) {
                     Some(p) => parked.push((i, p)),
@@ -309,9 +314,9 @@ impl Relay {
                 .await?
                 .newer;
         }
-        let to_park: Vec<(Uuid, &str)> = parked
+        let to_park: Vec<(i64, &str)> = parked
             .iter()
-            .map(|(i, p)| (rows[*i].id, p.reason))
+            .map(|(i, p)| (rows[*i].position, p.reason))
             .collect();
         store::outbox::park(&mut tx, &to_park).await?;
         tx.commit().await?;
@@ -350,16 +355,18 @@ fn seconds_between(from: chrono::DateTime<chrono::Utc>, to: chrono::DateTime<chr
 
 /// The message for `row`, or why it can never be published: a subject the
 /// stream does not take, or a size over the server's `max_payload` (counted
-/// as the server does: headers plus payload).
-fn message(row: &store::outbox::OutboxRow, max_payload: usize) -> Result<PublishMessage, Poison> {
+/// as the server does: headers plus payload). The row's payload moves into
+/// the message as it is: the bytes its writer stored.
+fn message(
+    row: &mut store::outbox::OutboxRow,
+    max_payload: usize,
+) -> Result<PublishMessage, Poison> {
     if !poison::publishable_subject(&row.subject) {
         return Err(Poison::new(
             poison::BAD_SUBJECT,
             format!("{:?} is not a subject under {}", row.subject, bus::SUBJECTS),
         ));
     }
-    let payload = serde_json::to_vec(&row.payload)
-        .map_err(|e| Poison::new(poison::REJECTED, format!("payload does not encode: {e}")))?;
     let id = row.id.to_string();
     let mut headers: Vec<(&str, &str)> = vec![("Nats-Msg-Id", id.as_str())];
     match row.headers.get("traceparent").and_then(|v| v.as_str()) {
@@ -370,7 +377,7 @@ fn message(row: &store::outbox::OutboxRow, max_payload: usize) -> Result<Publish
         Some(_) => tracing::warn!(event_id = %row.id, "dropping a malformed traceparent header"),
         None => {}
     }
-    let size = poison::wire_size(&headers, payload.len());
+    let size = poison::wire_size(&headers, row.payload.len());
     if max_payload > 0 && size > max_payload {
         return Err(Poison::new(
             poison::TOO_LARGE,
@@ -379,7 +386,7 @@ fn message(row: &store::outbox::OutboxRow, max_payload: usize) -> Result<Publish
     }
     // `message_id` adds a header; `headers()` would replace them all.
     let mut publish = PublishMessage::build()
-        .payload(payload.into())
+        .payload(std::mem::take(&mut row.payload).into())
         .message_id(&id);
     for (name, value) in &headers[1..] {
         publish = publish.header(*name, *value);

@@ -86,7 +86,8 @@ pub(crate) fn append<'q>(
         times.push(r.at);
         metas.push(serde_json::to_value(&r.meta).map_err(corrupt)?);
         subjects.push(names::subject(r.type_name, r.stream_id));
-        payloads.push(serde_json::to_value(&wrapped).map_err(corrupt)?);
+        // Stored as written (the column is json) and published as stored.
+        payloads.push(serde_json::to_string(&wrapped).map_err(corrupt)?);
         headers.push(serde_json::json!({ "traceparent": r.meta.traceparent }));
     }
     let s = statement;
@@ -106,7 +107,7 @@ pub(crate) fn append<'q>(
         "queued",
         &format!(
             "INSERT INTO outbox (id, stream_id, subject, payload, headers) \
-             SELECT * FROM unnest({ids}::uuid[], {streams}::uuid[], {subjects}::text[], {payloads}::jsonb[], {headers}::jsonb[]) \
+             SELECT id, s, subject, payload::json, h FROM unnest({ids}::uuid[], {streams}::uuid[], {subjects}::text[], {payloads}::text[], {headers}::jsonb[]) AS x(id, s, subject, payload, h) \
              RETURNING 1"
         ),
     );

@@ -20,7 +20,9 @@ pub struct OutboxRow {
     /// The aggregate it belongs to (the order, or the shipment).
     pub stream_id: Uuid,
     pub subject: String,
-    pub payload: serde_json::Value,
+    /// The message's body exactly as written (the column is `json`: stored
+    /// as written, read as text): the bytes the relay publishes.
+    pub payload: String,
     pub headers: serde_json::Value,
     /// When its transaction committed (with `track_commit_timestamp = on`;
     /// otherwise when that transaction began): where the relay's
@@ -71,7 +73,7 @@ pub const CLAIM_SETTINGS: &[(&str, &str)] = &[
 /// probe by order. Each row also says whether commits wait
 /// for synchronous standbys (`standbys`), so the relay knows in the same
 /// round trip whether it needs [`await_replication`].
-pub const CLAIM_SQL: &str = "SELECT o.id, o.position, o.stream_id, o.subject, o.payload, o.headers, \
+pub const CLAIM_SQL: &str = "SELECT o.id, o.position, o.stream_id, o.subject, o.payload::text AS payload, o.headers, \
         coalesce(CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(o.xmin) END, o.created_at) AS created_at, \
         current_setting('synchronous_standby_names') <> '' AS standbys \
  FROM outbox o \
@@ -143,7 +145,7 @@ pub struct Deleted {
     pub newer: bool,
 }
 
-/// Deletes published rows, and makes the caller's transaction commit
+/// Deletes published rows (by position, the outbox's key), and makes the caller's transaction commit
 /// without waiting for its WAL flush (`synchronous_commit = off`, for that
 /// transaction only). Nothing is lost by that: a delete that a crash takes
 /// back only leaves published rows in the outbox, and their republish
@@ -161,16 +163,16 @@ pub struct Deleted {
 /// transaction (`BEGIN`, the claim, `ROLLBACK`).
 pub async fn delete(
     conn: &mut PgConnection,
-    ids: &[Uuid],
+    positions: &[i64],
     after: i64,
 ) -> Result<Deleted, sqlx::Error> {
     let (deleted, newer): (i64, bool) = sqlx::query_as(
-        "WITH d AS (DELETE FROM outbox WHERE id = ANY($1) RETURNING 1) \
+        "WITH d AS (DELETE FROM outbox WHERE position = ANY($1) RETURNING 1) \
          SELECT (SELECT count(*) FROM d), \
                 EXISTS (SELECT 1 FROM outbox WHERE position > $2), \
                 set_config('synchronous_commit', 'off', true) IS NOT NULL",
     )
-    .bind(ids)
+    .bind(positions)
     .bind(after)
     .fetch_one(conn)
     .await?;
@@ -180,20 +182,21 @@ pub async fn delete(
     })
 }
 
-/// Moves rows that can never be published, each with its short reason
+/// Moves rows that can never be published (each named by its position),
+/// each with its short reason
 /// (`too_large`, `bad_subject`, `rejected`), from `outbox` to
 /// `outbox_parked` in one statement, in the caller's transaction (the one
 /// that claimed them). Returns how many moved. A row parked again (an
 /// operator re-inserted it and it still fails) replaces its old record.
-pub async fn park(conn: &mut PgConnection, rows: &[(Uuid, &str)]) -> Result<u64, sqlx::Error> {
+pub async fn park(conn: &mut PgConnection, rows: &[(i64, &str)]) -> Result<u64, sqlx::Error> {
     if rows.is_empty() {
         return Ok(0);
     }
-    let ids: Vec<Uuid> = rows.iter().map(|r| r.0).collect();
+    let positions: Vec<i64> = rows.iter().map(|r| r.0).collect();
     let reasons: Vec<&str> = rows.iter().map(|r| r.1).collect();
     let moved = sqlx::query(
         "WITH moved AS ( \
-             DELETE FROM outbox o USING unnest($1::uuid[], $2::text[]) AS p(id, reason) WHERE o.id = p.id \
+             DELETE FROM outbox o USING unnest($1::bigint[], $2::text[]) AS p(position, reason) WHERE o.position = p.position \
              RETURNING o.id, o.position, o.stream_id, o.subject, o.payload, o.headers, o.created_at, p.reason) \
          INSERT INTO outbox_parked (id, position, stream_id, subject, payload, headers, created_at, reason) \
          SELECT id, position, stream_id, subject, payload, headers, created_at, reason FROM moved \
@@ -201,7 +204,7 @@ pub async fn park(conn: &mut PgConnection, rows: &[(Uuid, &str)]) -> Result<u64,
              subject = EXCLUDED.subject, payload = EXCLUDED.payload, headers = EXCLUDED.headers, \
              created_at = EXCLUDED.created_at, reason = EXCLUDED.reason, parked_at = now()",
     )
-    .bind(&ids)
+    .bind(&positions)
     .bind(&reasons)
     .execute(conn)
     .await?;
