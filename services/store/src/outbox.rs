@@ -145,13 +145,13 @@ pub struct Deleted {
     pub newer: bool,
 }
 
-/// Deletes published rows (by position, the outbox's key), and makes the caller's transaction commit
-/// without waiting for its WAL flush (`synchronous_commit = off`, for that
-/// transaction only). Nothing is lost by that: a delete that a crash takes
-/// back only leaves published rows in the outbox, and their republish
-/// carries the same `Nats-Msg-Id` (dropped inside the stream's duplicate
-/// window; consumers dedupe by event id beyond it) — the same as a relay
-/// killed between publish and delete. The relay commits one such
+/// Deletes published rows (by position, the outbox's key), and makes the
+/// caller's transaction commit without waiting for its WAL flush
+/// (`synchronous_commit = off`, for that transaction only). Nothing is
+/// lost by that: a delete that a crash takes back only leaves published
+/// rows in the outbox, and their republish carries the same `Nats-Msg-Id`
+/// (dropped inside the stream's duplicate window; consumers dedupe by event
+/// id beyond it) — the same as a relay killed between publish and delete. The relay commits one such
 /// transaction per batch, about a quarter of all commits under load, and
 /// the flushes it no longer waits for are flushes every writer shares. The
 /// replication barrier ([`await_replication`]) is its own statement and
@@ -182,11 +182,10 @@ pub async fn delete(
     })
 }
 
-/// Moves rows that can never be published (each named by its position),
-/// each with its short reason
-/// (`too_large`, `bad_subject`, `rejected`), from `outbox` to
-/// `outbox_parked` in one statement, in the caller's transaction (the one
-/// that claimed them). Returns how many moved. A row parked again (an
+/// Moves rows that can never be published, each named by its position
+/// with its short reason (`too_large`, `bad_subject`, `rejected`), from
+/// `outbox` to `outbox_parked` in one statement, in the caller's
+/// transaction (the one that claimed them). Returns how many moved. A row parked again (an
 /// operator re-inserted it and it still fails) replaces its old record.
 pub async fn park(conn: &mut PgConnection, rows: &[(i64, &str)]) -> Result<u64, sqlx::Error> {
     if rows.is_empty() {
