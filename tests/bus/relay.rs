@@ -351,7 +351,8 @@ async fn the_relays_delete_commits_without_waiting_for_its_flush_and_only_that_t
 /// as the backlog grew, and claims of 3 to 10 s were seen in the saga
 /// benchmark with 8,000 rows waiting. On the relay's connection settings
 /// the plan made on 23 rows walks the position index and probes each row's
-/// order by the stream index, whatever the statistics say.
+/// order by the stream index, whatever the statistics say; and the delete
+/// that follows finds its rows by the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_planned_on_a_nearly_empty_outbox_still_probes_by_index_when_the_backlog_grows() {
     // What a vacuum or an analyze sees between bursts: a few rows left in a
@@ -364,7 +365,10 @@ async fn a_claim_planned_on_a_nearly_empty_outbox_still_probes_by_index_when_the
 /// Plans the claim (as a kept generic plan) on statistics made when `left`
 /// of 8,000 rows were still in the outbox, then runs it over a backlog of
 /// 5,000 rows, and checks that it walked the position index only until it
-/// had its 500 rows and probed each one's order by the stream index.
+/// had its 500 rows and probed each one's order by the stream index; then
+/// deletes two batches of 500 as the relay does and checks that each
+/// probed the key. Rows carry envelopes of an event's size: the planner's
+/// guess at the backlog scales with the pages the analyzed rows filled.
 async fn claim_plan_after_statistics_of(left: i64) {
     let app = TestApp::spawn().await;
     let pool = store::connect_with_settings(&app.database_url, 1, store::outbox::CLAIM_SETTINGS)
@@ -374,7 +378,7 @@ async fn claim_plan_after_statistics_of(left: i64) {
     let insert = |n: i64| {
         format!(
             "INSERT INTO outbox (id, stream_id, subject, payload) \
-             SELECT gen_random_uuid(), gen_random_uuid(), 'soldonce.test.plan.x', '{{}}' FROM generate_series(1, {n})"
+             SELECT gen_random_uuid(), gen_random_uuid(), 'soldonce.test.plan.x', json_build_object('pad', repeat('x', 600)) FROM generate_series(1, {n})"
         )
     };
     let steps = [
@@ -390,10 +394,16 @@ async fn claim_plan_after_statistics_of(left: i64) {
         "VACUUM (ANALYZE, TRUNCATE false) outbox".to_owned(),
         insert(3),
         format!("PREPARE claim_plan(bigint) AS {}", store::outbox::CLAIM_SQL),
+        format!("PREPARE delete_plan(bigint[], bigint) AS {}", store::outbox::DELETE_SQL),
     ]
     .into_iter()
     // Five custom plans, then the generic one is kept.
-    .chain(std::iter::repeat_n("EXECUTE claim_plan(500)".to_owned(), 6));
+    .chain(std::iter::repeat_n("EXECUTE claim_plan(500)".to_owned(), 6))
+    // The delete's, with batches of 500 positions that are not there.
+    .chain(std::iter::repeat_n(
+        "EXECUTE delete_plan(array_fill(-1::bigint, ARRAY[500]), 0)".to_owned(),
+        6,
+    ));
     for sql in steps {
         sqlx::query(&sql)
             .execute(&mut *conn)
@@ -453,6 +463,61 @@ async fn claim_plan_after_statistics_of(left: i64) {
         probe["Actual Rows"], 0,
         "no older row of the same order ({left} rows left)"
     );
+
+    // The relay then deletes the rows it published, 500 at a time. Planned
+    // on the same statistics with the position in two indexes, that delete
+    // walked the whole order index to find them (deletes of 300-800 ms in
+    // relay.sh). Each batch must be found by probing the key: planned for
+    // its positions (a custom plan, as the relay's first five are) and with
+    // the plan kept after them.
+    for (batch, plan) in ["custom", "kept"].into_iter().enumerate() {
+        let positions: Vec<i64> =
+            sqlx::query_scalar("SELECT position FROM outbox ORDER BY position LIMIT 500")
+                .fetch_all(&mut *conn)
+                .await
+                .expect("positions");
+        let list = positions
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let statement = match plan {
+            "custom" => store::outbox::DELETE_SQL
+                .replace("$1", &format!("'{{{list}}}'::bigint[]"))
+                .replace("$2", "0"),
+            _ => format!("EXECUTE delete_plan('{{{list}}}', 0)"),
+        };
+        let (explained,): (serde_json::Value,) =
+            sqlx::query_as(&format!("EXPLAIN (ANALYZE, FORMAT JSON) {statement}"))
+                .fetch_one(&mut *conn)
+                .await
+                .expect("explain the delete");
+        let nodes = soldonce_tests::plan_nodes(&explained[0]["Plan"]);
+        assert!(
+            !nodes
+                .iter()
+                .any(|n| n["Index Name"] == "outbox_stream_position"),
+            "the delete ({plan} plan) never walks the order index ({left} rows left): {explained:#}"
+        );
+        let probe = nodes
+            .iter()
+            .find(|n| {
+                n["Index Name"] == "outbox_position"
+                    && n["Index Cond"].as_str().is_some_and(|c| c.contains("ANY"))
+            })
+            .unwrap_or_else(|| {
+                panic!("the delete ({plan} plan) probes the key ({left} rows left): {explained:#}")
+            });
+        assert_eq!(
+            probe["Actual Rows"], 500,
+            "one row found per position ({plan} plan, {left} rows left)"
+        );
+        assert_eq!(
+            app.count("SELECT count(*) FROM outbox").await,
+            5_003 + left - 500 * (batch as i64 + 1),
+            "the batch's 500 rows deleted, no other ({plan} plan)"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

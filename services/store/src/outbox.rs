@@ -49,8 +49,8 @@ pub struct OutboxRow {
 ///
 /// Index-only scans are off as well: when a vacuum leaves the outbox's
 /// pages with no live row in them, the planner counts any later backlog as
-/// one row, and a whole walk of the (covering) stream index then costs the
-/// same as a probe of it; with the probe as an anti-join's inner side, the
+/// one row, and a whole walk of the stream index (covering, while it held
+/// the position too) then cost the same as a probe of it; with the probe as an anti-join's inner side, the
 /// plan walked the whole stream index once per row (16,000 rows waiting:
 /// claims of 3 s). See [`CLAIM_SQL`] for the other half.
 pub const CLAIM_SETTINGS: &[(&str, &str)] = &[
@@ -145,17 +145,26 @@ pub struct Deleted {
     pub newer: bool,
 }
 
-/// Deletes published rows (by position, the outbox's key), and makes the
+/// The relay's delete, for [`delete`] and for checking its plan.
+pub const DELETE_SQL: &str = "WITH d AS (DELETE FROM outbox WHERE position = ANY($1) RETURNING 1) \
+     SELECT (SELECT count(*) FROM d), \
+            EXISTS (SELECT 1 FROM outbox WHERE position > $2), \
+            set_config('synchronous_commit', 'off', true) IS NOT NULL";
+
+/// Deletes published rows by position, the outbox's key and the only
+/// index that holds it (`= ANY`, one probe each: see the `outbox_lean`
+/// migration for why the order index does not hold it), and makes the
 /// caller's transaction commit without waiting for its WAL flush
 /// (`synchronous_commit = off`, for that transaction only). Nothing is
 /// lost by that: a delete that a crash takes back only leaves published
 /// rows in the outbox, and their republish carries the same `Nats-Msg-Id`
 /// (dropped inside the stream's duplicate window; consumers dedupe by event
-/// id beyond it) — the same as a relay killed between publish and delete. The relay commits one such
-/// transaction per batch, about a quarter of all commits under load, and
-/// the flushes it no longer waits for are flushes every writer shares. The
-/// replication barrier ([`await_replication`]) is its own statement and
-/// keeps the session's setting.
+/// id beyond it) — the same as a relay killed between publish and delete.
+/// The relay commits one such transaction per batch, about a quarter of
+/// all commits under load, and the flushes it no longer waits for are
+/// flushes every writer shares. The replication barrier
+/// ([`await_replication`]) is its own statement and keeps the session's
+/// setting.
 ///
 /// In the same statement it looks for a row past position `after` (the
 /// batch's last), so that the relay claims again at once only when there
@@ -166,16 +175,11 @@ pub async fn delete(
     positions: &[i64],
     after: i64,
 ) -> Result<Deleted, sqlx::Error> {
-    let (deleted, newer): (i64, bool) = sqlx::query_as(
-        "WITH d AS (DELETE FROM outbox WHERE position = ANY($1) RETURNING 1) \
-         SELECT (SELECT count(*) FROM d), \
-                EXISTS (SELECT 1 FROM outbox WHERE position > $2), \
-                set_config('synchronous_commit', 'off', true) IS NOT NULL",
-    )
-    .bind(positions)
-    .bind(after)
-    .fetch_one(conn)
-    .await?;
+    let (deleted, newer): (i64, bool) = sqlx::query_as(DELETE_SQL)
+        .bind(positions)
+        .bind(after)
+        .fetch_one(conn)
+        .await?;
     Ok(Deleted {
         rows: u64::try_from(deleted).unwrap_or(0),
         newer,
@@ -185,8 +189,9 @@ pub async fn delete(
 /// Moves rows that can never be published, each named by its position
 /// with its short reason (`too_large`, `bad_subject`, `rejected`), from
 /// `outbox` to `outbox_parked` in one statement, in the caller's
-/// transaction (the one that claimed them). Returns how many moved. A row parked again (an
-/// operator re-inserted it and it still fails) replaces its old record.
+/// transaction (the one that claimed them). Returns how many moved. A row
+/// parked again (an operator re-inserted it and it still fails) replaces
+/// its old record.
 pub async fn park(conn: &mut PgConnection, rows: &[(i64, &str)]) -> Result<u64, sqlx::Error> {
     if rows.is_empty() {
         return Ok(0);
@@ -195,10 +200,11 @@ pub async fn park(conn: &mut PgConnection, rows: &[(i64, &str)]) -> Result<u64, 
     let reasons: Vec<&str> = rows.iter().map(|r| r.1).collect();
     let moved = sqlx::query(
         "WITH moved AS ( \
-             DELETE FROM outbox o USING unnest($1::bigint[], $2::text[]) AS p(position, reason) WHERE o.position = p.position \
-             RETURNING o.id, o.position, o.stream_id, o.subject, o.payload, o.headers, o.created_at, p.reason) \
+             DELETE FROM outbox WHERE position = ANY($1) \
+             RETURNING id, position, stream_id, subject, payload, headers, created_at) \
          INSERT INTO outbox_parked (id, position, stream_id, subject, payload, headers, created_at, reason) \
-         SELECT id, position, stream_id, subject, payload, headers, created_at, reason FROM moved \
+         SELECT m.id, m.position, m.stream_id, m.subject, m.payload, m.headers, m.created_at, p.reason \
+         FROM moved m JOIN unnest($1::bigint[], $2::text[]) AS p(position, reason) ON p.position = m.position \
          ON CONFLICT (id) DO UPDATE SET position = EXCLUDED.position, stream_id = EXCLUDED.stream_id, \
              subject = EXCLUDED.subject, payload = EXCLUDED.payload, headers = EXCLUDED.headers, \
              created_at = EXCLUDED.created_at, reason = EXCLUDED.reason, parked_at = now()",
