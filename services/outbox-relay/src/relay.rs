@@ -219,7 +219,7 @@ impl Relay {
     async fn relay_batch(&self) -> anyhow::Result<Batch> {
         let mut tx = self.pool.begin().await?;
         let store::outbox::Claimed {
-            mut rows,
+            rows,
             needs_replication,
         } = store::outbox::claim(&mut tx, self.batch_size).await?;
         if rows.is_empty() {
@@ -240,11 +240,8 @@ impl Relay {
         let max_payload = self.js.client().server_info().max_payload;
         let mut parked: Vec<(usize, Poison)> = Vec::new();
         let mut failure: Option<anyhow::Error> = None;
-        let (mut waiting, mut acks) = (
-            Vec::with_capacity(rows.len()),
-            Vec::with_capacity(rows.len()),
-        );
-        for (i, row) in rows.iter_mut().enumerate() {
+        let mut pending = Vec::with_capacity(rows.len());
+        for (i, row) in rows.iter().enumerate() {
             let message = match message(row, max_payload) {
                 Ok(m) => m,
                 Err(p) => {
@@ -253,10 +250,7 @@ impl Relay {
                 }
             };
             match self.js.send_publish(row.subject.clone(), message).await {
-                Ok(ack) => {
-                    waiting.push(i);
-                    acks.push(std::future::IntoFuture::into_future(ack));
-                }
+                Ok(ack) => pending.push((i, std::future::IntoFuture::into_future(ack))),
                 Err(e) => match poison::classify(&e) {
                     Some(p) => parked.push((i, p)),
                     None => {
@@ -271,6 +265,7 @@ impl Relay {
         }
         // The acks are awaited together (their timeouts run at once), so a
         // dead connection costs one timeout, not one per row.
+        let (waiting, acks): (Vec<usize>, Vec<_>) = pending.into_iter().unzip();
         let acked = futures::future::join_all(acks).await;
         let mut published: Vec<i64> = Vec::with_capacity(acked.len());
         for (i, ack) in waiting.into_iter().zip(acked) {
@@ -355,12 +350,9 @@ fn seconds_between(from: chrono::DateTime<chrono::Utc>, to: chrono::DateTime<chr
 
 /// The message for `row`, or why it can never be published: a subject the
 /// stream does not take, or a size over the server's `max_payload` (counted
-/// as the server does: headers plus payload). The row's payload moves into
-/// the message as it is: the bytes its writer stored.
-fn message(
-    row: &mut store::outbox::OutboxRow,
-    max_payload: usize,
-) -> Result<PublishMessage, Poison> {
+/// as the server does: headers plus payload). The payload is the bytes its
+/// writer stored, sent as they are.
+fn message(row: &store::outbox::OutboxRow, max_payload: usize) -> Result<PublishMessage, Poison> {
     if !poison::publishable_subject(&row.subject) {
         return Err(Poison::new(
             poison::BAD_SUBJECT,
@@ -386,7 +378,7 @@ fn message(
     }
     // `message_id` adds a header; `headers()` would replace them all.
     let mut publish = PublishMessage::build()
-        .payload(std::mem::take(&mut row.payload).into())
+        .payload(row.payload.clone().into())
         .message_id(&id);
     for (name, value) in &headers[1..] {
         publish = publish.header(*name, *value);

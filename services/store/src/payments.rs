@@ -373,16 +373,14 @@ pub async fn known_among(
     pool: &PgPool,
     payment_ids: &[&str],
 ) -> Result<HashSet<String>, StoreError> {
-    let known: Vec<String> = sqlx::query_scalar(KNOWN_AMONG_SQL)
-        .bind(payment_ids)
-        .persistent(false)
-        .fetch_all(pool)
-        .await?;
+    let known: Vec<String> =
+        sqlx::query_scalar("SELECT payment_id FROM payments WHERE payment_id = ANY($1)")
+            .bind(payment_ids)
+            .persistent(false)
+            .fetch_all(pool)
+            .await?;
     Ok(known.into_iter().collect())
 }
-
-/// The statement of [`known_among`].
-pub const KNOWN_AMONG_SQL: &str = "SELECT payment_id FROM payments WHERE payment_id = ANY($1)";
 
 /// Records a webhook id; `false` if it was seen before (then do nothing).
 pub async fn record_webhook(
