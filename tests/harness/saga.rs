@@ -251,6 +251,7 @@ impl Saga {
             &self.psp_url,
             Duration::from_secs(5),
             Duration::from_secs(20),
+            8,
         )
         .expect("psp client")
     }

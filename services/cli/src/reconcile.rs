@@ -46,7 +46,8 @@ pub async fn run(args: ReconcileArgs, out: &Output) -> Result<ExitCode, CliError
         ));
     }
     let pool = pool().await?;
-    let psp = payment_worker::psp::Psp::new(&psp_url, args.psp_timeout, args.psp_timeout)
+    // Reconciliation reads the provider's books one page at a time.
+    let psp = payment_worker::psp::Psp::new(&psp_url, args.psp_timeout, args.psp_timeout, 1)
         .context("PSP client")?;
     let report = payment_worker::reconcile::run(&pool, &psp, args.since, false)
         .await

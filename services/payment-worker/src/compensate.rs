@@ -14,7 +14,7 @@ const LEASE: Duration = Duration::from_secs(30);
 /// Compensations claimed per round.
 const BATCH: i64 = 64;
 /// Refunds asked of the PSP at once.
-const IN_FLIGHT: usize = 16;
+pub const IN_FLIGHT: usize = 16;
 
 /// What one round did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

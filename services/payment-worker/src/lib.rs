@@ -43,8 +43,11 @@ pub struct Settings {
     pub psp_timeout: Duration,
     /// `PSP_DEADLINE`, default 30s: all retries of one action before the message is redelivered.
     pub psp_deadline: Duration,
-    /// `PAYMENT_WORKER_CONCURRENCY`, default 128: orders in hand at once (their
-    /// PSP calls concurrent), so several batches are in flight.
+    /// `PAYMENT_WORKER_CONCURRENCY`, default 256: orders in hand at once (their
+    /// PSP calls concurrent), so several batches are in flight. It caps the
+    /// orders settled per second at this number divided by an order's time
+    /// in hand (PSP call, wait for a recorder, commit): 128 held a saturated
+    /// saga to about 1,000 orders/s on 2 cores.
     pub concurrency: usize,
     /// `CONSUMER_BATCH_SIZE`, default 32: orders taken at once, and the most
     /// PSP answers recorded in one transaction.
@@ -68,7 +71,7 @@ impl Settings {
                 "must be an http:// or https:// URL",
             ));
         }
-        let concurrency = config::parsed("PAYMENT_WORKER_CONCURRENCY", 128usize)?;
+        let concurrency = config::parsed("PAYMENT_WORKER_CONCURRENCY", 256usize)?;
         if !(1..=1024).contains(&concurrency) {
             return Err(ConfigError::new(
                 "PAYMENT_WORKER_CONCURRENCY",
@@ -158,6 +161,8 @@ impl Application {
             &settings.psp_url,
             settings.psp_timeout,
             settings.psp_deadline,
+            // One connection kept for each order in hand, and the refunds'.
+            settings.concurrency + compensate::IN_FLIGHT,
         )
         .context("PSP client")?;
         let listener = app::bind(settings.addr).await?;

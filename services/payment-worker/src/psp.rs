@@ -90,11 +90,19 @@ pub struct Psp {
 }
 
 impl Psp {
-    /// A client with a per-call `timeout` and a total `deadline` per action.
-    pub fn new(base: &str, timeout: Duration, deadline: Duration) -> Result<Self, reqwest::Error> {
+    /// A client with a per-call `timeout` and a total `deadline` per action,
+    /// keeping up to `connections` idle connections to the provider open
+    /// between calls: as many as calls run at once, so that a busy worker
+    /// reuses its connections instead of opening one per call.
+    pub fn new(
+        base: &str,
+        timeout: Duration,
+        deadline: Duration,
+        connections: usize,
+    ) -> Result<Self, reqwest::Error> {
         let http = reqwest::Client::builder()
             .timeout(timeout)
-            .pool_max_idle_per_host(64)
+            .pool_max_idle_per_host(connections)
             .build()?;
         Ok(Psp {
             http,

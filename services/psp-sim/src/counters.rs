@@ -61,6 +61,7 @@ pub struct Counters {
     webhooks_abandoned: AtomicU64,
     webhook_attempts_ok: AtomicU64,
     webhook_attempts_failed: AtomicU64,
+    connections_accepted: AtomicU64,
     faults: [AtomicU64; Fault::ALL.len()],
 }
 
@@ -114,6 +115,11 @@ impl Counters {
         } else {
             bump(&self.webhooks_abandoned, 1);
         }
+    }
+
+    /// A client opened a TCP connection to the API.
+    pub fn connection_accepted(&self) {
+        bump(&self.connections_accepted, 1);
     }
 
     /// `times` injections of this fault.
@@ -170,6 +176,12 @@ impl Counters {
                 ("result=\"acknowledged\"", read(&self.webhook_attempts_ok)),
                 ("result=\"failed\"", read(&self.webhook_attempts_failed)),
             ],
+        );
+        family(
+            &mut out,
+            "psp_sim_connections_accepted_total",
+            "TCP connections accepted; a client that keeps its connections alive opens few.",
+            &[("", read(&self.connections_accepted))],
         );
         let faults: Vec<(String, u64)> = Fault::ALL
             .iter()

@@ -40,6 +40,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -80,6 +81,7 @@ pub struct Application {
     dispatcher: Option<Dispatcher>,
     settler: Settler,
     stop: watch::Sender<bool>,
+    counters: Arc<Counters>,
 }
 
 impl Application {
@@ -122,7 +124,7 @@ impl Application {
         let state = Arc::new(http::AppState::new(
             ledger,
             faults,
-            counters,
+            Arc::clone(&counters),
             queue,
             settlements,
             stopped.clone(),
@@ -142,6 +144,7 @@ impl Application {
             dispatcher,
             settler,
             stop,
+            counters,
         })
     }
 
@@ -171,7 +174,11 @@ impl Application {
             stop.send_replace(true);
         };
         // If serving fails, dropping `signal` drops the sender, which stops the dispatcher too.
-        let served = axum::serve(self.listener, self.router)
+        let counters = self.counters;
+        let listener = self
+            .listener
+            .tap_io(move |_| counters.connection_accepted());
+        let served = axum::serve(listener, self.router)
             .with_graceful_shutdown(signal)
             .await;
         if let Some(dispatcher) = dispatcher {
