@@ -82,14 +82,7 @@ impl Saga {
             faults: psp_sim::Faults::from_json(&options.faults).expect("faults"),
             data_dir: None,
         };
-        let psp = psp_sim::Application::build(psp_settings)
-            .await
-            .expect("psp-sim");
-        let psp_url = format!("http://{}", psp.local_addr());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(psp.run_until_stopped(async move {
-            let _ = stopped.await;
-        }));
+        let (psp_url, stop) = spawn_psp_sim(psp_settings).await;
         stops.push(stop);
         let mut saga = Saga {
             app,
@@ -332,6 +325,21 @@ impl Drop for Saga {
 }
 
 /// Every object of a psp-sim listing (`payments` or `refunds`), all pages.
+/// Starts psp-sim in this process: its URL, and the sender that stops it.
+pub async fn spawn_psp_sim(
+    settings: psp_sim::Settings,
+) -> (String, tokio::sync::oneshot::Sender<()>) {
+    let psp = psp_sim::Application::build(settings)
+        .await
+        .expect("psp-sim");
+    let psp_url = format!("http://{}", psp.local_addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(psp.run_until_stopped(async move {
+        let _ = stopped.await;
+    }));
+    (psp_url, stop)
+}
+
 pub async fn psp_listing(app: &TestApp, psp_url: &str, what: &str) -> Vec<serde_json::Value> {
     let mut all = vec![];
     let mut cursor: Option<String> = None;

@@ -1,22 +1,18 @@
 //! The payment worker's PSP client against psp-sim: its connections.
 
+use soldonce_tests::saga::spawn_psp_sim;
 use std::time::Duration;
 use uuid::Uuid;
 
-/// psp-sim's count of the TCP connections it accepted, read over a
-/// connection of its own (so each read counts one).
-async fn connections_accepted(psp_url: &str) -> u64 {
-    let text = reqwest::get(format!("{psp_url}/metrics"))
+/// psp-sim's `/metrics`, read over a connection of its own (so each read
+/// counts one more accepted connection).
+async fn metrics(psp_url: &str) -> String {
+    reqwest::get(format!("{psp_url}/metrics"))
         .await
         .expect("psp-sim metrics")
         .text()
         .await
-        .expect("metrics text");
-    text.lines()
-        .find_map(|l| l.strip_prefix("psp_sim_connections_accepted_total "))
-        .expect("psp_sim_connections_accepted_total in /metrics")
-        .parse()
-        .expect("a count")
+        .expect("metrics text")
 }
 
 /// A worker with many orders in hand makes as many PSP calls at once: its
@@ -28,21 +24,14 @@ async fn connections_accepted(psp_url: &str) -> u64 {
 #[tokio::test]
 async fn the_psp_client_keeps_a_connection_alive_for_each_call_in_flight() {
     const AT_ONCE: usize = 100;
-    let settings = psp_sim::Settings {
+    let (psp_url, stop) = spawn_psp_sim(psp_sim::Settings {
         addr: "127.0.0.1:0".parse().expect("addr"),
         webhook: None,
         // Long enough that every call of a round is in flight at once.
         faults: psp_sim::Faults::from_json(r#"{"latency_ms": 100}"#).expect("faults"),
         data_dir: None,
-    };
-    let psp = psp_sim::Application::build(settings)
-        .await
-        .expect("psp-sim");
-    let psp_url = format!("http://{}", psp.local_addr());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(psp.run_until_stopped(async move {
-        let _ = stopped.await;
-    }));
+    })
+    .await;
     let client = payment_worker::psp::Psp::new(
         &psp_url,
         Duration::from_secs(5),
@@ -52,6 +41,7 @@ async fn the_psp_client_keeps_a_connection_alive_for_each_call_in_flight() {
     .expect("psp client");
 
     let mut accepted = vec![];
+    let mut books = String::new();
     for _ in 0..2 {
         let answers = futures::future::join_all(
             (0..AT_ONCE).map(|_| client.pay(Uuid::now_v7(), 1_000, "EUR", None)),
@@ -60,8 +50,16 @@ async fn the_psp_client_keeps_a_connection_alive_for_each_call_in_flight() {
         for answer in answers {
             assert_eq!(answer.expect("a PSP answer").status, "succeeded");
         }
-        accepted.push(connections_accepted(&psp_url).await);
+        books = metrics(&psp_url).await;
+        let count: u64 = books
+            .lines()
+            .find_map(|l| l.strip_prefix("psp_sim_connections_accepted_total "))
+            .expect("psp_sim_connections_accepted_total in /metrics")
+            .parse()
+            .expect("a count");
+        accepted.push(count);
     }
+    let _ = stop.send(());
     // The first round opened at most one connection per call (and the read of the count one).
     assert!(
         accepted[0] <= AT_ONCE as u64 + 1,
@@ -74,12 +72,6 @@ async fn the_psp_client_keeps_a_connection_alive_for_each_call_in_flight() {
         "the second round of {AT_ONCE} calls opened connections instead of reusing them \
          (the count's own read is the 1 expected): {accepted:?}"
     );
-    let books = reqwest::get(format!("{psp_url}/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
     assert!(
         books.contains(&format!(
             "psp_sim_payments_total{{status=\"succeeded\"}} {}",
@@ -87,6 +79,4 @@ async fn the_psp_client_keeps_a_connection_alive_for_each_call_in_flight() {
         )),
         "psp-sim's books: {books}"
     );
-    let _ = stop.send(());
-    served.await.expect("psp-sim task").expect("psp-sim served");
 }
