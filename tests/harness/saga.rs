@@ -324,7 +324,6 @@ impl Drop for Saga {
     }
 }
 
-/// Every object of a psp-sim listing (`payments` or `refunds`), all pages.
 /// Starts psp-sim in this process: its URL, and the sender that stops it.
 pub async fn spawn_psp_sim(
     settings: psp_sim::Settings,
@@ -340,6 +339,7 @@ pub async fn spawn_psp_sim(
     (psp_url, stop)
 }
 
+/// Every object of a psp-sim listing (`payments` or `refunds`), all pages.
 pub async fn psp_listing(app: &TestApp, psp_url: &str, what: &str) -> Vec<serde_json::Value> {
     let mut all = vec![];
     let mut cursor: Option<String> = None;
