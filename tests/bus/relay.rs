@@ -12,6 +12,16 @@ use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
 
+/// A checkout with 1,000 units of `BULK`, a private NATS, and one relay
+/// in this process between them (it stops when the sender is dropped).
+async fn relayed_app() -> (Arc<TestApp>, Nats, tokio::sync::oneshot::Sender<()>) {
+    let app = Arc::new(TestApp::spawn().await);
+    app.add_product("BULK", 100, 1_000).await;
+    let nats = Nats::start_temporary().expect("private nats");
+    let relay = spawn_in_process(&app.database_url, &nats.url()).await;
+    (app, nats, relay)
+}
+
 async fn event_ids(app: &TestApp) -> HashSet<Uuid> {
     let rows: Vec<(Uuid,)> = sqlx::query_as("SELECT event_id FROM events")
         .fetch_all(&app.pool)
@@ -95,10 +105,7 @@ async fn five_thousand_orders_through_three_relays_one_killed_arrive_exactly_onc
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_that_commits_last_is_still_published() {
-    let app = Arc::new(TestApp::spawn().await);
-    app.add_product("BULK", 100, 1_000).await;
-    let nats = Nats::start_temporary().expect("private nats");
-    let _relay = spawn_in_process(&app.database_url, &nats.url()).await;
+    let (app, nats, _relay) = relayed_app().await;
     let late = Uuid::now_v7();
     let mut held = app.pool.begin().await.expect("begin");
     sqlx::query("INSERT INTO outbox (id, stream_id, subject, payload) VALUES ($1, $1, 'soldonce.test.late.x', '{\"late\": true}')")
@@ -125,10 +132,7 @@ async fn a_transaction_that_commits_last_is_still_published() {
 /// compact, and the envelope's fields in the order the schema lists them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relay_publishes_each_payload_byte_for_byte_as_it_was_stored() {
-    let app = Arc::new(TestApp::spawn().await);
-    app.add_product("BULK", 100, 1_000).await;
-    let nats = Nats::start_temporary().expect("private nats");
-    let _relay = spawn_in_process(&app.database_url, &nats.url()).await;
+    let (app, nats, _relay) = relayed_app().await;
     let odd = Uuid::now_v7();
     let written = "{\"zeta\": 1,   \"alpha\": [1, 2.50],\"nested\": {\"y\": true, \"b\": null}}";
     sqlx::query("INSERT INTO outbox (id, stream_id, subject, payload) VALUES ($1, $1, 'soldonce.test.bytes.x', $2::json)")
@@ -522,10 +526,7 @@ async fn claim_plan_after_statistics_of(left: i64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relay_rides_out_a_nats_restart() {
-    let app = Arc::new(TestApp::spawn().await);
-    app.add_product("BULK", 100, 1_000).await;
-    let mut nats = Nats::start_temporary().expect("private nats");
-    let _relay = spawn_in_process(&app.database_url, &nats.url()).await;
+    let (app, mut nats, _relay) = relayed_app().await;
     place_orders(&app, 50).await;
     wait_until_published(&app, &nats.url(), 50).await;
     nats.stop();
@@ -563,10 +564,7 @@ async fn the_relay_rides_out_a_postgres_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_published_event_validates_against_its_schema() {
-    let app = Arc::new(TestApp::spawn().await);
-    app.add_product("BULK", 100, 1_000).await;
-    let nats = Nats::start_temporary().expect("private nats");
-    let _relay = spawn_in_process(&app.database_url, &nats.url()).await;
+    let (app, nats, _relay) = relayed_app().await;
     place_orders(&app, 3).await;
     let shipped = serde_json::json!({ "lines": [{ "sku": "BULK", "quantity": 2 }], "shipping": { "name": "Ana", "line1": "Rua A", "city": "Recife", "postal_code": "50000", "country": "BR" } });
     let placed = app.place(&app.token, "with-shipping", &shipped).await;

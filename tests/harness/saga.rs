@@ -252,17 +252,7 @@ impl Saga {
     /// One sample of psp-sim's `/metrics`, e.g.
     /// `psp_sim_webhook_attempts_total{result="acknowledged"}`; 0 if absent.
     pub async fn psp_metric(&self, sample: &str) -> f64 {
-        let text = self
-            .app
-            .client
-            .get(format!("{}/metrics", self.psp_url))
-            .send()
-            .await
-            .expect("psp-sim metrics")
-            .text()
-            .await
-            .expect("psp-sim metrics body");
-        crate::metric_sample(&text, sample).unwrap_or(0.0)
+        crate::metric_sample(&psp_sim_metrics(&self.psp_url).await, sample).unwrap_or(0.0)
     }
 
     /// Waits until the payment worker has nothing in hand or pending.
@@ -337,6 +327,16 @@ pub async fn spawn_psp_sim(
         let _ = stopped.await;
     }));
     (psp_url, stop)
+}
+
+/// psp-sim's `/metrics` text, read over a connection of its own.
+pub async fn psp_sim_metrics(psp_url: &str) -> String {
+    reqwest::get(format!("{psp_url}/metrics"))
+        .await
+        .expect("psp-sim metrics")
+        .text()
+        .await
+        .expect("psp-sim metrics body")
 }
 
 /// Every object of a psp-sim listing (`payments` or `refunds`), all pages.

@@ -1,19 +1,9 @@
 //! The payment worker's PSP client against psp-sim: its connections.
 
-use soldonce_tests::saga::spawn_psp_sim;
+use soldonce_tests::metric_sample;
+use soldonce_tests::saga::{psp_sim_metrics, spawn_psp_sim};
 use std::time::Duration;
 use uuid::Uuid;
-
-/// psp-sim's `/metrics`, read over a connection of its own (so each read
-/// counts one more accepted connection).
-async fn metrics(psp_url: &str) -> String {
-    reqwest::get(format!("{psp_url}/metrics"))
-        .await
-        .expect("psp-sim metrics")
-        .text()
-        .await
-        .expect("metrics text")
-}
 
 /// A worker with many orders in hand makes as many PSP calls at once: its
 /// client keeps a connection alive for each, so the next round of calls
@@ -50,33 +40,29 @@ async fn the_psp_client_keeps_a_connection_alive_for_each_call_in_flight() {
         for answer in answers {
             assert_eq!(answer.expect("a PSP answer").status, "succeeded");
         }
-        books = metrics(&psp_url).await;
-        let count: u64 = books
-            .lines()
-            .find_map(|l| l.strip_prefix("psp_sim_connections_accepted_total "))
-            .expect("psp_sim_connections_accepted_total in /metrics")
-            .parse()
-            .expect("a count");
-        accepted.push(count);
+        // Read over a connection of its own: each read counts one more.
+        books = psp_sim_metrics(&psp_url).await;
+        accepted.push(
+            metric_sample(&books, "psp_sim_connections_accepted_total")
+                .expect("psp_sim_connections_accepted_total in /metrics"),
+        );
     }
     let _ = stop.send(());
     // The first round opened at most one connection per call (and the read of the count one).
     assert!(
-        accepted[0] <= AT_ONCE as u64 + 1,
+        accepted[0] <= AT_ONCE as f64 + 1.0,
         "{} connections for {AT_ONCE} calls",
         accepted[0]
     );
     assert_eq!(
         accepted[1] - accepted[0],
-        1,
+        1.0,
         "the second round of {AT_ONCE} calls opened connections instead of reusing them \
          (the count's own read is the 1 expected): {accepted:?}"
     );
-    assert!(
-        books.contains(&format!(
-            "psp_sim_payments_total{{status=\"succeeded\"}} {}",
-            2 * AT_ONCE
-        )),
+    assert_eq!(
+        metric_sample(&books, r#"psp_sim_payments_total{status="succeeded"}"#),
+        Some(2.0 * AT_ONCE as f64),
         "psp-sim's books: {books}"
     );
 }

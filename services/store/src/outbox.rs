@@ -50,9 +50,10 @@ pub struct OutboxRow {
 /// Index-only scans are off as well: when a vacuum leaves the outbox's
 /// pages with no live row in them, the planner counts any later backlog as
 /// one row, and a whole walk of the stream index (covering, while it held
-/// the position too) then cost the same as a probe of it; with the probe as an anti-join's inner side, the
-/// plan walked the whole stream index once per row (16,000 rows waiting:
-/// claims of 3 s). See [`CLAIM_SQL`] for the other half.
+/// the position too) then cost the same as a probe of it; with the probe
+/// as an anti-join's inner side, the plan walked the whole stream index
+/// once per row (16,000 rows waiting: claims of 3 s). See [`CLAIM_SQL`]
+/// for the other half.
 pub const CLAIM_SETTINGS: &[(&str, &str)] = &[
     ("enable_seqscan", "off"),
     ("enable_bitmapscan", "off"),
