@@ -1,4 +1,5 @@
 mod consumer;
 mod poison;
+mod power_loss;
 mod projections;
 mod relay;

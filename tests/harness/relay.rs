@@ -85,6 +85,7 @@ pub async fn spawn_in_process_with(
         lanes: 2,
         vacuum_after: 5000,
         stream: bus::StreamSettings::default(),
+        repair: outbox_relay::RepairSettings::default(),
     };
     tweak(&mut settings);
     let app = outbox_relay::Application::build(settings)

@@ -15,6 +15,7 @@ pub struct Saga {
     pub psp_url: String,
     psp_timeout: Duration,
     compensation_interval: Duration,
+    relay: Option<tokio::sync::oneshot::Sender<()>>,
     stops: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -71,7 +72,8 @@ impl Saga {
     pub async fn start_with(options: SagaOptions) -> Saga {
         let app = Arc::new(TestApp::spawn_with_ttl(options.ttl).await);
         let nats = Nats::start_temporary().expect("private nats");
-        let mut stops = vec![crate::relay::spawn_in_process(&app.database_url, &nats.url()).await];
+        let relay = Some(crate::relay::spawn_in_process(&app.database_url, &nats.url()).await);
+        let mut stops = vec![];
 
         let psp_settings = psp_sim::Settings {
             addr: "127.0.0.1:0".parse().expect("addr"),
@@ -90,12 +92,27 @@ impl Saga {
             psp_url,
             psp_timeout: options.psp_timeout,
             compensation_interval: options.compensation_interval,
+            relay,
             stops,
         };
         if options.worker {
             saga.start_worker().await;
         }
         saga
+    }
+
+    /// Stops the relay (it finishes the batch in hand).
+    pub fn stop_relay(&mut self) {
+        if let Some(stop) = self.relay.take() {
+            let _ = stop.send(());
+        }
+    }
+
+    /// Starts a relay again after [`Saga::stop_relay`].
+    pub async fn start_relay(&mut self) {
+        self.stop_relay();
+        self.relay =
+            Some(crate::relay::spawn_in_process(&self.app.database_url, &self.nats.url()).await);
     }
 
     /// Starts a payment worker (it also carries out compensations).
@@ -308,6 +325,7 @@ impl Saga {
 
 impl Drop for Saga {
     fn drop(&mut self) {
+        self.stop_relay();
         for stop in self.stops.drain(..) {
             let _ = stop.send(());
         }

@@ -9,8 +9,10 @@
 //! Layout:
 //! - `lib.rs` — the stream's topology, connecting, NATS readiness
 //! - `consumer.rs` — the consumer runtime: pull, dedupe through an `events::Inbox`, ack, retry, dead letters
+//! - `repair.rs` — the stream compared with `events` (the authority), and what it lost republished
 
 pub mod consumer;
+pub mod repair;
 
 use async_nats::jetstream::{self, stream};
 use platform::config::{self, ConfigError};
@@ -20,6 +22,9 @@ use std::time::Duration;
 pub const STREAM: &str = "SOLDONCE";
 /// The subjects it captures: every soldonce subject.
 pub const SUBJECTS: &str = events::names::ALL_SUBJECTS;
+/// The header every message carries with its event's position in
+/// PostgreSQL's `events`: how the stream is compared with the authority.
+pub const POSITION_HEADER: &str = "Soldonce-Position";
 
 /// How the stream is kept.
 #[derive(Debug, Clone, PartialEq, Eq)]

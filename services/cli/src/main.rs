@@ -12,6 +12,7 @@
 //! - `bench.rs` — `bench flash-sale`: write strategies compared on a database of its own
 //! - `events.rs` — `events tail` and `order show`
 //! - `replay.rs` — rebuild from the stream and diff with the live projections
+//! - `stream.rs` — `stream check|repair`: the stream against `events`, and what it lost republished
 //! - `schemas.rs` — the event schemas, compiled
 //! - `reconcile.rs` — `reconcile` against the PSP
 //! - `output.rs` — text or `--json` output
@@ -26,6 +27,7 @@ mod output;
 mod reconcile;
 mod replay;
 mod schemas;
+mod stream;
 mod up;
 
 use clap::{Parser, Subcommand};
@@ -78,6 +80,9 @@ enum Commands {
     /// Live events from the stream.
     #[command(subcommand)]
     Events(events::EventsCommand),
+    /// Compare the JetStream stream with the database's events, and republish what it lost.
+    #[command(subcommand)]
+    Stream(stream::StreamCommand),
     /// Orders for operators.
     #[command(subcommand)]
     Order(OrderCommand),
@@ -188,6 +193,7 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Commands::Demo(cmd) => demo::run(cmd, &out).await,
         Commands::Replay(args) => replay::run(args, &out).await,
         Commands::Events(cmd) => events::tail(cmd, &out).await,
+        Commands::Stream(cmd) => stream::run(cmd, &out).await,
         Commands::Order(OrderCommand::Show { id }) => events::show(&id, &out).await,
         Commands::Projections(cmd) => admin::projections(cmd, &out).await,
         Commands::Load(args) => load::run(args, &out).await,

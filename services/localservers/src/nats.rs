@@ -150,6 +150,38 @@ impl Nats {
         Ok(())
     }
 
+    /// Copies the (single) server's JetStream store as it is now, beside
+    /// it, and returns the copy's path: what the disk would hold after a
+    /// power loss at this moment had the server synced nothing since (see
+    /// [`Nats::roll_back_to`]). Best taken while nothing is being published.
+    pub fn snapshot_store(&self) -> Result<PathBuf, Error> {
+        let node = &self.nodes[0];
+        let mut n = 0;
+        let copy = loop {
+            n += 1;
+            let candidate = node.dir.join(format!("jetstream-snapshot-{n}"));
+            if !candidate.exists() {
+                break candidate;
+            }
+        };
+        copy_tree(&node.dir.join("jetstream"), &copy)?;
+        Ok(copy)
+    }
+
+    /// A power loss: kills the (single) server with SIGKILL, puts
+    /// `snapshot` (from [`Nats::snapshot_store`]) back as its store, and
+    /// starts it again on the same port. Every message it acknowledged
+    /// after the snapshot is gone, as JetStream loses what it acknowledged
+    /// but had not yet synced to disk.
+    pub fn roll_back_to(&mut self, snapshot: &Path) -> Result<(), Error> {
+        let node = &mut self.nodes[0];
+        node.stop("KILL");
+        let store = node.dir.join("jetstream");
+        std::fs::remove_dir_all(&store)?;
+        copy_tree(snapshot, &store)?;
+        node.launch()
+    }
+
     /// Kills server `i` of a cluster with SIGKILL.
     pub fn kill_node(&mut self, i: usize) {
         self.nodes[i].stop("KILL");
@@ -260,6 +292,28 @@ impl Drop for Nats {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Copies the directory tree `from` to `to`. Files the server removes
+/// while the copy runs are skipped, as a disk would not have them either.
+fn copy_tree(from: &Path, to: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        let copied = if entry.file_type()?.is_dir() {
+            copy_tree(&entry.path(), &target)
+        } else {
+            std::fs::copy(entry.path(), &target)
+                .map(|_| ())
+                .map_err(Error::from)
+        };
+        match copied {
+            Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
+            other => other?,
+        }
+    }
+    Ok(())
 }
 
 /// JetStream features soldonce relies on need nats-server 2.10 or newer.

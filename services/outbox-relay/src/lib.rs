@@ -13,10 +13,12 @@
 //! - `lib.rs` — settings and wiring
 //! - `relay.rs` — claim, publish with PubAck, delete; the wake-up listener
 //! - `poison.rs` — rows that can never be published, parked with their reason
+//! - `watch.rs` — notices a stream that lost acknowledged messages and repairs it from `events`
 //! - `main.rs` — `--check-config` and the run
 
 pub mod poison;
 mod relay;
+mod watch;
 
 use anyhow::Context;
 use platform::app::{self, App};
@@ -28,6 +30,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 pub use relay::Relay;
+pub use watch::RepairSettings;
 
 /// outbox-relay's configuration.
 #[derive(Debug, Clone)]
@@ -48,6 +51,8 @@ pub struct Settings {
     /// each time this many rows have left it (0: never; autovacuum alone).
     pub vacuum_after: u64,
     pub stream: bus::StreamSettings,
+    /// `STREAM_REPAIR_LOOKBACK` and `STREAM_REPAIR_CHECK_INTERVAL`: see [`RepairSettings`].
+    pub repair: RepairSettings,
 }
 
 impl Settings {
@@ -79,6 +84,16 @@ impl Settings {
             lanes,
             vacuum_after: config::parsed("OUTBOX_VACUUM_AFTER", 5000u64)?,
             stream: bus::StreamSettings::from_env()?,
+            repair: RepairSettings {
+                lookback: config::duration(
+                    "STREAM_REPAIR_LOOKBACK",
+                    RepairSettings::default().lookback,
+                )?,
+                check_every: config::duration(
+                    "STREAM_REPAIR_CHECK_INTERVAL",
+                    RepairSettings::default().check_every,
+                )?,
+            },
         })
     }
 }
@@ -108,14 +123,7 @@ impl Application {
         Ok(Application {
             listener,
             ready,
-            relay: Relay::new(
-                pool,
-                js,
-                settings.batch_size,
-                settings.poll_interval,
-                settings.lanes,
-                settings.vacuum_after,
-            ),
+            relay: Relay::new(pool, js, &settings),
         })
     }
 

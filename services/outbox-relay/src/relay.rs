@@ -10,6 +10,7 @@
 //! are deleted all the same, so one failing row never holds the others.
 
 use crate::poison::{self, Poison};
+use crate::watch::{Acks, RepairSettings};
 use async_nats::jetstream::{self, message::PublishMessage};
 use backon::{ExponentialBuilder, Retryable};
 use sqlx::postgres::PgListener;
@@ -53,6 +54,9 @@ pub struct Relay {
     vacuum_after: u64,
     /// Rows that left the outbox since the last vacuum, all lanes together.
     left_since_vacuum: Arc<AtomicU64>,
+    /// What the lanes saw acknowledged, for the watch on the stream.
+    acks: Arc<Acks>,
+    repair: RepairSettings,
 }
 
 /// What one batch came to.
@@ -68,26 +72,22 @@ struct Batch {
 }
 
 impl Relay {
-    /// A relay over this database and bus, with `lanes` loops claiming and
-    /// publishing at once (see [`Relay::run`]), that vacuums the outbox
-    /// after every `vacuum_after` rows it moved out (0: leaves that to
-    /// autovacuum).
-    pub fn new(
-        pool: PgPool,
-        js: jetstream::Context,
-        batch_size: i64,
-        poll_interval: Duration,
-        lanes: usize,
-        vacuum_after: u64,
-    ) -> Self {
+    /// A relay over this database and bus as `settings` say: `lanes` loops
+    /// claiming and publishing at once (see [`Relay::run`]), a vacuum of the
+    /// outbox after every `vacuum_after` rows it moved out (0: leaves that
+    /// to autovacuum), and a watch that repairs the stream when it lost
+    /// acknowledged messages ([`crate::watch`]).
+    pub fn new(pool: PgPool, js: jetstream::Context, settings: &crate::Settings) -> Self {
         Relay {
             pool,
             js,
-            batch_size,
-            poll_interval,
-            lanes: lanes.max(1),
-            vacuum_after,
+            batch_size: settings.batch_size,
+            poll_interval: settings.poll_interval,
+            lanes: settings.lanes.max(1),
+            vacuum_after: settings.vacuum_after,
             left_since_vacuum: Arc::new(AtomicU64::new(0)),
+            acks: Arc::new(Acks::default()),
+            repair: settings.repair,
         }
     }
 
@@ -111,6 +111,13 @@ impl Relay {
                 stop.clone(),
             ))
         });
+        let watch = tokio::spawn(crate::watch::run(
+            self.pool.clone(),
+            self.js.clone(),
+            self.acks.clone(),
+            self.repair,
+            stop.clone(),
+        ));
         let lanes: Vec<_> = (0..self.lanes)
             .map(|_| tokio::spawn(self.clone().lane(stop.clone())))
             .collect();
@@ -120,6 +127,7 @@ impl Relay {
             }
         }
         gauges.abort();
+        watch.abort();
         if let Some(vacuum) = vacuum {
             vacuum.abort();
         }
@@ -236,6 +244,8 @@ impl Relay {
         if needs_replication {
             store::outbox::await_replication(&self.pool).await?;
         }
+        // Every new message must be acknowledged above this (see crate::watch).
+        let floor = self.acks.floor();
         // 0 before the first connection: then only the client's own check applies.
         let max_payload = self.js.client().server_info().max_payload;
         let mut parked: Vec<(usize, Poison)> = Vec::new();
@@ -268,12 +278,15 @@ impl Relay {
         let (waiting, acks): (Vec<usize>, Vec<_>) = pending.into_iter().unzip();
         let acked = futures::future::join_all(acks).await;
         let mut published: Vec<i64> = Vec::with_capacity(acked.len());
+        let mut sequences: Vec<u64> = Vec::with_capacity(acked.len());
         for (i, ack) in waiting.into_iter().zip(acked) {
             let row = &rows[i];
             match ack {
                 Ok(ack) => {
                     if ack.duplicate {
                         metrics::counter!("soldonce_outbox_duplicates_total").increment(1);
+                    } else {
+                        sequences.push(ack.sequence);
                     }
                     lag.record(seconds_between(row.created_at, chrono::Utc::now()));
                     tracing::debug!(
@@ -300,6 +313,13 @@ impl Relay {
                     }
                 },
             }
+        }
+        if self.acks.note(floor, &sequences) {
+            tracing::error!(
+                floor,
+                lowest = sequences.iter().min(),
+                "JetStream acknowledged new messages at sequences it had already given: the stream lost messages it had acknowledged (its server restarted on an older store?); repairing it from the database"
+            );
         }
         let full = i64::try_from(rows.len()).is_ok_and(|n| n >= self.batch_size);
         let mut more = full;
@@ -360,7 +380,11 @@ fn message(row: &store::outbox::OutboxRow, max_payload: usize) -> Result<Publish
         ));
     }
     let id = row.id.to_string();
-    let mut headers: Vec<(&str, &str)> = vec![("Nats-Msg-Id", id.as_str())];
+    let position = row.position.to_string();
+    let mut headers: Vec<(&str, &str)> = vec![
+        ("Nats-Msg-Id", id.as_str()),
+        (bus::POSITION_HEADER, position.as_str()),
+    ];
     match row.headers.get("traceparent").and_then(|v| v.as_str()) {
         // A header value with CR or LF would break the protocol; a traceparent is printable ASCII.
         Some(tp) if !tp.is_empty() && tp.bytes().all(|b| b.is_ascii_graphic()) => {

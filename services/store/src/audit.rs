@@ -72,7 +72,8 @@ impl AuditReport {
         self.violation_count == 0
     }
 
-    pub(crate) fn flag(
+    /// Records a violation (listed while fewer than [`MAX_LISTED`] are).
+    pub fn flag(
         &mut self,
         check: &'static str,
         subject: impl Into<String>,

@@ -1,12 +1,15 @@
 //! The event store proper: every recorded event of every aggregate, with
 //! its outbox row, appended set-based (two fragments of the write path's
-//! one statement). A version already taken in a stream turns into
+//! one statement). An outbox row takes its event's position, which the
+//! relay stamps on the message, so the stream can be checked against
+//! `events` and repaired from it. A version already taken in a stream turns into
 //! `StoreError::Conflict`.
 
+use crate::stream_copy::Message;
 use crate::write::Statement;
 use crate::StoreError;
 use chrono::{DateTime, Utc};
-use events::{envelope, names, Metadata};
+use events::Metadata;
 use uuid::Uuid;
 
 /// One event to record, of any aggregate, at its version of its stream.
@@ -77,7 +80,7 @@ pub(crate) fn append<'q>(
     let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
     for r in records {
         let id = Uuid::now_v7();
-        let wrapped = envelope::wrap(id, r.stream_id, r.type_name, r.at, r.data.clone(), &r.meta);
+        let message = Message::of(id, r.stream_id, r.type_name, r.at, r.data.clone(), &r.meta)?;
         ids.push(id);
         streams.push(r.stream_id);
         versions.push(r.version);
@@ -85,10 +88,10 @@ pub(crate) fn append<'q>(
         datas.push(r.data.clone());
         times.push(r.at);
         metas.push(serde_json::to_value(&r.meta).map_err(corrupt)?);
-        subjects.push(names::subject(r.type_name, r.stream_id));
+        subjects.push(message.subject);
         // Stored as written (the column is json) and published as stored.
-        payloads.push(serde_json::to_string(&wrapped).map_err(corrupt)?);
-        headers.push(serde_json::json!({ "traceparent": r.meta.traceparent }));
+        payloads.push(message.payload);
+        headers.push(serde_json::json!({ "traceparent": message.traceparent }));
     }
     let s = statement;
     let (ids, streams) = (s.bind(ids)?, s.bind(streams)?);
@@ -100,14 +103,15 @@ pub(crate) fn append<'q>(
         &format!(
             "INSERT INTO events (event_id, stream_id, version, type, data, metadata, recorded_at) \
              SELECT * FROM unnest({ids}::uuid[], {streams}::uuid[], {versions}::int[], {types}::text[], {datas}::jsonb[], {metas}::jsonb[], {times}::timestamptz[]) \
-             RETURNING 1"
+             RETURNING event_id, position"
         ),
     );
     s.cte(
         "queued",
         &format!(
-            "INSERT INTO outbox (id, stream_id, subject, payload, headers) \
-             SELECT id, s, subject, payload::json, h FROM unnest({ids}::uuid[], {streams}::uuid[], {subjects}::text[], {payloads}::text[], {headers}::jsonb[]) AS x(id, s, subject, payload, h) \
+            "INSERT INTO outbox (id, position, stream_id, subject, payload, headers) \
+             SELECT x.id, a.position, s, subject, payload::json, h FROM unnest({ids}::uuid[], {streams}::uuid[], {subjects}::text[], {payloads}::text[], {headers}::jsonb[]) AS x(id, s, subject, payload, h) \
+             JOIN appended a ON a.event_id = x.id \
              RETURNING 1"
         ),
     );

@@ -16,6 +16,7 @@
 //! - `catalog.rs` — products, prices, limits, receipts and adjustments
 //! - `idempotency.rs`, `inbox.rs`, `dead_letters.rs`, `retention.rs` — dedupe records and their purge
 //! - `outbox.rs` — what the relay claims, publishes and parks
+//! - `stream_copy.rs` — what the stream must hold, from `events`, for its repair and audit
 //! - `payments.rs`, `compensations.rs`, `reconcile.rs` — PSP facts, refunds owed, reconciliation state
 //! - `accounts.rs` — accounts and bearer tokens
 //! - `connect.rs` — pools on one server or several (`DATABASE_URL` with a list of hosts), following the primary after a failover
@@ -44,6 +45,7 @@ pub mod replay;
 pub mod retention;
 pub mod shipments;
 mod stock;
+pub mod stream_copy;
 mod write;
 
 pub use connect::{connect, connect_with_settings, Target};

@@ -1,0 +1,181 @@
+//! What the JetStream stream must hold, read from `events`, the authority.
+//!
+//! The stream is a copy: a broker that acknowledged messages still in its
+//! page cache can lose them on power loss, after the relay deleted their
+//! outbox rows. Every event that left the outbox (published, as far as
+//! PostgreSQL knows; not waiting, not parked) must be on the stream; this
+//! module lists them by position and rebuilds each one's message as the
+//! relay sent it, for `bus::repair` to compare and republish. It never
+//! talks to the bus.
+
+use crate::StoreError;
+use chrono::{DateTime, Utc};
+use events::{envelope, names, Metadata};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// The outbox message of one event: what the write path queues and what a
+/// repair republishes (the same subject, envelope and trace header).
+pub(crate) struct Message {
+    pub subject: String,
+    /// The CloudEvent envelope as JSON text.
+    pub payload: String,
+    pub traceparent: Option<String>,
+}
+
+impl Message {
+    /// The message for an event recorded with these fields.
+    pub(crate) fn of(
+        event_id: Uuid,
+        stream_id: Uuid,
+        type_name: &str,
+        at: DateTime<Utc>,
+        data: serde_json::Value,
+        meta: &Metadata,
+    ) -> Result<Message, StoreError> {
+        let wrapped = envelope::wrap(event_id, stream_id, type_name, at, data, meta);
+        Ok(Message {
+            subject: names::subject(type_name, stream_id),
+            payload: serde_json::to_string(&wrapped)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            traceparent: meta.traceparent.clone(),
+        })
+    }
+}
+
+/// An event to put back on the stream.
+#[derive(Debug, Clone)]
+pub struct Republish {
+    /// Its position in `events` (the `Soldonce-Position` header).
+    pub position: i64,
+    /// Its id (the `Nats-Msg-Id`, so JetStream and consumers dedupe it).
+    pub event_id: Uuid,
+    pub subject: String,
+    /// The CloudEvent envelope, as the relay would have sent it.
+    pub payload: String,
+    pub traceparent: Option<String>,
+}
+
+/// The first position of an event recorded at or after `at`, or one past
+/// the last event if none was. `events` has no index on `recorded_at` (one
+/// more entry to write per event, for a question asked only by repairs and
+/// audits): positions grow with time but for late commits, so this is a
+/// binary search over the primary key, a few dozen probes; callers step
+/// back by a margin for the commits that overtook each other.
+pub async fn first_position_at(pool: &PgPool, at: DateTime<Utc>) -> Result<i64, StoreError> {
+    let (low, high): (Option<i64>, Option<i64>) =
+        sqlx::query_as("SELECT min(position), max(position) FROM events")
+            .fetch_one(pool)
+            .await?;
+    let (Some(mut low), Some(high)) = (low, high) else {
+        return Ok(1);
+    };
+    // Invariant: every position below `low` was recorded before `at`; `high + 1` is past them all.
+    let mut high = high + 1;
+    while low < high {
+        let mid = low + (high - low) / 2;
+        let found: Option<(i64, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT position, recorded_at FROM events WHERE position >= $1 ORDER BY position LIMIT 1",
+        )
+        .bind(mid)
+        .fetch_optional(pool)
+        .await?;
+        match found {
+            Some((position, recorded)) if recorded < at => low = position + 1,
+            _ => high = mid,
+        }
+    }
+    Ok(low)
+}
+
+/// When the event at `position` (or the first one after it) was recorded.
+pub async fn recorded_at(
+    pool: &PgPool,
+    position: i64,
+) -> Result<Option<DateTime<Utc>>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT recorded_at FROM events WHERE position >= $1 ORDER BY position LIMIT 1",
+    )
+    .bind(position)
+    .fetch_optional(pool)
+    .await?)
+}
+
+/// Positions of the events from `from` on that left the outbox (neither
+/// waiting in `outbox` nor parked in `outbox_parked`): the ones the stream
+/// must hold. At most `limit`, in position order, after `after`; page on
+/// with the last position returned.
+pub async fn published_page(
+    pool: &PgPool,
+    from: i64,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<i64>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT e.position FROM events e \
+         WHERE e.position >= $1 AND e.position > $2 \
+           AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.position = e.position) \
+           AND NOT EXISTS (SELECT 1 FROM outbox_parked p WHERE p.id = e.event_id) \
+         ORDER BY e.position LIMIT $3",
+    )
+    .bind(from)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Positions of the events with these ids (messages the relay sent before
+/// it stamped positions on them); ids that name no event are left out.
+pub async fn positions_of(pool: &PgPool, ids: &[Uuid]) -> Result<Vec<i64>, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT position FROM events WHERE event_id = ANY($1)")
+            .bind(ids)
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
+/// The messages of the events at `positions`, in position order, rebuilt
+/// from `events` as the write path built them. An event whose metadata
+/// cannot be read (written by hand) is left out and counted in the second
+/// value: it cannot be republished as it was.
+pub async fn messages(
+    pool: &PgPool,
+    positions: &[i64],
+) -> Result<(Vec<Republish>, usize), StoreError> {
+    type Row = (
+        i64,
+        Uuid,
+        Uuid,
+        String,
+        serde_json::Value,
+        serde_json::Value,
+        DateTime<Utc>,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT position, event_id, stream_id, type, data, metadata, recorded_at \
+         FROM events WHERE position = ANY($1) ORDER BY position",
+    )
+    .bind(positions)
+    .fetch_all(pool)
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    let mut unreadable = 0;
+    for (position, event_id, stream_id, type_name, data, metadata, at) in rows {
+        let Ok(meta) = serde_json::from_value::<Metadata>(metadata) else {
+            tracing::warn!(position, %event_id, "an event's metadata cannot be read; it cannot be republished");
+            unreadable += 1;
+            continue;
+        };
+        let m = Message::of(event_id, stream_id, &type_name, at, data, &meta)?;
+        out.push(Republish {
+            position,
+            event_id,
+            subject: m.subject,
+            payload: m.payload,
+            traceparent: m.traceparent,
+        });
+    }
+    Ok((out, unreadable))
+}
