@@ -6,6 +6,7 @@
 #   - spin and a C compiler (Debian: spin, gcc), to model-check the protocol
 #   - promtool (Debian: prometheus), to check and unit-test the alerting rules
 #   - Chromium (Debian: chromium), to test the operator console in a real browser
+#   - faketime (Debian: faketime), to run a service under a skewed clock in tests
 # Rust (cargo) must already be installed: https://rustup.rs
 set -u
 
@@ -67,6 +68,12 @@ if ! command -v chromium >/dev/null 2>&1; then
   _so_say "installing Chromium for the console test (apt-get install chromium)"
   _so_sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive _so_sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null \
     || { _so_say "could not install chromium"; return 1 2>/dev/null || exit 1; }
+fi
+
+if ! command -v faketime >/dev/null 2>&1; then
+  _so_say "installing faketime for the clock-skew tests (apt-get install faketime)"
+  _so_sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive _so_sudo apt-get install -y -qq --no-install-recommends faketime >/dev/null \
+    || { _so_say "could not install faketime"; return 1 2>/dev/null || exit 1; }
 fi
 
 command -v cargo >/dev/null 2>&1 || { _so_say "cargo not found: install Rust from https://rustup.rs"; return 1 2>/dev/null || exit 1; }

@@ -1,5 +1,7 @@
 //! Every reservation ends: expiry, cancellation, late payments, audit.
 
+mod clock;
+
 use futures::stream::{self, StreamExt};
 use soldonce_tests::app::Buckets;
 use soldonce_tests::relay::binary;
@@ -130,7 +132,7 @@ async fn four_concurrent_release_loops_release_each_order_once_and_report_the_co
     }
     wait_past_windows(&app).await;
     // Batches of 10 over 300 orders: the four loops claim around each other many times.
-    let released = expiry::release_overdue(&app.pool, 10, 4)
+    let released = expiry::release_overdue(&app.pool, 10, 4, &expiry::SetAside::default())
         .await
         .expect("release");
     assert_eq!(released, 300, "the loops' own count");
@@ -146,7 +148,7 @@ async fn four_concurrent_release_loops_release_each_order_once_and_report_the_co
     }
     // A second run finds nothing to do.
     assert_eq!(
-        expiry::release_overdue(&app.pool, 10, 4)
+        expiry::release_overdue(&app.pool, 10, 4, &expiry::SetAside::default())
             .await
             .expect("release"),
         0
@@ -175,7 +177,7 @@ async fn a_release_loop_waiting_for_a_stock_row_does_not_hold_back_the_other_loo
     // Batches of one order, two loops: one claims the held SKU's order and waits.
     let run = tokio::spawn({
         let app = app.clone();
-        async move { expiry::release_overdue(&app.pool, 1, 2).await }
+        async move { expiry::release_overdue(&app.pool, 1, 2, &expiry::SetAside::default()).await }
     });
     let free_expired = "SELECT count(*) FROM orders o JOIN order_lines l ON l.order_id = o.id \
                         WHERE l.sku = 'FREE' AND o.state = 'expired'";

@@ -136,9 +136,45 @@ impl Application {
 /// Most release transactions in flight at once.
 pub const MAX_CONCURRENCY: usize = 16;
 
+/// Overdue orders that could not be released (undecodable, or their stock
+/// row short), kept out of later claims so they never hold back a batch;
+/// each is reported once, when it is first set aside.
+#[derive(Debug, Default)]
+pub struct SetAside {
+    orders: std::sync::Mutex<std::collections::HashSet<uuid::Uuid>>,
+}
+
+impl SetAside {
+    /// The orders set aside so far.
+    pub fn orders(&self) -> Vec<uuid::Uuid> {
+        self.orders
+            .lock()
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    fn add(&self, skipped: &[store::expiring::Skipped]) {
+        let Ok(mut set) = self.orders.lock() else {
+            return;
+        };
+        for s in skipped {
+            if set.insert(s.order_id) {
+                metrics::counter!("soldonce_expiry_set_aside_total").increment(1);
+                tracing::error!(
+                    order_id = %s.order_id,
+                    reason = %s.reason,
+                    "an overdue order cannot be released; it is set aside and the rest of its batch released (soldonce audit names what is wrong with it)"
+                );
+            }
+        }
+        metrics::gauge!("soldonce_expiry_set_aside").set(set.len() as f64);
+    }
+}
+
 /// Releases everything overdue now, with `concurrency` transactions in
 /// flight at once (each claims its own batch: `FOR UPDATE SKIP LOCKED`);
-/// returns how many orders were released.
+/// returns how many orders were released. Orders that cannot be released
+/// are added to `aside` and left out from then on.
 ///
 /// One loop at a time left a core idle: a batch is a claim, a load, one
 /// write statement and a commit, each a wait on the other side. Two loops
@@ -149,6 +185,7 @@ pub async fn release_overdue(
     pool: &PgPool,
     batch_size: i64,
     concurrency: usize,
+    aside: &SetAside,
 ) -> Result<u64, store::StoreError> {
     let full = u64::try_from(batch_size).unwrap_or(u64::MAX);
     // Each loop stops at a batch that was not full: nothing overdue was left
@@ -157,9 +194,15 @@ pub async fn release_overdue(
     let release = || async {
         let mut total = 0;
         loop {
-            match store::orders::expire_due(pool, batch_size, store::now(), "expiry").await {
-                Ok(released) if released < full => return (total + released, None),
-                Ok(released) => total += released,
+            let skip = aside.orders();
+            match store::expiring::expire_due(pool, batch_size, "expiry", &skip).await {
+                Ok(r) => {
+                    aside.add(&r.skipped);
+                    total += r.expired;
+                    if r.claimed < full {
+                        return (total, None);
+                    }
+                }
                 Err(e) => return (total, Some(e)),
             }
         }
@@ -186,8 +229,12 @@ pub async fn release_overdue(
 
 async fn run_loop(pool: PgPool, s: Settings, mut stop: watch::Receiver<bool>) {
     let mut last_purge: Option<Instant> = None;
+    let aside = SetAside::default();
+    metrics::counter!("soldonce_expiry_set_aside_total").increment(0);
     loop {
-        match release_overdue(&pool, s.batch_size, s.concurrency).await {
+        let released = release_overdue(&pool, s.batch_size, s.concurrency, &aside).await;
+        metrics::counter!("soldonce_expiry_runs_total").increment(1);
+        match released {
             Ok(n) => {
                 metrics::counter!("soldonce_expirations_total").increment(n);
                 metrics::gauge!("soldonce_expiry_released_last_run").set(n as f64);

@@ -156,8 +156,21 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Er
 }
 
 /// [`connect`], with server settings (`name`, `value`) every connection of
-/// the pool starts with, as `PGOPTIONS='-c name=value'` would give.
+/// the pool starts with, as `PGOPTIONS='-c name=value'` would give. The
+/// process's clock is set by the database's from then on
+/// ([`crate::clock`]).
 pub async fn connect_with_settings(
+    url: &str,
+    max_connections: u32,
+    settings: &[(&str, &str)],
+) -> Result<PgPool, sqlx::Error> {
+    let pool = open(url, max_connections, settings).await?;
+    crate::clock::sync(&pool).await?;
+    crate::clock::keep_synced(pool.clone());
+    Ok(pool)
+}
+
+async fn open(
     url: &str,
     max_connections: u32,
     settings: &[(&str, &str)],

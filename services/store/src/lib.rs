@@ -10,7 +10,8 @@
 //! - `write.rs` — the one write path: `Changes` gathered, then `commit`
 //! - `journal.rs` — events with their outbox rows, appended in one statement
 //! - `placing.rs` — placing orders, a whole group per transaction (coalesced reservations)
-//! - `orders.rs` — the orders projection; transition, expire
+//! - `orders.rs` — the orders projection; transitions
+//! - `expiring.rs` — overdue reservations released on the database's clock, a bad row set aside
 //! - `shipments.rs` — the shipments projection; create, advance
 //! - `stock.rs` — bucket movements per SKU per batch, with the ledger
 //! - `catalog.rs` — products, prices, limits, receipts and adjustments
@@ -19,6 +20,7 @@
 //! - `stream_copy.rs` — what the stream must hold, from `events`, for its repair and audit
 //! - `payments.rs`, `compensations.rs`, `reconcile.rs` — PSP facts, refunds owed, reconciliation state
 //! - `accounts.rs` — accounts and bearer tokens
+//! - `clock.rs` — the database's clock, kept by every process (`now`)
 //! - `connect.rs` — pools on one server or several (`DATABASE_URL` with a list of hosts), following the primary after a failover
 //! - `console.rs` — the operator console's figures, in one snapshot
 //! - `audit.rs`, `audit_money.rs`, `projections.rs`, `replay.rs`, `order_counts.rs` — checks, rebuilds and reads for operators
@@ -27,10 +29,12 @@ pub mod accounts;
 pub mod audit;
 mod audit_money;
 pub mod catalog;
+pub mod clock;
 pub mod compensations;
 mod connect;
 pub mod console;
 pub mod dead_letters;
+pub mod expiring;
 pub mod idempotency;
 pub mod inbox;
 mod journal;
@@ -120,12 +124,7 @@ pub(crate) fn violated_constraint(err: &sqlx::Error) -> Option<&str> {
     err.as_database_error().and_then(|e| e.constraint())
 }
 
-/// The current time at the database's precision (microseconds), so an order
-/// folded from its events equals the projection row to the byte.
-pub fn now() -> chrono::DateTime<chrono::Utc> {
-    use chrono::SubsecRound;
-    chrono::Utc::now().trunc_subsecs(6)
-}
+pub use clock::now;
 
 impl StoreError {
     /// Whether the database was busy or unreachable: the caller may retry

@@ -254,61 +254,7 @@ macro_rules! select_orders {
          FROM orders o"
     };
 }
-
-/// Expires up to `limit` overdue orders in one transaction, on the write
-/// path (each SKU's buckets moved once for the batch); safe with N
-/// processes (`FOR UPDATE SKIP LOCKED`). `source` names the caller in the
-/// events' metadata. Returns how many expired.
-pub async fn expire_due(
-    pool: &PgPool,
-    limit: i64,
-    now: DateTime<Utc>,
-    source: &str,
-) -> Result<u64, StoreError> {
-    // Claimed and loaded in one statement: the rows it returns are the
-    // ones it locked (`SKIP LOCKED` never waits, so the order in which it
-    // locks them cannot deadlock), and each row is read after its lock, so
-    // a concurrent payment that committed first is seen (its order is no
-    // longer overdue and the domain declines to expire it).
-    const CLAIM: &str = concat!(
-        select_orders!(),
-        " WHERE o.state = 'payment_pending' AND o.expires_at <= $1 \
-          ORDER BY o.expires_at LIMIT $2 FOR UPDATE OF o SKIP LOCKED"
-    );
-    let mut tx = pool.begin().await?;
-    let rows: Vec<OrderRow> = sqlx::query_as(CLAIM)
-        .bind(now)
-        .bind(limit)
-        .fetch_all(&mut *tx)
-        .await?;
-    if rows.is_empty() {
-        return Ok(0);
-    }
-    let mut changes = Changes::new();
-    let mut expired = 0;
-    for row in rows {
-        let order = Order::try_from(row)?;
-        let Ok(events) = domain::decide(Some(&order), Command::Expire { at: now }) else {
-            continue;
-        };
-        if events.is_empty() {
-            continue;
-        }
-        changes.order(
-            Some(&order),
-            &events,
-            &Metadata::spontaneous(source, order.id),
-        )?;
-        expired += 1;
-    }
-    if let Written::StockShort(sku) = write::commit(&mut tx, &changes).await? {
-        return Err(StoreError::Corrupt(format!(
-            "{sku}: fewer units reserved than expiring orders hold"
-        )));
-    }
-    tx.commit().await?;
-    Ok(expired)
-}
+pub(crate) use select_orders;
 
 /// Age in seconds of the oldest reservation still waiting for payment.
 pub async fn oldest_pending_seconds(pool: &PgPool) -> Result<f64, StoreError> {
@@ -320,8 +266,8 @@ pub async fn oldest_pending_seconds(pool: &PgPool) -> Result<f64, StoreError> {
 }
 
 #[derive(sqlx::FromRow)]
-struct OrderRow {
-    id: Uuid,
+pub(crate) struct OrderRow {
+    pub(crate) id: Uuid,
     account_id: Uuid,
     state: String,
     currency: String,
