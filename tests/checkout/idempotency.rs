@@ -159,3 +159,35 @@ async fn a_missing_key_is_400_and_changes_nothing() {
         }
     );
 }
+
+/// A stock row held by a stuck connection (a transaction that never ends)
+/// does not hold a buyer for ever: checkout's `lock_timeout` turns the wait
+/// into `503` with `Retry-After`, nothing is reserved, and the same key
+/// places the order once the row is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_held_by_a_stuck_connection_is_a_503_to_retry_with_the_same_key() {
+    let app = TestApp::spawn().await;
+    app.add_product("STUCK", 2500, 10).await;
+    let mut stuck = app.pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM stock WHERE sku = 'STUCK' FOR UPDATE")
+        .execute(&mut *stuck)
+        .await
+        .expect("hold the row");
+    let started = std::time::Instant::now();
+    let held = app.place(&app.token, "stuck-1", &one("STUCK", 1)).await;
+    assert_eq!(held.status, 503, "{}", held.body);
+    assert!(held.header("retry-after").is_some(), "{:?}", held.headers);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "answered within the lock timeouts, not never"
+    );
+    stuck
+        .rollback()
+        .await
+        .expect("the stuck connection goes away");
+    assert_eq!(app.count("SELECT count(*) FROM orders").await, 0);
+    let placed = app.place(&app.token, "stuck-1", &one("STUCK", 1)).await;
+    assert_eq!(placed.status, 202, "{}", placed.body);
+    assert_eq!(app.count("SELECT count(*) FROM orders").await, 1);
+    assert_eq!(app.buckets("STUCK").await.reserved, 1);
+}

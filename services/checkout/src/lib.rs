@@ -246,9 +246,13 @@ pub struct Application {
 impl Application {
     /// Connects to the database and binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        let pool = store::connect(&settings.database_url, settings.pool_size)
-            .await
-            .context("connecting to DATABASE_URL")?;
+        let pool = store::connect_with_settings(
+            &settings.database_url,
+            settings.pool_size,
+            store::timeouts::CHECKOUT,
+        )
+        .await
+        .context("connecting to DATABASE_URL")?;
         let listener = app::bind(settings.addr).await?;
         let ttl = chrono::Duration::from_std(settings.reservation_ttl)
             .context("RESERVATION_TTL is too long")?;

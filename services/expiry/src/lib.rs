@@ -93,9 +93,13 @@ impl Application {
     /// Connects to PostgreSQL and binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         // A connection per release loop, plus the purge, the gauges and the audit.
-        let pool = store::connect(&settings.database_url, settings.concurrency as u32 + 3)
-            .await
-            .context("connecting to DATABASE_URL")?;
+        let pool = store::connect_with_settings(
+            &settings.database_url,
+            settings.concurrency as u32 + 3,
+            store::timeouts::EXPIRY,
+        )
+        .await
+        .context("connecting to DATABASE_URL")?;
         let listener = app::bind(settings.addr).await?;
         Ok(Application {
             listener,

@@ -145,7 +145,7 @@ pub struct Application {
 impl Application {
     /// Connects to PostgreSQL and NATS, ensures the stream, binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        let pool = store::connect(&settings.database_url, 8)
+        let pool = store::connect_with_settings(&settings.database_url, 8, store::timeouts::WORKER)
             .await
             .context("connecting to DATABASE_URL")?;
         let js = bus::open(&settings.nats_url, &settings.stream).await?;

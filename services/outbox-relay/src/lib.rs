@@ -113,7 +113,7 @@ impl Application {
         let pool = store::connect_with_settings(
             &settings.database_url,
             2 * settings.lanes as u32 + 2,
-            store::outbox::CLAIM_SETTINGS,
+            &[store::outbox::CLAIM_SETTINGS, store::timeouts::WORKER].concat(),
         )
         .await
         .context("connecting to DATABASE_URL")?;

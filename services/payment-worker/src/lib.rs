@@ -153,9 +153,13 @@ impl Application {
         let pool_size = u32::try_from(settings.concurrency)
             .unwrap_or(32)
             .clamp(2, 64);
-        let pool = store::connect(&settings.database_url, pool_size)
-            .await
-            .context("connecting to DATABASE_URL")?;
+        let pool = store::connect_with_settings(
+            &settings.database_url,
+            pool_size,
+            store::timeouts::WORKER,
+        )
+        .await
+        .context("connecting to DATABASE_URL")?;
         let js = bus::open(&settings.nats_url, &settings.stream).await?;
         let psp = psp::Psp::new(
             &settings.psp_url,

@@ -20,6 +20,7 @@
 //! - `stream_copy.rs` — what the stream must hold, from `events`, for its repair and audit
 //! - `payments.rs`, `compensations.rs`, `reconcile.rs` — PSP facts, refunds owed, reconciliation state
 //! - `accounts.rs` — accounts and bearer tokens
+//! - `timeouts.rs` — how long each service's statements may wait on locks and run
 //! - `clock.rs` — the database's clock, kept by every process (`now`)
 //! - `connect.rs` — pools on one server or several (`DATABASE_URL` with a list of hosts), following the primary after a failover
 //! - `console.rs` — the operator console's figures, in one snapshot
@@ -50,6 +51,7 @@ pub mod retention;
 pub mod shipments;
 mod stock;
 pub mod stream_copy;
+pub mod timeouts;
 mod write;
 
 pub use connect::{connect, connect_with_settings, Target};
@@ -129,12 +131,18 @@ pub use clock::now;
 impl StoreError {
     /// Whether the database was busy or unreachable: the caller may retry
     /// later; nothing is wrong with the request or the data.
+    /// A statement that waited past its service's `lock_timeout` or
+    /// `statement_timeout` ([`timeouts`]) counts: a row held by a stuck
+    /// connection, not a fault of the request.
     pub fn is_unavailable(&self) -> bool {
-        matches!(
-            self,
+        match self {
             StoreError::Database(
-                sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed
-            )
-        )
+                sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed,
+            ) => true,
+            StoreError::Database(sqlx::Error::Database(e)) => {
+                timeouts::timed_out(e.code().as_deref())
+            }
+            _ => false,
+        }
     }
 }
