@@ -31,8 +31,16 @@ pub const POSITION_HEADER: &str = "Soldonce-Position";
 pub struct StreamSettings {
     /// `STREAM_DUPLICATE_WINDOW`, default 10 minutes: republishes within it are dropped.
     pub duplicate_window: Duration,
-    /// `STREAM_MAX_AGE`, default 0 (keep forever, so the stream can be replayed).
+    /// `STREAM_MAX_AGE`, default 7 days (0: no age limit). The stream is a
+    /// copy of `events`, which keeps every event for ever: it needs to keep
+    /// only what consumers may still have to read and replays look at.
     pub max_age: Duration,
+    /// `STREAM_MAX_BYTES`, default 0 (no byte limit: NATS's store limit
+    /// applies, and a full store refuses new messages). With a limit the
+    /// stream drops its oldest messages to take new ones, so a full disk
+    /// never stalls the relay; NATS reserves the limit on its store, so it
+    /// must fit what the store may hold.
+    pub max_bytes: u64,
     /// `STREAM_REPLICAS`, default 1; 3 for a cluster.
     pub replicas: usize,
 }
@@ -41,7 +49,8 @@ impl Default for StreamSettings {
     fn default() -> Self {
         StreamSettings {
             duplicate_window: Duration::from_secs(600),
-            max_age: Duration::ZERO,
+            max_age: Duration::from_secs(7 * 24 * 3600),
+            max_bytes: 0,
             replicas: 1,
         }
     }
@@ -58,9 +67,18 @@ impl StreamSettings {
                 "must be between 1 and 5",
             ));
         }
+        let duplicate_window = config::duration("STREAM_DUPLICATE_WINDOW", d.duplicate_window)?;
+        let max_age = config::duration("STREAM_MAX_AGE", d.max_age)?;
+        if !max_age.is_zero() && max_age < duplicate_window {
+            return Err(ConfigError::new(
+                "STREAM_MAX_AGE",
+                "must be 0 (no age limit) or at least STREAM_DUPLICATE_WINDOW",
+            ));
+        }
         Ok(StreamSettings {
-            duplicate_window: config::duration("STREAM_DUPLICATE_WINDOW", d.duplicate_window)?,
-            max_age: config::duration("STREAM_MAX_AGE", d.max_age)?,
+            duplicate_window,
+            max_age,
+            max_bytes: config::parsed("STREAM_MAX_BYTES", d.max_bytes)?,
             replicas,
         })
     }
@@ -154,6 +172,12 @@ pub async fn ensure_stream(
         retention: stream::RetentionPolicy::Limits,
         duplicate_window: s.duplicate_window,
         max_age: s.max_age,
+        max_bytes: if s.max_bytes == 0 {
+            -1
+        } else {
+            i64::try_from(s.max_bytes).unwrap_or(i64::MAX)
+        },
+        discard: stream::DiscardPolicy::Old,
         num_replicas: s.replicas,
         ..Default::default()
     };

@@ -37,6 +37,9 @@ pub struct ReplayArgs {
 /// What replay found.
 #[derive(Debug, Default, Serialize)]
 pub struct ReplayReport {
+    /// The stream's first sequence when its limits dropped older messages:
+    /// orders placed before it are not compared.
+    pub kept_from_sequence: Option<u64>,
     pub events: u64,
     pub orders: usize,
     pub shipments: usize,
@@ -58,12 +61,16 @@ pub async fn run(args: ReplayArgs, out: &Output) -> Result<ExitCode, CliError> {
         .get_stream(bus::STREAM)
         .await
         .context("opening the SOLDONCE stream")?;
-    let last = stream
+    let state = stream
         .info()
         .await
         .context("reading the stream")?
         .state
-        .last_sequence;
+        .clone();
+    let last = state.last_sequence;
+    // The stream's limits (STREAM_MAX_AGE, STREAM_MAX_BYTES) drop its oldest
+    // messages: an order placed before what it keeps cannot be rebuilt from it.
+    let truncated = state.first_sequence > 1;
     let deliver_policy = match (args.from_seq, args.since) {
         (Some(start_sequence), _) => DeliverPolicy::ByStartSequence { start_sequence },
         (None, Some(start_time)) => DeliverPolicy::ByStartTime { start_time },
@@ -71,7 +78,10 @@ pub async fn run(args: ReplayArgs, out: &Output) -> Result<ExitCode, CliError> {
     };
     let first = args.from_seq.unwrap_or(1);
     let started = std::time::Instant::now();
-    let mut report = ReplayReport::default();
+    let mut report = ReplayReport {
+        kept_from_sequence: truncated.then_some(state.first_sequence),
+        ..ReplayReport::default()
+    };
     let mut orders: HashMap<Uuid, Option<domain::Order>> = HashMap::new();
     let mut shipments: BTreeMap<Uuid, domain::shipment::ShipmentEvent> = BTreeMap::new();
 
@@ -120,7 +130,7 @@ pub async fn run(args: ReplayArgs, out: &Output) -> Result<ExitCode, CliError> {
         &pool,
         &orders,
         &shipments,
-        args.order.is_none() && first == 1,
+        args.order.is_none() && first == 1 && !truncated,
         args.keep,
     )
     .await?;
@@ -262,6 +272,11 @@ fn render(r: &ReplayReport) -> String {
         "replayed {} events ({} orders, {} shipments) in {:.2}s: {:.0} events/s",
         r.events, r.orders, r.shipments, r.seconds, r.events_per_second
     );
+    if let Some(first) = r.kept_from_sequence {
+        t.push_str(&format!(
+            "\nthe stream keeps messages from sequence {first} on (its limits dropped older ones): orders placed before are not compared"
+        ));
+    }
     if r.invalid.is_empty() && r.differences.is_empty() {
         t.push_str("\nthe stream reproduces the live projections exactly");
     }
