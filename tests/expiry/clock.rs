@@ -117,7 +117,12 @@ async fn a_bad_order_or_a_short_stock_row_is_set_aside_and_the_batch_goes_on() {
     let released = expiry::release_overdue(&app.pool, 100, 1, &aside)
         .await
         .expect("the batch is released");
-    assert_eq!(released, 12, "10 GOOD and the 2 readable BROKEN orders");
+    assert_eq!(
+        released,
+        12,
+        "10 GOOD and the 2 readable BROKEN orders; set aside: {:?}",
+        aside.orders()
+    );
     let mut set_aside = aside.orders();
     set_aside.sort();
     assert_eq!(

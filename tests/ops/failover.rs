@@ -1,8 +1,9 @@
 //! PostgreSQL failover, step by step: a primary with a synchronous standby,
 //! checkout and the relay given both in one `DATABASE_URL`. While the
 //! standby is away a commit waits unseen; if that wait is cancelled the
-//! primary keeps the commit and shows it, and the relay must still not
-//! publish its event until the standby has it. Once the primary is gone and
+//! primary keeps the commit, shows it and reports it done, and still
+//! checkout must not answer 202 on it (nor replay one for its key) and the
+//! relay must not publish its event until the standby has it. Once the primary is gone and
 //! the standby promoted, both services follow it without a restart. (The chaos
 //! suite's failover test runs the same under load with every other fault.)
 
@@ -85,16 +86,19 @@ async fn an_unconfirmed_commit_is_never_published_and_both_services_follow_the_p
     // The standby goes away: the next placement's commit waits for it, and
     // while it waits nobody sees it.
     standby.stop();
+    let key = Uuid::new_v4().to_string();
+    let body = serde_json::json!({"lines": [{"sku": "FO-1", "quantity": 1}]});
     let placing = {
         let app_url = app.url("/v1/orders");
         let token = app.token.clone();
         let client = app.client.clone();
+        let (key, body) = (key.clone(), body.clone());
         tokio::spawn(async move {
             client
                 .post(app_url)
                 .bearer_auth(token)
-                .header("Idempotency-Key", Uuid::new_v4().to_string())
-                .json(&serde_json::json!({"lines": [{"sku": "FO-1", "quantity": 1}]}))
+                .header("Idempotency-Key", key)
+                .json(&body)
                 .send()
                 .await
                 .expect("checkout answers")
@@ -133,25 +137,42 @@ async fn an_unconfirmed_commit_is_never_published_and_both_services_follow_the_p
 
     // Cancelling that wait (an operator's pg_cancel_backend, a pooler's
     // timeout) makes PostgreSQL keep the commit locally, visible at once,
-    // though the standby never got it: the relay must not publish it.
+    // though the standby never got it, and report it as done: checkout must
+    // not answer 202 on it, nor the relay publish it.
     sqlx::query("SELECT pg_cancel_backend($1)")
         .bind(pid)
         .execute(&watch)
         .await
         .expect("cancel the wait");
+    let cancelled = tokio::time::timeout(Duration::from_secs(30), placing)
+        .await
+        .expect("the placement returns once its wait is cancelled")
+        .expect("placing task");
+    assert_eq!(
+        cancelled.status(),
+        503,
+        "no 202 for an order only the primary has"
+    );
+    assert!(cancelled.headers().contains_key("retry-after"));
+    let (outbox,): (i64,) = sqlx::query_as(outbox)
+        .fetch_one(&watch)
+        .await
+        .expect("outbox");
+    assert!(outbox > 0, "the primary kept the commit and shows it");
+    // The buyer retries with the same key: the stored answer is not replayed either.
+    let retried = app.place(&app.token, &key, &body).await;
+    assert_eq!(retried.status, 503, "{}", retried.body);
+    // The relay claimed the row and refused to publish it.
     eventually(
-        "the order visible on the primary and the relay waiting at its barrier",
+        "the relay to refuse publishing an unconfirmed commit",
         Duration::from_secs(30),
         || async {
-            let (outbox, relay_waiting): (i64, i64) = sqlx::query_as(
-                "SELECT (SELECT count(*) FROM outbox), \
-                        (SELECT count(*) FROM pg_stat_activity \
-                          WHERE wait_event = 'SyncRep' AND query LIKE '%synchronous_standby_names%')",
+            let metrics = app.metrics().await;
+            soldonce_tests::metric_sample(
+                &metrics,
+                "soldonce_replication_unconfirmed_total{site=\"relay\"}",
             )
-            .fetch_one(&watch)
-            .await
-            .ok()?;
-            (outbox > 0 && relay_waiting > 0).then_some(())
+            .filter(|n| *n > 0.0)
         },
     )
     .await;
@@ -160,22 +181,29 @@ async fn an_unconfirmed_commit_is_never_published_and_both_services_follow_the_p
         before,
         "nothing is published that the standby does not have"
     );
-    let cancelled = tokio::time::timeout(Duration::from_secs(30), placing)
-        .await
-        .expect("the placement returns once its wait is cancelled")
-        .expect("placing task");
-    // PostgreSQL reports such a commit as done (with a warning), so the buyer
-    // got 202 for an order only the primary has: why the README tells
-    // operators never to cancel a backend waiting on `SyncRep`.
-    assert_eq!(cancelled.status(), 202);
 
-    // The standby is back: the event goes out, once.
+    // The standby is back: the same key now gets its 202, the event goes out, once.
     standby.restart().expect("standby back");
+    let replayed = eventually(
+        "the same key answered 202 once the standby has the order",
+        Duration::from_secs(30),
+        || async {
+            let r = app.place(&app.token, &key, &body).await;
+            (r.status == 202).then_some(r)
+        },
+    )
+    .await;
+    assert_eq!(replayed.header("idempotent-replayed"), Some("true"));
     let (second,): (Uuid,) = sqlx::query_as("SELECT id FROM orders WHERE id <> $1")
         .bind(order_id(&first))
         .fetch_one(&watch)
         .await
         .expect("the second order");
+    assert_eq!(
+        order_id(&replayed),
+        second,
+        "the retry answers the order the primary kept"
+    );
     eventually(
         "the second order on the stream",
         Duration::from_secs(30),

@@ -663,7 +663,12 @@ async fn record<H: Handler>(
             .increment((items.len() - fresh.len()) as u64);
     }
     if fresh.is_empty() {
-        return Ok(());
+        // Every one was recorded before, perhaps by a commit the synchronous
+        // standbys never got: the inbox's commit confirms it before the acks.
+        return inbox
+            .commit(tx)
+            .await
+            .map_err(|e| HandleError::Transient(anyhow::anyhow!("committing: {e}")));
     }
     let recorded = handler.record(&mut tx, &fresh).await?;
     inbox

@@ -66,9 +66,24 @@ pub async fn run(cmd: StreamCommand, out: &Output) -> Result<ExitCode, CliError>
     let nats_url =
         platform::config::required("NATS_URL").map_err(|e| CliError::Usage(e.to_string()))?;
     let pool = crate::admin::pool().await?;
-    let js = bus::connect(&nats_url)
-        .await
-        .context("connecting to NATS_URL")?;
+    let js = if dry_run {
+        let js = bus::connect(&nats_url)
+            .await
+            .context("connecting to NATS_URL")?;
+        if js.get_stream(bus::STREAM).await.is_err() {
+            return Err(anyhow::anyhow!(
+                "the {} stream does not exist (soldonce stream repair creates it and republishes every event)",
+                bus::STREAM
+            )
+            .into());
+        }
+        js
+    } else {
+        // A stream deleted whole is repaired too: created as the services create it, then refilled.
+        let settings =
+            bus::StreamSettings::from_env().map_err(|e| CliError::Usage(e.to_string()))?;
+        bus::open(&nats_url, &settings).await?
+    };
     let report = bus::repair::repair(&pool, &js, since, dry_run)
         .await
         .context("comparing the stream with the database")?;

@@ -100,6 +100,7 @@ pub async fn expire_due(
             expiring.push(order);
         }
         if expiring.is_empty() {
+            tx.rollback().await?;
             return Ok(Released {
                 expired: 0,
                 claimed,
@@ -116,7 +117,9 @@ pub async fn expire_due(
                 });
             }
             Written::StockShort(sku) => {
-                drop(tx);
+                // Now, not when the pool next uses the connection: until then the
+                // batch's row locks stay, and the claim again would skip them.
+                tx.rollback().await?;
                 for order in expiring
                     .iter()
                     .filter(|o| o.lines.iter().any(|l| l.sku == sku))

@@ -51,6 +51,11 @@ impl Inbox for PgInbox {
             .bind(event_ids)
             .fetch_all(&self.pool)
             .await?;
+        if !seen.is_empty() {
+            // A row seen may be a commit the standbys never got: acking on it needs them to have it.
+            let mut conn = self.pool.acquire().await?;
+            crate::replication::confirm(&mut conn, "consumer").await?;
+        }
         let seen: std::collections::HashSet<Uuid> = seen.into_iter().collect();
         Ok(event_ids.iter().map(|id| seen.contains(id)).collect())
     }
@@ -73,9 +78,12 @@ impl Inbox for PgInbox {
         Ok((tx, event_ids.iter().map(|id| fresh.contains(id)).collect()))
     }
 
+    /// Commits, then confirms the commit is on the synchronous standbys
+    /// (when any are named): the caller acks only after this returns.
     async fn commit(&self, tx: Transaction<'static, Postgres>) -> Result<(), StoreError> {
         tx.commit().await?;
-        Ok(())
+        let mut conn = self.pool.acquire().await?;
+        crate::replication::confirm(&mut conn, "consumer").await
     }
 
     async fn dead_letter(&self, letter: &DeadLetter) -> Result<(), StoreError> {

@@ -20,6 +20,7 @@
 //! - `stream_copy.rs` — what the stream must hold, from `events`, for its repair and audit
 //! - `payments.rs`, `compensations.rs`, `reconcile.rs` — PSP facts, refunds owed, reconciliation state
 //! - `accounts.rs` — accounts and bearer tokens
+//! - `replication.rs` — positive confirmation that a commit is on the synchronous standbys
 //! - `timeouts.rs` — how long each service's statements may wait on locks and run
 //! - `clock.rs` — the database's clock, kept by every process (`now`)
 //! - `connect.rs` — pools on one server or several (`DATABASE_URL` with a list of hosts), following the primary after a failover
@@ -47,6 +48,7 @@ pub mod placing;
 pub mod projections;
 pub mod reconcile;
 pub mod replay;
+pub mod replication;
 pub mod retention;
 pub mod shipments;
 mod stock;
@@ -73,6 +75,11 @@ pub enum StoreError {
     /// deciding right now (its row locked): nothing was written.
     #[error("another writer is deciding order {0} right now")]
     Busy(uuid::Uuid),
+    /// A commit that synchronous standbys were required to hold was not
+    /// confirmed on them ([`replication::confirm`]): it may not survive a
+    /// failover, so nothing may be answered or acknowledged on it yet.
+    #[error("not confirmed on the synchronous standbys: {0}")]
+    NotReplicated(String),
 }
 
 impl StoreError {
@@ -142,6 +149,7 @@ impl StoreError {
             StoreError::Database(sqlx::Error::Database(e)) => {
                 timeouts::timed_out(e.code().as_deref())
             }
+            StoreError::NotReplicated(_) => true,
             _ => false,
         }
     }

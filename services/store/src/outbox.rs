@@ -113,26 +113,16 @@ pub async fn claim(conn: &mut PgConnection, limit: i64) -> Result<Claimed, sqlx:
     })
 }
 
-/// Returns once everything committed before the call is on every
-/// synchronous standby. A commit waits for the standbys unseen, but if that
-/// wait is cancelled (`pg_cancel_backend`, a pooler's timeout) PostgreSQL
-/// keeps the commit locally and shows it at once; an event published from
-/// such a row would outlive a failover that loses it. So before publishing
-/// what it claimed, the relay commits a transaction of its own that writes
-/// WAL (a transactional logical message, which no table sees): its commit
-/// record comes after every commit the claim could see, and its commit waits
-/// for the standbys. A transaction that only took an id would write no WAL
-/// before its commit record and not wait. Free when
-/// `synchronous_standby_names` is empty (nothing is written, nothing waits),
-/// and skipped then: the claim says so ([`Claimed::needs_replication`]).
-pub async fn await_replication(pool: &PgPool) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "SELECT CASE WHEN current_setting('synchronous_standby_names') <> '' \
-                THEN pg_logical_emit_message(true, 'soldonce.replicated', '') END",
-    )
-    .execute(pool)
-    .await
-    .map(|_| ())
+/// Returns once everything committed before the call is on the
+/// synchronous standbys ([`crate::replication::confirm`]): a commit waits
+/// for them unseen, but if that wait is cancelled (`pg_cancel_backend`, a
+/// pooler's timeout) PostgreSQL keeps the commit locally and shows it at
+/// once, and an event published from such a row would outlive a failover
+/// that loses it. The claim says whether any standby is named
+/// ([`Claimed::needs_replication`]); when none is, this is not called.
+pub async fn await_replication(pool: &PgPool) -> Result<(), crate::StoreError> {
+    let mut conn = pool.acquire().await?;
+    crate::replication::confirm(&mut conn, "relay").await
 }
 
 /// What [`delete`] did, and what it saw.

@@ -152,7 +152,9 @@ async fn attempt_once(
 ) -> Result<Vec<PlaceOutcome>, StoreError> {
     for lock_stock in [false, true] {
         report.transactions += 1;
-        let mut tx = pool.begin().await?;
+        // Held past the commit: the confirmation reads this server's WAL position.
+        let mut conn = pool.acquire().await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         let placed = match place_in(&mut tx, group, refusal, lock_stock).await {
             Ok(placed) => placed,
             Err(e) => {
@@ -167,6 +169,8 @@ async fn attempt_once(
         match placed {
             Some(outcomes) => {
                 tx.commit().await?;
+                // No 202 (nor a replay of one) that a failover could take back.
+                crate::replication::confirm(&mut conn, "checkout").await?;
                 return Ok(outcomes);
             }
             None => {
