@@ -16,6 +16,8 @@ pub struct Saga {
     psp_timeout: Duration,
     compensation_interval: Duration,
     relay: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The payment worker, fulfillment and expiry: stopped by [`Saga::stop_workers`].
+    workers: Vec<tokio::sync::oneshot::Sender<()>>,
     stops: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -93,6 +95,7 @@ impl Saga {
             psp_timeout: options.psp_timeout,
             compensation_interval: options.compensation_interval,
             relay,
+            workers: vec![],
             stops,
         };
         if options.worker {
@@ -113,6 +116,18 @@ impl Saga {
         self.stop_relay();
         self.relay =
             Some(crate::relay::spawn_in_process(&self.app.database_url, &self.nats.url()).await);
+    }
+
+    /// Whether a payment worker, fulfillment or expiry was started and not stopped.
+    pub fn workers_running(&self) -> bool {
+        !self.workers.is_empty()
+    }
+
+    /// Stops the payment worker, fulfillment and expiry (each finishes what it holds).
+    pub fn stop_workers(&mut self) {
+        for stop in self.workers.drain(..) {
+            let _ = stop.send(());
+        }
     }
 
     /// Starts a payment worker (it also carries out compensations).
@@ -145,7 +160,7 @@ impl Saga {
         tokio::spawn(worker.run_until_stopped(async move {
             let _ = stopped.await;
         }));
-        self.stops.push(stop);
+        self.workers.push(stop);
     }
 
     /// Adds a fulfillment process with this warehouse step delay.
@@ -166,13 +181,13 @@ impl Saga {
         tokio::spawn(app.run_until_stopped(async move {
             let _ = stopped.await;
         }));
-        self.stops.push(stop);
+        self.workers.push(stop);
     }
 
     /// Adds an expiry process.
     pub async fn start_expiry(&mut self, interval: Duration) {
         let stop = spawn_expiry(&self.app.database_url, interval).await;
-        self.stops.push(stop);
+        self.workers.push(stop);
     }
 
     /// Waits until nothing is in flight: no order pending, every confirmed
@@ -326,6 +341,7 @@ impl Saga {
 impl Drop for Saga {
     fn drop(&mut self) {
         self.stop_relay();
+        self.stop_workers();
         for stop in self.stops.drain(..) {
             let _ = stop.send(());
         }

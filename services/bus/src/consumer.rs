@@ -231,12 +231,18 @@ pub async fn run<H: Handler>(
         })
         .collect();
     let mut messages = consumer.messages().await?;
+    let mut ended = false;
     loop {
         let next = tokio::select! {
             _ = stop.wait_for(|s| *s) => break,
             next = messages.next() => next,
         };
-        let Some(next) = next else { break };
+        let Some(next) = next else {
+            // The consumer was deleted, or the client gave up on it: nothing more
+            // will arrive, so the service must not go on looking healthy.
+            ended = true;
+            break;
+        };
         let first = match next {
             Ok(m) => m,
             Err(e) => {
@@ -279,6 +285,12 @@ pub async fn run<H: Handler>(
         if let Err(e) = r.await {
             tracing::error!(error = %e, consumer = %spec.name, "a recorder ended abnormally");
         }
+    }
+    if ended {
+        anyhow::bail!(
+            "the message stream of consumer {} ended (was the consumer deleted?)",
+            spec.name
+        );
     }
     Ok(())
 }

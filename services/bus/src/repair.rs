@@ -115,13 +115,21 @@ pub async fn repair(
         from_position,
         ..Report::default()
     };
-    // The database first (see the module's doc), then the stream.
+    // The database first (see the module's doc), then the stream, read up
+    // to its last sequence as it is after the database was read: every
+    // event that had left the outbox by then was acknowledged by then.
     let expected = expected_since(pool, from_position).await?;
     report.expected = expected.len() as u64;
     let present = if expected.is_empty() {
         HashSet::new()
     } else {
-        let (present, scanned) = scan(pool, &mut stream, scan_from, state.last_sequence).await?;
+        let last = stream
+            .info()
+            .await
+            .context("reading the stream's state")?
+            .state
+            .last_sequence;
+        let (present, scanned) = scan(pool, &mut stream, scan_from, last).await?;
         report.scanned = scanned;
         present
     };

@@ -1,8 +1,11 @@
 //! `soldonce replay`: reads the JetStream stream with an ordered consumer
 //! (from the start, a stream sequence or a time, optionally one order),
 //! validates every event against `proto/events/`, folds the events into the
-//! orders and shipments projections in a scratch schema, and diffs them with
-//! the live ones. Exit 1 on any difference or invalid event, naming it.
+//! orders and shipments projections (in the order `events` recorded them:
+//! see `fold`) in a scratch schema, and diffs them with the live ones. Exit
+//! 1 on any difference or invalid event, naming it.
+
+mod fold;
 
 use crate::output::Output;
 use crate::schemas::Schemas;
@@ -10,7 +13,6 @@ use crate::CliError;
 use anyhow::Context;
 use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
 use clap::Args;
-use events::CloudEvent;
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -41,6 +43,9 @@ pub struct ReplayReport {
     /// orders placed before it are not compared.
     pub kept_from_sequence: Option<u64>,
     pub events: u64,
+    /// Orders refolded in position order: events republished after a loss
+    /// reached the stream after younger events of theirs.
+    pub refolded: usize,
     pub orders: usize,
     pub shipments: usize,
     pub seconds: f64,
@@ -82,18 +87,8 @@ pub async fn run(args: ReplayArgs, out: &Output) -> Result<ExitCode, CliError> {
         kept_from_sequence: truncated.then_some(state.first_sequence),
         ..ReplayReport::default()
     };
-    let mut orders: HashMap<Uuid, Option<domain::Order>> = HashMap::new();
-    let mut shipments: BTreeMap<Uuid, domain::shipment::ShipmentEvent> = BTreeMap::new();
-
+    let mut fold = fold::Fold::new(args.order);
     if last >= first {
-        let consumer = stream
-            .create_consumer(OrderedConfig {
-                deliver_policy,
-                ..Default::default()
-            })
-            .await
-            .context("creating an ordered consumer")?;
-        let mut messages = consumer.messages().await.context("reading the stream")?;
         let bar = ProgressBar::new(last - first + 1);
         bar.set_style(
             ProgressStyle::with_template("{bar:40} {pos}/{len} events  {per_sec}  ETA {eta}")
@@ -102,26 +97,42 @@ pub async fn run(args: ReplayArgs, out: &Output) -> Result<ExitCode, CliError> {
         if out.json {
             bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
         }
-        while let Some(message) = messages.next().await {
-            let message = message.context("reading the stream")?;
-            let seq = message.info().map(|i| i.stream_sequence).unwrap_or(0);
-            bar.set_position(seq.saturating_sub(first) + 1);
-            report.events += 1;
-            fold_one(
-                &schemas,
-                seq,
-                &message.payload,
-                args.order,
-                &mut orders,
-                &mut shipments,
-                &mut report.invalid,
-            );
-            if seq >= last {
-                break;
-            }
-        }
+        read(
+            &mut stream,
+            deliver_policy,
+            last,
+            |seq, position, payload| {
+                bar.set_position(seq.saturating_sub(first) + 1);
+                report.events += 1;
+                fold.add(&schemas, seq, position, payload);
+            },
+        )
+        .await?;
         bar.finish_and_clear();
+        if !fold.disordered.is_empty() {
+            // Events republished after a loss came after younger ones of their orders.
+            let mut events = Vec::new();
+            read(&mut stream, deliver_policy, last, |_, position, payload| {
+                if let (Some(p), Ok(fold::Decoded::Order(id, event))) =
+                    (position, fold::decode(&schemas, payload))
+                {
+                    if fold.disordered.contains(&id) {
+                        events.push((p, id, event));
+                    }
+                }
+            })
+            .await?;
+            report.refolded = fold.disordered.len();
+            fold.refold(events);
+        }
     }
+    let orders = fold.orders;
+    let shipments: BTreeMap<Uuid, domain::shipment::ShipmentEvent> = fold
+        .shipments
+        .into_iter()
+        .map(|(id, (_, s))| (id, s))
+        .collect();
+    report.invalid = fold.invalid;
     report.orders = orders.len();
     report.shipments = shipments.len();
     report.seconds = started.elapsed().as_secs_f64();
@@ -142,41 +153,6 @@ pub async fn run(args: ReplayArgs, out: &Output) -> Result<ExitCode, CliError> {
             ExitCode::from(1)
         },
     )
-}
-
-fn fold_one(
-    schemas: &Schemas,
-    seq: u64,
-    payload: &[u8],
-    only: Option<Uuid>,
-    orders: &mut HashMap<Uuid, Option<domain::Order>>,
-    shipments: &mut BTreeMap<Uuid, domain::shipment::ShipmentEvent>,
-    invalid: &mut Vec<String>,
-) {
-    let parsed: Result<CloudEvent, String> = serde_json::from_slice::<serde_json::Value>(payload)
-        .map_err(|e| format!("not JSON: {e}"))
-        .and_then(|v| schemas.check(&v).map(|()| v))
-        .and_then(|v| {
-            serde_json::from_value(v).map_err(|e| format!("not a soldonce envelope: {e}"))
-        });
-    let event = match parsed {
-        Ok(e) => e,
-        Err(why) => return invalid.push(format!("stream sequence {seq}: {why}")),
-    };
-    match events::decode(&event) {
-        Ok(events::Decoded::Shipment(s)) => {
-            if only.is_none_or(|o| o == s.order_id) {
-                shipments.insert(s.shipment_id, s);
-            }
-        }
-        Ok(events::Decoded::Order { order_id, event }) => {
-            if only.is_none_or(|o| o == order_id) {
-                let state = orders.entry(order_id).or_default();
-                *state = domain::evolve(state.take(), &event);
-            }
-        }
-        Err(e) => invalid.push(format!("stream sequence {seq}: {e}")),
-    }
 }
 
 /// Writes the folded projections into a scratch schema and compares them
@@ -265,6 +241,39 @@ fn brief(row: &serde_json::Value) -> String {
         row["state"].as_str().unwrap_or("?"),
         row["version"]
     )
+}
+
+/// Reads the stream with an ordered consumer from `deliver_policy` up to
+/// sequence `last`, handing each message's sequence, event position
+/// (`Soldonce-Position`) and payload to `each`.
+async fn read(
+    stream: &mut async_nats::jetstream::stream::Stream,
+    deliver_policy: DeliverPolicy,
+    last: u64,
+    mut each: impl FnMut(u64, Option<i64>, &[u8]),
+) -> Result<(), CliError> {
+    let consumer = stream
+        .create_consumer(OrderedConfig {
+            deliver_policy,
+            ..Default::default()
+        })
+        .await
+        .context("creating an ordered consumer")?;
+    let mut messages = consumer.messages().await.context("reading the stream")?;
+    while let Some(message) = messages.next().await {
+        let message = message.context("reading the stream")?;
+        let seq = message.info().map(|i| i.stream_sequence).unwrap_or(0);
+        let position = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(bus::POSITION_HEADER))
+            .and_then(|v| v.as_str().parse().ok());
+        each(seq, position, &message.payload);
+        if seq >= last {
+            break;
+        }
+    }
+    Ok(())
 }
 
 fn render(r: &ReplayReport) -> String {

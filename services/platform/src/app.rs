@@ -129,23 +129,45 @@ impl App {
         self
     }
 
-    /// Starts every task, runs until `shutdown` resolves, then turns the
+    /// Starts every task, runs until `shutdown` resolves — or until a task
+    /// fails or panics before it, since a service missing one of its tasks
+    /// (a consumer whose stream ended, a loop that gave up) must not look
+    /// healthy: it stops, and its supervisor restarts it — then turns the
     /// stop signal and waits for every task. Returns the first failure; any
-    /// later one is logged, so none goes unseen.
+    /// later one is logged, so none goes unseen. A task that ends early
+    /// without an error (a feature turned off) does not stop the run.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<(), RunError> {
+        let (failed, mut failures) = tokio::sync::mpsc::unbounded_channel::<&'static str>();
         let running: Vec<_> = self
             .tasks
             .into_iter()
-            .map(|(name, task)| (name, tokio::spawn(task)))
+            .map(|(name, task)| {
+                let inner = tokio::spawn(task);
+                let failed = failed.clone();
+                let watched = tokio::spawn(async move {
+                    let result = inner.await;
+                    if !matches!(result, Ok(Ok(()))) {
+                        let _ = failed.send(name);
+                    }
+                    result
+                });
+                (name, watched)
+            })
             .collect();
-        shutdown.await;
+        drop(failed);
+        tokio::select! {
+            () = shutdown => {}
+            Some(task) = failures.recv() => {
+                tracing::error!(task, "a task failed before shutdown: the service stops, for its supervisor to restart it");
+            }
+        }
         self.stop.send_replace(true);
         let mut first = None;
         for (task, handle) in running {
             let failure = match handle.await {
-                Ok(Ok(())) => continue,
-                Ok(Err(source)) => RunError::Failed { task, source },
-                Err(source) => RunError::Panicked { task, source },
+                Ok(Ok(Ok(()))) => continue,
+                Ok(Ok(Err(source))) => RunError::Failed { task, source },
+                Ok(Err(source)) | Err(source) => RunError::Panicked { task, source },
             };
             match first {
                 None => first = Some(failure),
@@ -203,6 +225,35 @@ mod tests {
         let error = run.await.expect_err("a task failed");
         assert!(matches!(error, RunError::Failed { task: "broken", .. }));
         assert_eq!(chain(&error), "the broken task failed: disk on fire");
+    }
+
+    #[tokio::test]
+    async fn a_task_failing_before_shutdown_stops_the_others_and_fails_the_run() {
+        let stopped = Arc::new(AtomicBool::new(false));
+        let flag = stopped.clone();
+        let run = App::new()
+            .task("steady", |mut stop| async move {
+                let _ = stop.wait_for(|s| *s).await;
+                flag.store(true, Ordering::SeqCst);
+            })
+            .task("turned off", |_| async {})
+            .task("consumer", |_| async {
+                Err(std::io::Error::other("the message stream ended"))
+            })
+            // A shutdown that never comes: only the failure ends the run.
+            .run_until(std::future::pending());
+        let error = tokio::time::timeout(std::time::Duration::from_secs(10), run)
+            .await
+            .expect("the run ends on the failure")
+            .expect_err("the run fails");
+        assert!(matches!(
+            error,
+            RunError::Failed {
+                task: "consumer",
+                ..
+            }
+        ));
+        assert!(stopped.load(Ordering::SeqCst), "the other task was stopped");
     }
 
     fn explode() {

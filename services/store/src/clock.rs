@@ -37,9 +37,11 @@ pub fn offset() -> TimeDelta {
 
 /// Measures the offset once, from one round trip on `pool`.
 pub async fn sync(pool: &PgPool) -> Result<TimeDelta, sqlx::Error> {
+    // The connection first: a wait for one must not count as round trip.
+    let mut conn = pool.acquire().await?;
     let sent = Utc::now();
     let theirs: DateTime<Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await?;
     let received = Utc::now();
     let middle = sent + (received - sent) / 2;
