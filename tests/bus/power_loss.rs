@@ -138,6 +138,19 @@ async fn assert_all_charged_and_delivered(saga: &Saga, ids: &[String]) {
     );
 }
 
+/// Checkout, a relay and psp-sim with 1,000 units of `LAMP` reserved for
+/// `ttl`; no consumer yet ([`start_consumers`]).
+async fn lamp_saga(ttl: Duration) -> Saga {
+    let saga = Saga::start_with(SagaOptions {
+        worker: false,
+        ttl,
+        ..SagaOptions::default()
+    })
+    .await;
+    saga.app.add_product("LAMP", 2500, 1_000).await;
+    saga
+}
+
 async fn start_consumers(saga: &mut Saga) {
     saga.start_worker().await;
     saga.start_fulfillment(Duration::from_millis(5)).await;
@@ -151,13 +164,7 @@ async fn start_consumers(saga: &mut Saga) {
 /// once and delivered, and `replay` and `audit` then pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_rolled_back_by_a_power_loss_is_repaired_from_the_database() {
-    let mut saga = Saga::start_with(SagaOptions {
-        worker: false,
-        ttl: Duration::from_secs(60),
-        ..SagaOptions::default()
-    })
-    .await;
-    saga.app.add_product("LAMP", 2500, 1_000).await;
+    let mut saga = lamp_saga(Duration::from_secs(60)).await;
     start_consumers(&mut saga).await;
     let (ids, lost) = lose_a_tail(&mut saga, 30, 40).await;
     saga.stop_relay();
@@ -208,13 +215,7 @@ async fn a_stream_rolled_back_by_a_power_loss_is_repaired_from_the_database() {
 /// stream by itself while orders keep coming.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_relay_notices_a_rolled_back_stream_and_repairs_it() {
-    let mut saga = Saga::start_with(SagaOptions {
-        worker: false,
-        ttl: Duration::from_secs(60),
-        ..SagaOptions::default()
-    })
-    .await;
-    saga.app.add_product("LAMP", 2500, 1_000).await;
+    let mut saga = lamp_saga(Duration::from_secs(60)).await;
     let (mut ids, _) = lose_a_tail(&mut saga, 20, 30).await;
     ids.extend(place(&saga.app, 10).await);
     start_consumers(&mut saga).await;
@@ -225,12 +226,7 @@ async fn a_running_relay_notices_a_rolled_back_stream_and_repairs_it() {
 /// stream lost, whatever the relay's window; a second run finds nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_repair_by_hand_republishes_each_lost_event_once() {
-    let mut saga = Saga::start_with(SagaOptions {
-        worker: false,
-        ..SagaOptions::default()
-    })
-    .await;
-    saga.app.add_product("LAMP", 2500, 1_000).await;
+    let mut saga = lamp_saga(SagaOptions::default().ttl).await;
     let (_, lost) = lose_a_tail(&mut saga, 5, 25).await;
     saga.stop_relay();
     let (database_url, nats_url) = (saga.app.database_url.clone(), saga.nats.url());
