@@ -10,7 +10,10 @@
 //!
 //! Once the faults stop and the saga settles, the promise is checked first
 //! by an independent checker that sees only the load's history, the public
-//! API and the PSP's books ([`checker`]), then from three places that do
+//! API and the PSP's books ([`checker`]), and each order's protocol trace
+//! (its events as the stream carried them, the buyer's answer, the PSP's
+//! books) is replayed against the Spin model's transitions ([`trace`]);
+//! then the promise is counted from three places that do
 //! not share code with soldonce's own audit: the PSP's books, the
 //! database's rows and the stream's messages; then `soldonce audit`,
 //! `reconcile` and `replay` must all be clean.
@@ -32,6 +35,7 @@
 //! the faults and their moments; the interleavings around them still vary.
 
 mod checker;
+mod trace;
 
 use localservers::{PgOptions, Postgres};
 use rand::rngs::StdRng;
@@ -717,6 +721,25 @@ async fn run(seed: u64, shape: Shape) {
                 faults.join("\n")
             )
         });
+
+    // Each order's protocol trace, as the stream carried it, through the model's transitions.
+    let traces = trace::read(&system.nats.url()).await;
+    let unanswered = history
+        .iter()
+        .filter(|r| r["status"].as_u64().is_none_or(|s| s >= 500))
+        .count();
+    let broken = trace::check(&traces, &accepted, unanswered, &books);
+    assert!(
+        broken.is_empty(),
+        "{} of {} traces are paths the model does not allow:\n{}",
+        broken.len(),
+        traces.len(),
+        broken.join("\n")
+    );
+    assert!(
+        traces.len() >= accepted.len(),
+        "every accepted order has a trace"
+    );
 
     // The database.
     let orders: Vec<(Uuid, String, Option<String>, String)> = sqlx::query_as(

@@ -412,6 +412,7 @@ pub async fn spawn_expiry(
         concurrency: 2,
         retention: Duration::from_secs(24 * 3600),
         audit_interval: Duration::ZERO,
+        audit_full_every: Duration::from_secs(3600),
     };
     let app = expiry::Application::build(settings)
         .await
@@ -479,10 +480,28 @@ pub async fn audit_with(
         .expect("audit runs")
 }
 
-/// Runs the audit and panics naming every violation.
+/// Runs the audit and panics naming every violation; the incremental
+/// audit's checks, run over every order, must find the same.
 pub async fn assert_audit_clean(app: &TestApp) {
-    let report = store::audit::run(&app.pool, &store::audit::AuditOptions::default())
+    let options = store::audit::AuditOptions::default();
+    let report = store::audit::run(&app.pool, &options)
         .await
         .expect("audit runs");
     assert!(report.clean(), "audit violations: {:#?}", report.violations);
+    let delta = store::audit::incremental_from_scratch(&app.pool, &options)
+        .await
+        .expect("the incremental audit runs");
+    assert!(
+        delta.clean(),
+        "the incremental audit's checks over every order: {:#?}",
+        delta.violations
+    );
+    assert!(
+        delta.orders >= report.orders && delta.skus >= report.skus,
+        "both audits read every order ({} and {}) and SKU ({} and {})",
+        report.orders,
+        delta.orders,
+        report.skus,
+        delta.skus
+    );
 }

@@ -1,5 +1,6 @@
 //! The audit an operator can trust: silent under live traffic, loud about
 //! every planted fault — including a charge the PSP holds that no order owns.
+//! The incremental audit (what changed since the last recorded run) the same.
 
 use soldonce_tests::saga::{audit_with, Saga, SagaOptions};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -56,6 +57,36 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
             report.violations
         );
         assert!(report.orders > 0);
+        // The periodic audit: a full pass first, then only what changed, each recorded.
+        let options = store::audit::AuditOptions {
+            shipment_grace: Duration::from_secs(600),
+            ..store::audit::AuditOptions::default()
+        };
+        let audit = store::audit::incremental(&app.pool, &options)
+            .await
+            .expect("incremental audit");
+        let delta = &audit.report;
+        assert_eq!(
+            delta.kind,
+            if run == 0 {
+                store::audit::AuditKind::Full
+            } else {
+                store::audit::AuditKind::Incremental
+            },
+            "run {run}"
+        );
+        assert!(
+            delta.clean(),
+            "incremental run {run} under load: {:#?}",
+            delta.violations
+        );
+        assert!(
+            run == 0 || (delta.orders > 0 && delta.orders < report.orders),
+            "run {run} read only the orders that changed: {} of {}",
+            delta.orders,
+            report.orders
+        );
+        audit.record(&app.pool).await.expect("record the run");
     }
     stop.store(true, Ordering::Relaxed);
     load.await.expect("load");
@@ -64,11 +95,26 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
         "the audits ran under load"
     );
 
-    // Plant three faults: an edited bucket, a forged event, a charge no order owns.
+    // Plant four faults: an edited bucket, a forged event, a unit moved to
+    // `sold` on an order that did not pay for it (buckets and ledger agree),
+    // a charge no order owns.
     sqlx::query("UPDATE stock SET available = available + 3 WHERE sku = 'LOAD'")
         .execute(&app.pool)
         .await
         .expect("edit");
+    let cancelled: uuid::Uuid =
+        sqlx::query_scalar("SELECT id FROM orders WHERE state = 'cancelled' LIMIT 1")
+            .fetch_one(&app.pool)
+            .await
+            .expect("a cancelled order");
+    sqlx::query(
+        "WITH m AS (UPDATE stock SET available = available - 1, sold = sold + 1 WHERE sku = 'LOAD') \
+         INSERT INTO stock_ledger (sku, movement, d_available, d_reserved, d_sold, order_id) VALUES ('LOAD', 'adjust', -1, 0, 1, $1)",
+    )
+    .bind(cancelled)
+    .execute(&app.pool)
+    .await
+    .expect("a unit sold on a cancelled order");
     let (victim, version): (uuid::Uuid, i32) =
         sqlx::query_as("SELECT id, version FROM orders WHERE state = 'confirmed' LIMIT 1")
             .fetch_one(&app.pool)
@@ -103,8 +149,48 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
             && f["repaired"] == true),
         "reconciliation names the stray charge: {text}"
     );
+    let (code, text) = soldonce(
+        &["audit", "--incremental", "--compensation-grace", "0"],
+        &saga,
+    );
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("incremental (events after position"),
+        "{text}"
+    );
+    for (named, what) in [
+        ("ledger_drift LOAD".to_owned(), "the edited bucket"),
+        (format!("projection_drift {victim}"), "the forged event"),
+        (
+            format!("order_ledger_drift {cancelled}"),
+            "the unit sold on a cancelled order",
+        ),
+        (
+            format!("compensation_overdue {stray_id}"),
+            "the stray charge",
+        ),
+    ] {
+        assert!(
+            text.contains(&named),
+            "the incremental audit names {what}: {text}"
+        );
+    }
+    let (code, last) = soldonce(&["audit", "--last"], &saga);
+    assert_eq!(
+        code,
+        Some(1),
+        "the last recorded run had violations: {last}"
+    );
+    assert!(
+        last.contains("incremental") && last.contains("order_ledger_drift: "),
+        "{last}"
+    );
     let (code, text) = soldonce(&["audit", "--compensation-grace", "0"], &saga);
     assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("sold_mismatch LOAD"),
+        "the full pass names the unit sold on a cancelled order: {text}"
+    );
     assert!(
         text.contains("ledger_drift LOAD"),
         "names the edited bucket: {text}"

@@ -115,9 +115,11 @@ pub async fn flash_sale(
         .into_iter()
         .next()
         .context("stock row")?;
-    let audit = store::audit::run(pool, &store::audit::AuditOptions::default())
+    let audit = store::audit::full(pool, &store::audit::AuditOptions::default())
         .await
         .context("running the audit")?;
+    audit.record(pool).await.context("recording the audit")?;
+    let audit = audit.report;
     let sold_out = report.by_status.get("409").copied().unwrap_or(0);
     let ok = audit.clean()
         && report.orders_in_database == Some(report.accepted)

@@ -58,6 +58,7 @@ enum Commands {
     #[command(subcommand)]
     Account(admin::AccountCommand),
     /// Check every invariant from the database; exit 1 naming each violation.
+    /// Each run is recorded (the console shows the last one).
     Audit {
         /// Outbox rows older than this many seconds count as a violation.
         #[arg(long, default_value_t = 300.0, value_parser = seconds)]
@@ -68,6 +69,16 @@ enum Commands {
         /// Decided refunds not carried out within this many seconds count as a violation.
         #[arg(long, default_value_t = 60.0, value_parser = seconds)]
         compensation_grace: f64,
+        /// Check only what changed since the last recorded run (a full pass when there is
+        /// none, or the last full pass is older than --full-every).
+        #[arg(long, conflicts_with = "last")]
+        incremental: bool,
+        /// With --incremental: seconds after which a full pass is due again.
+        #[arg(long, default_value_t = 3600.0, value_parser = seconds)]
+        full_every: f64,
+        /// Show the last recorded run instead of auditing (exit 1 if it found violations).
+        #[arg(long)]
+        last: bool,
     },
     /// Reconcile soldonce's books with the PSP's (reads DATABASE_URL and PSP_URL): record a refund
     /// for every payment that cannot be attached to its order, and name what cannot be repaired.
@@ -181,13 +192,21 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
             max_outbox_age,
             shipment_grace,
             compensation_grace,
+            incremental,
+            full_every,
+            last,
         } => {
             let options = store::audit::AuditOptions {
                 max_outbox_age: std::time::Duration::from_secs_f64(max_outbox_age),
                 shipment_grace: std::time::Duration::from_secs_f64(shipment_grace),
                 compensation_grace: std::time::Duration::from_secs_f64(compensation_grace),
+                full_every: std::time::Duration::from_secs_f64(full_every),
+                ..store::audit::AuditOptions::default()
             };
-            admin::audit(options, &out).await
+            match (last, incremental) {
+                (true, _) => admin::last_audit(&out).await,
+                (false, incremental) => admin::audit(options, incremental, &out).await,
+            }
         }
         Commands::Reconcile(args) => reconcile::run(args, &out).await,
         Commands::Demo(cmd) => demo::run(cmd, &out).await,

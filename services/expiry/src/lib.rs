@@ -1,8 +1,9 @@
 //! expiry: every `EXPIRY_INTERVAL` releases `payment_pending` orders past
 //! `expires_at` (each exactly once, safe with N copies), purges idempotency
 //! keys, inbox rows and webhook receipts past their retention, and runs the
-//! audit every `AUDIT_INTERVAL` in a task of its own (releasing never waits
-//! for it), exporting `soldonce_audit_violations`. It must never release an
+//! incremental audit every `AUDIT_INTERVAL` (a full pass every
+//! `AUDIT_FULL_EVERY`) in a task of its own (releasing never waits for it),
+//! recording each run and exporting `soldonce_audit_violations`. It must never release an
 //! order whose payment window is still open.
 //!
 //! Layout:
@@ -33,8 +34,11 @@ pub struct Settings {
     pub concurrency: usize,
     /// `RETENTION`, default 24h: idempotency keys, inbox rows and webhook receipts kept this long.
     pub retention: Duration,
-    /// `AUDIT_INTERVAL`, default 5m; 0 turns the periodic audit off.
+    /// `AUDIT_INTERVAL`, default 1m; 0 turns the periodic audit off. Each
+    /// run checks what changed since the last recorded one.
     pub audit_interval: Duration,
+    /// `AUDIT_FULL_EVERY`, default 1h: how often the periodic audit makes a full pass.
+    pub audit_full_every: Duration,
 }
 
 impl Settings {
@@ -77,7 +81,8 @@ impl Settings {
             batch_size,
             concurrency,
             retention,
-            audit_interval: config::duration("AUDIT_INTERVAL", Duration::from_secs(300))?,
+            audit_interval: config::duration("AUDIT_INTERVAL", Duration::from_secs(60))?,
+            audit_full_every: config::duration("AUDIT_FULL_EVERY", Duration::from_secs(3600))?,
         })
     }
 }
@@ -129,7 +134,12 @@ impl Application {
                 run_loop(pool.clone(), settings.clone(), stop)
             })
             .task("audit", |stop| {
-                audit_loop(pool, settings.audit_interval, stop)
+                audit_loop(
+                    pool,
+                    settings.audit_interval,
+                    settings.audit_full_every,
+                    stop,
+                )
             })
             .run_until(shutdown)
             .await?;
@@ -267,19 +277,35 @@ async fn run_loop(pool: PgPool, s: Settings, mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// Audits every `interval` (never, if zero), apart from releasing.
-async fn audit_loop(pool: PgPool, interval: Duration, stop: watch::Receiver<bool>) {
+/// Audits every `interval` (never, if zero), apart from releasing: what
+/// changed since the last recorded run, a full pass every `full_every`.
+async fn audit_loop(
+    pool: PgPool,
+    interval: Duration,
+    full_every: Duration,
+    stop: watch::Receiver<bool>,
+) {
+    let options = store::audit::AuditOptions {
+        full_every,
+        ..store::audit::AuditOptions::default()
+    };
     platform::shutdown::every(interval, stop, || async {
         let started = Instant::now();
-        match store::audit::run(&pool, &store::audit::AuditOptions::default()).await {
-            Ok(report) => {
-                metrics::gauge!("soldonce_audit_violations").set(report.violation_count as f64);
-                metrics::histogram!("soldonce_audit_seconds").record(started.elapsed().as_secs_f64());
-                for v in &report.violations {
-                    tracing::error!(check = v.check, subject = %v.subject, detail = %v.detail, "audit violation");
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "audit failed"),
+        let audit = match store::audit::incremental(&pool, &options).await {
+            Ok(audit) => audit,
+            Err(e) => return tracing::warn!(error = %e, "audit failed"),
+        };
+        let report = &audit.report;
+        let kind = report.kind.as_str();
+        metrics::gauge!("soldonce_audit_violations").set(report.violation_count as f64);
+        metrics::histogram!("soldonce_audit_seconds", "kind" => kind)
+            .record(started.elapsed().as_secs_f64());
+        metrics::counter!("soldonce_audit_runs_total", "kind" => kind).increment(1);
+        for v in &report.violations {
+            tracing::error!(check = v.check, subject = %v.subject, detail = %v.detail, "audit violation");
+        }
+        if let Err(e) = audit.record(&pool).await {
+            tracing::warn!(error = %e, "the audit could not be recorded");
         }
     })
     .await;

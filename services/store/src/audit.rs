@@ -12,13 +12,25 @@
 //! - operations: confirmed orders shipped within `shipment_grace`, no dead
 //!   letters, no outbox rows parked as unpublishable, the outbox drained
 //!   within `max_outbox_age`.
+//!
+//! That is the full pass ([`full`]). The periodic audit is [`incremental`]
+//! (`audit_delta`): it checks only the orders with events the last recorded
+//! run had not seen, and each SKU's buckets against that run's ledger sums
+//! plus the ledger rows added since, so its snapshot is short however many
+//! orders there are; it falls back to a full pass when none was recorded or
+//! the last is older than `full_every`. Runs are recorded (`audit_runs`), so
+//! the console shows the last one instead of running its own.
 
+use crate::audit_delta::{Checkpoint, LineKey};
 use crate::StoreError;
 use futures::StreamExt;
 use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
+use std::collections::BTreeMap;
 use std::time::Duration;
 use uuid::Uuid;
+
+pub use crate::audit_runs::{last, RecordedAudit};
 
 /// Most violations listed one by one; the rest are only counted.
 pub const MAX_LISTED: usize = 1000;
@@ -40,6 +52,11 @@ pub struct AuditOptions {
     pub shipment_grace: Duration,
     /// Decided refunds not carried out for longer than this are a violation.
     pub compensation_grace: Duration,
+    /// [`incremental`] makes a full pass when the last recorded one is older.
+    pub full_every: Duration,
+    /// A sequence number an audit did not see (a transaction in flight, or
+    /// rolled back) is looked for again this long, then taken for a rollback.
+    pub hole_patience: Duration,
 }
 
 impl Default for AuditOptions {
@@ -48,6 +65,27 @@ impl Default for AuditOptions {
             max_outbox_age: Duration::from_secs(300),
             shipment_grace: Duration::from_secs(600),
             compensation_grace: Duration::from_secs(60),
+            full_every: Duration::from_secs(3600),
+            hole_patience: Duration::from_secs(600),
+        }
+    }
+}
+
+/// A full pass, or the orders and ledger rows that changed since the last
+/// recorded run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuditKind {
+    #[default]
+    Full,
+    Incremental,
+}
+
+impl AuditKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditKind::Full => "full",
+            AuditKind::Incremental => "incremental",
         }
     }
 }
@@ -55,6 +93,11 @@ impl Default for AuditOptions {
 /// The audit's findings.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct AuditReport {
+    pub kind: AuditKind,
+    /// Incremental: the orders checked are those with events past this position.
+    pub from_position: Option<i64>,
+    /// The highest event position the audit's snapshot held.
+    pub to_position: i64,
     pub skus: u64,
     pub orders: u64,
     pub events: u64,
@@ -90,19 +133,107 @@ impl AuditReport {
     }
 }
 
-/// Runs every check in one read-only snapshot.
+/// An audit done, to be [recorded](Audit::record).
+#[derive(Debug)]
+pub struct Audit {
+    pub report: AuditReport,
+    pub(crate) started_at: chrono::DateTime<chrono::Utc>,
+    pub(crate) seconds: f64,
+    /// Where this run leaves the next incremental one.
+    pub(crate) checkpoint: Checkpoint,
+}
+
+/// A full pass, not recorded.
 pub async fn run(pool: &PgPool, options: &AuditOptions) -> Result<AuditReport, StoreError> {
+    Ok(full(pool, options).await?.report)
+}
+
+/// Every check over every order, in one read-only snapshot.
+pub async fn full(pool: &PgPool, options: &AuditOptions) -> Result<Audit, StoreError> {
+    let clock = std::time::Instant::now();
+    let mut tx = snapshot(pool).await?;
+    let started_at = db_now(&mut tx).await?;
+    let mut report = AuditReport::default();
+    let sums = check_stock(&mut tx, &mut report).await?;
+    check_projection(&mut tx, None, &mut report).await?;
+    crate::audit_money::check(&mut tx, options, None, &mut report).await?;
+    check_operations(&mut tx, options, true, &mut report).await?;
+    let checkpoint = crate::audit_delta::of_full_pass(&mut tx, options, sums).await?;
+    report.to_position = checkpoint.events.upto;
+    tx.rollback().await?;
+    Ok(Audit {
+        report,
+        started_at,
+        seconds: clock.elapsed().as_secs_f64(),
+        checkpoint,
+    })
+}
+
+/// The changes since the last recorded run's checkpoint, or a full pass
+/// when there is none or the last full pass is older than `full_every`.
+pub async fn incremental(pool: &PgPool, options: &AuditOptions) -> Result<Audit, StoreError> {
+    let due = crate::audit_runs::full_pass_due(pool, options.full_every).await?;
+    let base = if due {
+        None
+    } else {
+        crate::audit_delta::load(pool).await?
+    };
+    match base {
+        Some(base) => changes_since(pool, options, base).await,
+        None => full(pool, options).await,
+    }
+}
+
+/// The incremental checks over every order (as if nothing had ever been
+/// audited): they must agree with [`full`], which tests hold them to.
+pub async fn incremental_from_scratch(
+    pool: &PgPool,
+    options: &AuditOptions,
+) -> Result<AuditReport, StoreError> {
+    Ok(changes_since(pool, options, Checkpoint::default())
+        .await?
+        .report)
+}
+
+async fn changes_since(
+    pool: &PgPool,
+    options: &AuditOptions,
+    base: Checkpoint,
+) -> Result<Audit, StoreError> {
+    let clock = std::time::Instant::now();
+    let mut tx = snapshot(pool).await?;
+    let started_at = db_now(&mut tx).await?;
+    let mut report = AuditReport {
+        kind: AuditKind::Incremental,
+        from_position: Some(base.events.upto),
+        ..AuditReport::default()
+    };
+    let (checkpoint, changed) =
+        crate::audit_delta::advance(&mut tx, options, &base, started_at, &mut report).await?;
+    let expected = check_projection(&mut tx, Some(&changed), &mut report).await?;
+    crate::audit_delta::check_order_ledgers(&mut tx, &changed, expected, &mut report).await?;
+    crate::audit_money::check(&mut tx, options, Some(&changed), &mut report).await?;
+    check_operations(&mut tx, options, false, &mut report).await?;
+    report.to_position = checkpoint.events.upto;
+    tx.rollback().await?;
+    Ok(Audit {
+        report,
+        started_at,
+        seconds: clock.elapsed().as_secs_f64(),
+        checkpoint,
+    })
+}
+
+async fn snapshot(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
     let mut tx = pool.begin().await?;
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         .execute(&mut *tx)
         .await?;
-    let mut report = AuditReport::default();
-    check_stock(&mut tx, &mut report).await?;
-    check_projection(&mut tx, &mut report).await?;
-    crate::audit_money::check(&mut tx, options, &mut report).await?;
-    check_operations(&mut tx, options, &mut report).await?;
-    tx.rollback().await?;
-    Ok(report)
+    Ok(tx)
+}
+
+async fn db_now(conn: &mut PgConnection) -> Result<chrono::DateTime<chrono::Utc>, StoreError> {
+    Ok(sqlx::query_scalar("SELECT now()").fetch_one(conn).await?)
 }
 
 /// One SKU's buckets beside its ledger sums and the units its orders hold.
@@ -119,7 +250,11 @@ struct SkuBooks {
     confirmed: i64,
 }
 
-async fn check_stock(conn: &mut PgConnection, report: &mut AuditReport) -> Result<(), StoreError> {
+/// Returns each SKU's ledger sums (available, reserved, sold) for the checkpoint.
+async fn check_stock(
+    conn: &mut PgConnection,
+    report: &mut AuditReport,
+) -> Result<BTreeMap<String, [i64; 3]>, StoreError> {
     let mut rows = sqlx::query_as::<_, SkuBooks>(
         "WITH l AS (SELECT sku, sum(d_available)::bigint a, sum(d_reserved)::bigint r, sum(d_sold)::bigint s FROM stock_ledger GROUP BY sku), \
               o AS (SELECT ol.sku, \
@@ -132,6 +267,7 @@ async fn check_stock(conn: &mut PgConnection, report: &mut AuditReport) -> Resul
     )
     .fetch(&mut *conn);
     let mut flags = vec![];
+    let mut sums = BTreeMap::new();
     while let Some(row) = rows.next().await {
         let SkuBooks {
             sku,
@@ -145,6 +281,7 @@ async fn check_stock(conn: &mut PgConnection, report: &mut AuditReport) -> Resul
             confirmed,
         } = row?;
         report.skus += 1;
+        sums.insert(sku.clone(), [la, lr, ls]);
         if (a, r, s) != (la, lr, ls) {
             flags.push((
                 "ledger_drift",
@@ -173,26 +310,34 @@ async fn check_stock(conn: &mut PgConnection, report: &mut AuditReport) -> Resul
     for (check, subject, detail) in flags {
         report.flag(check, subject, detail);
     }
-    Ok(())
+    Ok(sums)
 }
 
-/// Streams each projection row beside its events, folds and compares, one
-/// order at a time; then names event streams that have no row.
+/// Streams each projection row (of `only`, or all) beside its events, folds
+/// and compares, one order at a time; then names event streams that have no
+/// row. With `only`, returns the stock each order's events moved, per line.
 async fn check_projection(
     conn: &mut PgConnection,
+    only: Option<&[Uuid]>,
     report: &mut AuditReport,
-) -> Result<(), StoreError> {
+) -> Result<BTreeMap<LineKey, [i64; 3]>, StoreError> {
     let describe = |o: &Option<domain::Order>| {
         o.as_ref()
             .map_or("nothing".into(), |o| format!("{} v{}", o.state, o.version))
     };
+    let mut moved = BTreeMap::new();
+    let mut seen = std::collections::HashSet::new();
     {
-        let mut rows = crate::orders::stream_with_history(&mut *conn);
+        let mut rows = crate::orders::stream_with_history(&mut *conn, only);
         while let Some(row) = rows.next().await {
             let (row, events) = row?;
             report.orders += 1;
             report.events += events.len() as u64;
             let folded = domain::fold(&events);
+            if only.is_some() {
+                seen.insert(row.id);
+                crate::audit_delta::movements(row.id, &events, folded.as_ref(), &mut moved);
+            }
             let row = Some(row);
             if row != folded {
                 let subject = row.as_ref().map(|o| o.id.to_string()).unwrap_or_default();
@@ -205,12 +350,24 @@ async fn check_projection(
             }
         }
     }
-    let orphans: Vec<(Uuid, i64)> = sqlx::query_as(
-        "SELECT e.stream_id, count(*) FROM events e WHERE e.type LIKE 'order.%' \
-         AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = e.stream_id) GROUP BY e.stream_id LIMIT 1000",
-    )
-    .fetch_all(&mut *conn)
-    .await?;
+    let orphans: Vec<(Uuid, i64)> = match only {
+        None => sqlx::query_as(
+            "SELECT e.stream_id, count(*) FROM events e WHERE e.type LIKE 'order.%' \
+             AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = e.stream_id) GROUP BY e.stream_id LIMIT 1000",
+        )
+        .fetch_all(&mut *conn)
+        .await?,
+        Some(ids) => {
+            let unseen: Vec<Uuid> = ids.iter().filter(|id| !seen.contains(*id)).copied().collect();
+            sqlx::query_as(
+                "SELECT e.stream_id, count(*) FROM events e WHERE e.stream_id = ANY($1) \
+                 GROUP BY e.stream_id LIMIT 1000",
+            )
+            .bind(unseen)
+            .fetch_all(&mut *conn)
+            .await?
+        }
+    };
     for (stream, n) in orphans {
         report.events += u64::try_from(n).unwrap_or(0);
         report.flag(
@@ -219,28 +376,19 @@ async fn check_projection(
             format!("{n} events but no projection row"),
         );
     }
-    Ok(())
+    Ok(moved)
 }
 
+/// The operational checks; `unshipped` (a scan of every confirmed order)
+/// only in a full pass.
 async fn check_operations(
     conn: &mut PgConnection,
     options: &AuditOptions,
+    full: bool,
     report: &mut AuditReport,
 ) -> Result<(), StoreError> {
-    let unshipped: Vec<(Uuid, f64)> = sqlx::query_as(
-        "SELECT o.id, extract(epoch FROM now() - o.updated_at)::float8 FROM orders o \
-         WHERE o.state = 'confirmed' AND o.updated_at < now() - make_interval(secs => $1) \
-         AND NOT EXISTS (SELECT 1 FROM shipments s WHERE s.order_id = o.id) ORDER BY o.updated_at LIMIT 1000",
-    )
-    .bind(options.shipment_grace.as_secs_f64())
-    .fetch_all(&mut *conn)
-    .await?;
-    for (order, age) in unshipped {
-        report.flag(
-            "unshipped",
-            order.to_string(),
-            format!("confirmed {age:.0} s ago and still without a shipment"),
-        );
+    if full {
+        check_unshipped(conn, options, report).await?;
     }
     let dead: Vec<(String, i64)> = sqlx::query_as(
         "SELECT consumer, count(*) FROM dead_letters GROUP BY consumer ORDER BY consumer",
@@ -278,6 +426,29 @@ async fn check_operations(
             "outbox_lag",
             "outbox",
             format!("{backlog} rows wait, the oldest for {oldest:.0} s"),
+        );
+    }
+    Ok(())
+}
+
+async fn check_unshipped(
+    conn: &mut PgConnection,
+    options: &AuditOptions,
+    report: &mut AuditReport,
+) -> Result<(), StoreError> {
+    let unshipped: Vec<(Uuid, f64)> = sqlx::query_as(
+        "SELECT o.id, extract(epoch FROM now() - o.updated_at)::float8 FROM orders o \
+         WHERE o.state = 'confirmed' AND o.updated_at < now() - make_interval(secs => $1) \
+         AND NOT EXISTS (SELECT 1 FROM shipments s WHERE s.order_id = o.id) ORDER BY o.updated_at LIMIT 1000",
+    )
+    .bind(options.shipment_grace.as_secs_f64())
+    .fetch_all(&mut *conn)
+    .await?;
+    for (order, age) in unshipped {
+        report.flag(
+            "unshipped",
+            order.to_string(),
+            format!("confirmed {age:.0} s ago and still without a shipment"),
         );
     }
     Ok(())

@@ -18,20 +18,35 @@ type Overdue = (
     Option<String>,
 );
 
+/// Every check over every order, or (with `only`) over those orders and
+/// their payments; open compensations and reconciliation findings are
+/// always checked whole (both are read by index).
 pub(crate) async fn check(
     conn: &mut PgConnection,
     options: &AuditOptions,
+    only: Option<&[Uuid]>,
     report: &mut AuditReport,
 ) -> Result<(), StoreError> {
+    // `$1` is the orders to check, or NULL for all of them.
+    let scope = |column: &str| match only {
+        Some(_) => format!(" AND {column} = ANY($1)"),
+        None => " AND $1::uuid[] IS NULL".to_owned(),
+    };
     report.payments = u64::try_from(
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM payments")
-            .fetch_one(&mut *conn)
-            .await?,
+        sqlx::query_scalar::<_, i64>(&format!(
+            "SELECT count(*) FROM payments WHERE true{}",
+            scope("order_id")
+        ))
+        .bind(only)
+        .fetch_one(&mut *conn)
+        .await?,
     )
     .unwrap_or(0);
-    let twice: Vec<(Uuid, i64)> = sqlx::query_as(
-        "SELECT stream_id, count(*) FROM events WHERE type = 'order.confirmed.v1' GROUP BY stream_id HAVING count(*) > 1 LIMIT 1000",
-    )
+    let twice: Vec<(Uuid, i64)> = sqlx::query_as(&format!(
+        "SELECT stream_id, count(*) FROM events WHERE type = 'order.confirmed.v1'{} GROUP BY stream_id HAVING count(*) > 1 LIMIT 1000",
+        scope("stream_id")
+    ))
+    .bind(only)
     .fetch_all(&mut *conn)
     .await?;
     for (order, n) in twice {
@@ -41,10 +56,12 @@ pub(crate) async fn check(
             format!("confirmed {n} times"),
         );
     }
-    let unattached: Vec<(Uuid, Option<String>)> = sqlx::query_as(
-        "SELECT o.id, o.payment_id FROM orders o WHERE o.state = 'confirmed' AND NOT EXISTS \
+    let unattached: Vec<(Uuid, Option<String>)> = sqlx::query_as(&format!(
+        "SELECT o.id, o.payment_id FROM orders o WHERE o.state = 'confirmed'{} AND NOT EXISTS \
          (SELECT 1 FROM payments p WHERE p.payment_id = o.payment_id AND p.order_id = o.id AND p.disposition = 'attached') LIMIT 1000",
-    )
+        scope("o.id")
+    ))
+    .bind(only)
     .fetch_all(&mut *conn)
     .await?;
     for (order, payment) in unattached {
@@ -57,10 +74,12 @@ pub(crate) async fn check(
             ),
         );
     }
-    let unsettled: Vec<(String, Option<Uuid>, Option<String>)> = sqlx::query_as(
+    let unsettled: Vec<(String, Option<Uuid>, Option<String>)> = sqlx::query_as(&format!(
         "SELECT p.payment_id, p.order_id, o.state FROM payments p LEFT JOIN orders o ON o.id = p.order_id \
-         WHERE p.disposition = 'attached' AND (o.state IS DISTINCT FROM 'confirmed' OR o.payment_id IS DISTINCT FROM p.payment_id) LIMIT 1000",
-    )
+         WHERE p.disposition = 'attached'{} AND (o.state IS DISTINCT FROM 'confirmed' OR o.payment_id IS DISTINCT FROM p.payment_id) LIMIT 1000",
+        scope("p.order_id")
+    ))
+    .bind(only)
     .fetch_all(&mut *conn)
     .await?;
     for (payment, order, state) in unsettled {
@@ -73,7 +92,7 @@ pub(crate) async fn check(
     }
     let overdue: Vec<Overdue> = sqlx::query_as(
         "SELECT payment_id, order_id, refund_state, reason, extract(epoch FROM now() - recorded_at)::float8, last_error FROM payments \
-         WHERE refund_state = 'refused' OR (refund_state = 'pending' AND recorded_at <= now() - make_interval(secs => $1)) \
+         WHERE refund_state IN ('pending', 'refused') AND (refund_state = 'refused' OR recorded_at <= now() - make_interval(secs => $1)) \
          ORDER BY recorded_at LIMIT 1000",
     )
     .bind(options.compensation_grace.as_secs_f64())
@@ -91,10 +110,12 @@ pub(crate) async fn check(
             format!("refund ({why}, {order}) {state} for {age:.0} s{error}"),
         );
     }
-    let unrecorded: Vec<(String, Uuid)> = sqlx::query_as(
-        "SELECT p.payment_id, p.order_id FROM payments p JOIN orders o ON o.id = p.order_id WHERE p.refund_state = 'succeeded' \
+    let unrecorded: Vec<(String, Uuid)> = sqlx::query_as(&format!(
+        "SELECT p.payment_id, p.order_id FROM payments p JOIN orders o ON o.id = p.order_id WHERE p.refund_state = 'succeeded'{} \
          AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(o.refunds) r WHERE r->>'payment_id' = p.payment_id AND (r->>'refunded')::boolean) LIMIT 1000",
-    )
+        scope("o.id")
+    ))
+    .bind(only)
     .fetch_all(&mut *conn)
     .await?;
     for (payment, order) in unrecorded {

@@ -25,11 +25,14 @@
 //! - `clock.rs` — the database's clock, kept by every process (`now`)
 //! - `connect.rs` — pools on one server or several (`DATABASE_URL` with a list of hosts), following the primary after a failover
 //! - `console.rs` — the operator console's figures, in one snapshot
-//! - `audit.rs`, `audit_money.rs`, `projections.rs`, `replay.rs`, `order_counts.rs` — checks, rebuilds and reads for operators
+//! - `audit.rs`, `audit_money.rs` (the checks), `audit_delta.rs`, `audit_frontier.rs`, `audit_runs.rs` (the incremental audit and recorded runs), `projections.rs`, `replay.rs`, `order_counts.rs` — checks, rebuilds and reads for operators
 
 pub mod accounts;
 pub mod audit;
+mod audit_delta;
+mod audit_frontier;
 mod audit_money;
+mod audit_runs;
 pub mod catalog;
 pub mod clock;
 pub mod compensations;

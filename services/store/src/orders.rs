@@ -378,11 +378,13 @@ pub fn stream_all(pool: &PgPool) -> impl futures::Stream<Item = Result<Order, St
         .map(|r| r.map_err(StoreError::from).and_then(Order::try_from))
 }
 
-/// Every projection row with its events in recorded order, streamed in one
-/// query (each row's events aggregated beside it), for the audit.
-pub(crate) fn stream_with_history(
-    conn: &mut PgConnection,
-) -> impl futures::Stream<Item = Result<(Order, Vec<Event>), StoreError>> + '_ {
+/// Every projection row (or those of `only`) with its events in recorded
+/// order, streamed in one query (each row's events aggregated beside it),
+/// for the audit.
+pub(crate) fn stream_with_history<'a>(
+    conn: &'a mut PgConnection,
+    only: Option<&'a [Uuid]>,
+) -> impl futures::Stream<Item = Result<(Order, Vec<Event>), StoreError>> + 'a {
     use futures::StreamExt;
     #[derive(sqlx::FromRow)]
     struct WithHistory {
@@ -396,7 +398,17 @@ pub(crate) fn stream_with_history(
         select_orders!(),
         ") x"
     );
-    sqlx::query_as::<_, WithHistory>(SQL).fetch(conn).map(|r| {
+    const SOME: &str = concat!(
+        "SELECT x.*, (SELECT coalesce(jsonb_agg(jsonb_build_array(e.type, e.data) ORDER BY e.version), '[]') \
+            FROM events e WHERE e.stream_id = x.id) AS history FROM (",
+        select_orders!(),
+        " WHERE o.id = ANY($1)) x"
+    );
+    let rows = match only {
+        None => sqlx::query_as::<_, WithHistory>(SQL).fetch(conn),
+        Some(ids) => sqlx::query_as::<_, WithHistory>(SOME).bind(ids).fetch(conn),
+    };
+    rows.map(|r| {
         let r = r?;
         let id = r.row.id;
         let parts: Vec<(String, serde_json::Value)> = serde_json::from_value(r.history)

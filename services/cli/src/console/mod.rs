@@ -46,16 +46,22 @@ pub struct ConsoleArgs {
     /// Where to listen (port 0 picks a free port, printed at start).
     #[arg(long, env = "CONSOLE_ADDR", default_value = "127.0.0.1:8095")]
     addr: SocketAddr,
-    /// How often the console runs the audit (0 = never).
-    #[arg(long, env = "CONSOLE_AUDIT_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
+    /// How often the console runs the incremental audit itself (0 = never: it
+    /// shows the last run recorded, by expiry's periodic audit or `soldonce audit`).
+    #[arg(long, env = "CONSOLE_AUDIT_INTERVAL", default_value = "0s", value_parser = humantime::parse_duration)]
     audit_interval: Duration,
 }
 
-/// The last audit the console ran.
+/// How often the console reads the last recorded audit.
+const AUDIT_READ_EVERY: Duration = Duration::from_secs(2);
+
+/// The last recorded audit.
 #[derive(Debug, Clone, Serialize)]
 struct AuditSummary {
     at: chrono::DateTime<chrono::Utc>,
-    violations: u64,
+    /// `full` or `incremental`.
+    kind: String,
+    violations: i64,
     /// Violations by check.
     checks: BTreeMap<String, u64>,
     seconds: f64,
@@ -114,8 +120,9 @@ pub async fn run(args: ConsoleArgs) -> Result<std::process::ExitCode, CliError> 
         rates: RwLock::new(std::collections::VecDeque::new()),
     });
     tokio::spawn(sample_rates(console.clone()));
+    tokio::spawn(read_audits(console.clone()));
     if !args.audit_interval.is_zero() {
-        tokio::spawn(audit_loop(console.clone(), args.audit_interval));
+        tokio::spawn(audit_loop(console.pool.clone(), args.audit_interval));
     }
     let app = Router::new()
         .route(
@@ -260,25 +267,39 @@ async fn lag(js: &async_nats::jetstream::Context) -> Option<BTreeMap<String, Lag
     Some(lags)
 }
 
-async fn audit_loop(console: Arc<Console>, every: Duration) {
+/// Runs the incremental audit every `every` and records it (shown like any other run).
+async fn audit_loop(pool: sqlx::PgPool, every: Duration) {
+    let options = store::audit::AuditOptions::default();
     loop {
-        let started = std::time::Instant::now();
-        match store::audit::run(&console.pool, &store::audit::AuditOptions::default()).await {
-            Ok(report) => {
-                let mut checks = BTreeMap::new();
-                for v in &report.violations {
-                    *checks.entry(v.check.to_owned()).or_insert(0) += 1;
+        match store::audit::incremental(&pool, &options).await {
+            Ok(audit) => {
+                if let Err(e) = audit.record(&pool).await {
+                    tracing::warn!(error = %e, "console: the audit could not be recorded");
                 }
-                *console.audit.write().await = Some(AuditSummary {
-                    at: chrono::Utc::now(),
-                    violations: report.violation_count,
-                    checks,
-                    seconds: started.elapsed().as_secs_f64(),
-                });
             }
             Err(e) => tracing::warn!(error = %e, "console: the audit failed"),
         }
         tokio::time::sleep(every).await;
+    }
+}
+
+/// Keeps the last recorded audit at hand for the page.
+async fn read_audits(console: Arc<Console>) {
+    loop {
+        match store::audit::last(&console.pool).await {
+            Ok(Some(run)) => {
+                *console.audit.write().await = Some(AuditSummary {
+                    at: run.started_at,
+                    kind: run.kind,
+                    violations: run.violation_count,
+                    checks: run.checks,
+                    seconds: run.seconds,
+                });
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "console: reading the last audit failed"),
+        }
+        tokio::time::sleep(AUDIT_READ_EVERY).await;
     }
 }
 

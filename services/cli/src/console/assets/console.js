@@ -86,7 +86,7 @@
     set("reconcile.at", ago(f.reconciliation.at));
     const unresolved = Object.values(f.reconciliation.unresolved).reduce((a, b) => a + b, 0);
     set("reconcile.unresolved", fmt(unresolved), unresolved > 0);
-    set("audit.at", f.audit ? ago(f.audit.at) : "not yet");
+    set("audit.at", f.audit ? `${ago(f.audit.at)} (${f.audit.kind})` : "not yet");
     set("audit.violations", f.audit ? fmt(f.audit.violations) : "–", f.audit && f.audit.violations > 0);
     $("audit-checks").textContent = f.audit && f.audit.violations
       ? Object.entries(f.audit.checks).map(([c, n]) => `${c}: ${n}`).join(", ") : "";
