@@ -28,7 +28,7 @@ audits() {
   local flag=""
   [ "$1" = incremental ] && flag="--incremental"
   while true; do
-    "$bin/soldonce" --json audit $flag 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["seconds"])' || true
+    "$bin/soldonce" --json audit $flag 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["seconds"])' 2>/dev/null || true
   done
 }
 for round in $(seq "$rounds"); do

@@ -487,6 +487,7 @@ async fn run(seed: u64, shape: Shape) {
         ],
         instances: shape.instances(),
         nats_cluster: (shape == Shape::Cluster).then_some(3),
+        ..SystemOptions::default()
     })
     .await;
     let faults = plan(seed, load, shape, &system.instances);

@@ -50,6 +50,9 @@ pub struct SystemOptions {
     /// A NATS JetStream cluster of this many servers (stream replicas the
     /// same) instead of one server.
     pub nats_cluster: Option<usize>,
+    /// Services to start on a port chosen beforehand (e.g. behind a proxy
+    /// started first), instead of a free one picked at start.
+    pub ports: Vec<(&'static str, u16)>,
 }
 
 /// The variable a service's HTTP address is read from.
@@ -94,6 +97,9 @@ impl System {
         let mut ports: BTreeMap<String, u16> = BTreeMap::new();
         for s in SERVICES {
             ports.insert((*s).to_owned(), free_port().expect("port"));
+        }
+        for (service, port) in &options.ports {
+            ports.insert((*service).to_owned(), *port);
         }
         let addr = |s: &str| format!("127.0.0.1:{}", ports[s]);
         let db = app.database_url.clone();

@@ -11,4 +11,5 @@ mod failover;
 mod lifecycle;
 mod psp_books;
 mod readiness;
+mod tls;
 mod trace;

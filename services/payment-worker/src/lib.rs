@@ -71,6 +71,8 @@ impl Settings {
                 "must be an http:// or https:// URL",
             ));
         }
+        // An https PSP is trusted through the platform's roots, or SSL_CERT_FILE's.
+        config::ssl_cert_file()?;
         let concurrency = config::parsed("PAYMENT_WORKER_CONCURRENCY", 256usize)?;
         if !(1..=1024).contains(&concurrency) {
             return Err(ConfigError::new(

@@ -107,6 +107,25 @@ pub fn database_url() -> Result<String, ConfigError> {
     Ok(url)
 }
 
+/// `SSL_CERT_FILE`, when set: a PEM file of the certificates an https
+/// client trusts (with Mozilla's roots; it replaces the platform's store,
+/// as every rustls and OpenSSL client reads it). Read now, so a missing or
+/// empty file is one line at start instead of a failure on every call.
+pub fn ssl_cert_file() -> Result<Option<String>, ConfigError> {
+    let Some(path) = optional("SSL_CERT_FILE")? else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| ConfigError::new("SSL_CERT_FILE", format!("cannot read {path}: {e}")))?;
+    if !text.contains("-----BEGIN CERTIFICATE-----") {
+        return Err(ConfigError::new(
+            "SSL_CERT_FILE",
+            format!("{path} holds no PEM certificate"),
+        ));
+    }
+    Ok(Some(path))
+}
+
 /// Loads a service's settings. With `--check-config` it prints, as JSON,
 /// whether they are valid and every variable the service reads (`true` when
 /// required), then exits (0 if valid, 2 if not). Otherwise an invalid

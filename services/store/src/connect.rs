@@ -29,6 +29,20 @@ const STARTUP_WAIT: Duration = Duration::from_secs(30);
 /// How long one check, or one server's probe, may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The `sslmode`s libpq knows, as `DATABASE_URL` may give them: `disable`
+/// never encrypts, `prefer` (the default) encrypts when the server offers
+/// it, `require` always (trusting any certificate), `verify-ca` checks the
+/// certificate against `sslrootcert` (or the platform's roots), and
+/// `verify-full` also checks that it names the host.
+const SSL_MODES: [&str; 6] = [
+    "disable",
+    "allow",
+    "prefer",
+    "require",
+    "verify-ca",
+    "verify-full",
+];
+
 /// The servers a `DATABASE_URL` names, and which of them will do.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -75,6 +89,21 @@ impl Target {
                             )))
                         }
                     }
+                }
+                Some(("sslmode", value)) => {
+                    if !SSL_MODES.contains(&value) {
+                        return Err(bad(&format!(
+                            "sslmode={value} is not one of {}",
+                            SSL_MODES.join(", ")
+                        )));
+                    }
+                    kept.push(pair);
+                }
+                Some(("sslrootcert", path)) => {
+                    if path != "system" && !std::path::Path::new(path).is_file() {
+                        return Err(bad(&format!("sslrootcert={path}: no such file")));
+                    }
+                    kept.push(pair);
                 }
                 _ if !pair.is_empty() => kept.push(pair),
                 _ => {}
@@ -164,10 +193,32 @@ pub async fn connect_with_settings(
     max_connections: u32,
     settings: &[(&str, &str)],
 ) -> Result<PgPool, sqlx::Error> {
-    let pool = open(url, max_connections, settings).await?;
+    let pool = open(url, max_connections, settings)
+        .await
+        .map_err(explain)?;
     crate::clock::sync(&pool).await?;
     crate::clock::keep_synced(pool.clone());
     Ok(pool)
+}
+
+/// A failure to connect that TLS explains, said in one line naming the
+/// variable to change.
+fn explain(e: sqlx::Error) -> sqlx::Error {
+    let said = |why: String| sqlx::Error::Configuration(format!("DATABASE_URL: {why}").into());
+    match e {
+        sqlx::Error::Tls(e) => said(format!(
+            "the TLS connection to the database failed ({e}); check sslmode and sslrootcert"
+        )),
+        // rustls's verdicts on the server's certificate reach sqlx as I/O errors.
+        sqlx::Error::Io(e) if e.to_string().contains("certificate") => said(format!(
+            "the TLS connection to the database failed ({e}); check sslmode and sslrootcert"
+        )),
+        sqlx::Error::Database(d) if d.message().contains("no encryption") => said(format!(
+            "the database refuses connections without TLS ({}); set sslmode=verify-full (with sslrootcert) or require",
+            d.message()
+        )),
+        other => other,
+    }
 }
 
 async fn open(
