@@ -383,3 +383,70 @@ async fn soldonce_up_then_demo_flash_sale_sells_the_unit_once_and_ships_it() {
         .expect("wait");
     assert_eq!(exit.code(), Some(0), "up stops everything on SIGTERM");
 }
+
+/// The pid of `parent`'s child process named `name`, from /proc.
+fn child_named(parent: u32, name: &str) -> Option<u32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // pid (comm) state ppid …
+            let (comm, rest) = stat.split_once(" (")?.1.rsplit_once(") ")?;
+            let ppid: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+            (ppid == parent && comm == name).then_some(pid)
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soldonce_up_names_a_service_that_dies_and_stops_the_rest_with_exit_1() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = localservers::free_port().expect("port");
+    let log = dir.path().join("up.log");
+    let mut up = tokio::process::Command::new(binary("soldonce"))
+        .args(["up", "--only", "checkout,outbox-relay", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .args(["--checkout-addr", &format!("127.0.0.1:{port}")])
+        .env_remove("DATABASE_URL")
+        .env_remove("NATS_URL")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .kill_on_drop(true)
+        .spawn()
+        .expect("soldonce up");
+    let env_file = dir.path().join("data").join("env");
+    eventually("soldonce up to be ready", Duration::from_secs(120), || {
+        let env_file = env_file.clone();
+        async move { env_file.exists().then_some(()) }
+    })
+    .await;
+    let up_pid = up.id().expect("up runs");
+    let relay = child_named(up_pid, "outbox-relay").expect("up started outbox-relay");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &relay.to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let status = eventually("up to stop", Duration::from_secs(30), || {
+        let status = up.try_wait().expect("wait for up");
+        async move { status }
+    })
+    .await;
+    let said = std::fs::read_to_string(&log).expect("up's log");
+    assert_eq!(status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("up: outbox-relay exited"),
+        "up names the service that died: {said}"
+    );
+    assert!(
+        child_named(up_pid, "checkout").is_none(),
+        "checkout was stopped too"
+    );
+    assert!(
+        reqwest::get(format!("http://127.0.0.1:{port}/healthz"))
+            .await
+            .is_err(),
+        "nothing answers on checkout's port"
+    );
+}

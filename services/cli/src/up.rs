@@ -155,8 +155,11 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
         })
         .collect();
     let mut children = Vec::new();
+    // Each child's name, beside it.
+    let mut names: Vec<&'static str> = Vec::new();
     for service in started(&args.only) {
         children.push(spawn_service(service, &env)?);
+        names.push(service);
     }
     // The operator console: the soldonce binary itself, on CONSOLE_ADDR
     // (127.0.0.1:8095 unless set), behind a fresh operator token.
@@ -187,6 +190,7 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
         console_env.push(("CONSOLE_ADDR", console_addr.clone()));
         console_env.push(("CONSOLE_TOKEN", console_token.clone()));
         children.push(spawn_console(&console_env)?);
+        names.push("console");
     }
     if args.only.is_empty() || args.only.iter().any(|s| s == "psp-sim") {
         wait_ready(&format!("http://{psp_addr}/healthz")).await?;
@@ -218,9 +222,35 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
         return code;
     }
     eprintln!("up: running; Ctrl-C stops everything");
-    platform::shutdown::signal().await;
+    // A child that ends is a fault to see, not one to restart around: up
+    // names it and stops the rest (compose restarts its services instead).
+    let ended = tokio::select! {
+        () = platform::shutdown::signal() => None,
+        ended = first_exit(&mut children, &names) => Some(ended),
+    };
     stop(children).await;
-    Ok(ExitCode::SUCCESS)
+    match ended {
+        None => Ok(ExitCode::SUCCESS),
+        Some((name, status)) => {
+            eprintln!("up: {name} exited ({status}); stopped everything else (its log lines are above, prefixed [{name}])");
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+/// The first child to end, and how it ended.
+async fn first_exit(
+    children: &mut [Child],
+    names: &[&'static str],
+) -> (&'static str, std::process::ExitStatus) {
+    loop {
+        for (child, name) in children.iter_mut().zip(names) {
+            if let Ok(Some(status)) = child.try_wait() {
+                return (name, status);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Worker threads for each service's runtime when the operator sets none:
