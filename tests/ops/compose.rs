@@ -342,3 +342,57 @@ fn every_service_turns_bad_configuration_into_exit_2_and_one_line_naming_it() {
         "soldonce: {stderr:?}"
     );
 }
+
+/// Runs `binary` with `args` and only `env` (and PATH): exit code, stdout.
+fn run_with(binary_name: &str, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(binary(binary_name))
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(env.iter().copied())
+        .output()
+        .expect("run the binary");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn every_binary_answers_version_and_help_without_starting_and_help_names_every_variable() {
+    // Settings every service would take, so --check-config reads them all.
+    let valid: Vec<(&str, &str)> = vec![
+        ("DATABASE_URL", "postgres://u@127.0.0.1:1/db"),
+        ("NATS_URL", "nats://127.0.0.1:1"),
+        ("PSP_URL", "http://127.0.0.1:1"),
+        ("WEBHOOK_SECRET", soldonce_tests::app::WEBHOOK_SECRET),
+    ];
+    for service in SERVICES.iter().copied().chain(["soldonce"]) {
+        // Nothing set: neither flag may need a setting, bind a port or wait.
+        let (code, text) = run_with(service, &["--version"], &[]);
+        assert_eq!(code, Some(0), "{service} --version: {text}");
+        assert_eq!(
+            text.trim(),
+            format!("{service} {}", env!("CARGO_PKG_VERSION")),
+            "{service} --version"
+        );
+        let (code, help) = run_with(service, &["--help"], &[]);
+        assert_eq!(code, Some(0), "{service} --help: {help}");
+        assert!(help.contains("Usage"), "{service} --help: {help}");
+        if service == "soldonce" {
+            continue;
+        }
+        let (code, checked) = run_with(service, &["--check-config"], &valid);
+        assert_eq!(code, Some(0), "{service} --check-config: {checked}");
+        let reads: serde_json::Value = serde_json::from_str(checked.trim()).expect("JSON");
+        let reads = reads["reads"].as_object().expect("reads");
+        assert!(reads.len() > 1, "{service}: {reads:?}");
+        for name in reads.keys() {
+            assert!(
+                help.lines()
+                    .any(|l| l.split_whitespace().next() == Some(name.as_str())),
+                "{service} --help names {name}:\n{help}"
+            );
+        }
+    }
+}

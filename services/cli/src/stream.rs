@@ -130,14 +130,16 @@ fn render(r: &Report, dry_run: bool) -> String {
 
 /// The audit's comparison of the stream with `events`, when `NATS_URL` is
 /// set: `None` without it (the audit then says the stream was not compared).
-pub async fn audit_gap(pool: &sqlx::PgPool) -> Result<Option<Report>, CliError> {
+/// The stream compared with `events` (all of it, or from `since`), when
+/// NATS_URL is set.
+pub async fn audit_gap(pool: &sqlx::PgPool, since: Since) -> Result<Option<Report>, CliError> {
     let Ok(nats_url) = std::env::var("NATS_URL") else {
         return Ok(None);
     };
     let js = bus::connect(&nats_url)
         .await
         .context("connecting to NATS_URL")?;
-    let report = bus::repair::repair(pool, &js, Since::All, true)
+    let report = bus::repair::repair(pool, &js, since, true)
         .await
         .context("comparing the stream with the database")?;
     Ok(Some(report))

@@ -4,12 +4,34 @@
 use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 /// Every variable read so far, and whether it was required: what
 /// `--check-config` reports, so deployments can be checked against it.
 static READS: Mutex<BTreeMap<String, bool>> = Mutex::new(BTreeMap::new());
+/// Each variable's default, as `--help` shows it.
+static DEFAULTS: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
+/// Reading for `--help`: as if the environment were empty, required
+/// variables given a placeholder, so every variable is reached.
+static DESCRIBING: AtomicBool = AtomicBool::new(false);
+
+fn note_default(name: &str, default: impl Display) {
+    if let Ok(mut defaults) = DEFAULTS.lock() {
+        defaults.insert(name.to_owned(), default.to_string());
+    }
+}
+
+/// What a required variable reads as for `--help`: a value its checks take.
+fn placeholder(name: &str) -> String {
+    match name {
+        "DATABASE_URL" => "postgres://help@127.0.0.1/help".into(),
+        "NATS_URL" => "nats://127.0.0.1:4222".into(),
+        n if n.ends_with("_URL") => "http://127.0.0.1:1".into(),
+        _ => "help".repeat(16),
+    }
+}
 
 fn note(name: &str, required: bool) {
     if let Ok(mut reads) = READS.lock() {
@@ -44,6 +66,9 @@ impl ConfigError {
 
 fn raw(name: &str) -> Result<Option<String>, ConfigError> {
     note(name, false);
+    if DESCRIBING.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
     match std::env::var(name) {
         Ok(v) if v.trim().is_empty() => Ok(None),
         Ok(v) => Ok(Some(v)),
@@ -59,6 +84,9 @@ pub const WEBHOOK_TOLERANCE: Duration = Duration::from_secs(300);
 /// A required variable.
 pub fn required(name: &str) -> Result<String, ConfigError> {
     note(name, true);
+    if DESCRIBING.load(Ordering::Relaxed) {
+        return Ok(placeholder(name));
+    }
     raw(name)?.ok_or_else(|| ConfigError::new(name, "is required but not set"))
 }
 
@@ -70,9 +98,10 @@ pub fn optional(name: &str) -> Result<Option<String>, ConfigError> {
 /// A parsed variable with a default.
 pub fn parsed<T>(name: &str, default: T) -> Result<T, ConfigError>
 where
-    T: FromStr,
+    T: FromStr + Display,
     T::Err: Display,
 {
+    note_default(name, &default);
     match raw(name)? {
         None => Ok(default),
         Some(v) => v
@@ -84,6 +113,7 @@ where
 
 /// A humantime duration (`15m`, `200ms`) with a default.
 pub fn duration(name: &str, default: Duration) -> Result<Duration, ConfigError> {
+    note_default(name, humantime::format_duration(default));
     match raw(name)? {
         None => Ok(default),
         Some(v) => humantime::parse_duration(v.trim()).map_err(|e| {
@@ -124,6 +154,48 @@ pub fn ssl_cert_file() -> Result<Option<String>, ConfigError> {
         ));
     }
     Ok(Some(path))
+}
+
+/// `--version` and `--help`, answered before anything starts: the version,
+/// or a usage with every variable `read` reaches (required, or its
+/// default), read as if the environment were empty. `None` when neither
+/// was asked for.
+pub fn answer_version_or_help<T>(
+    binary: &str,
+    about: &str,
+    read: impl FnOnce() -> Result<T, ConfigError>,
+) -> Option<String> {
+    let asked = |flag: &str| std::env::args().skip(1).any(|a| a == flag);
+    let version = env!("CARGO_PKG_VERSION");
+    if asked("--version") || asked("-V") {
+        return Some(format!("{binary} {version}"));
+    }
+    if !(asked("--help") || asked("-h")) {
+        return None;
+    }
+    DESCRIBING.store(true, Ordering::Relaxed);
+    let complete = read().is_ok();
+    DESCRIBING.store(false, Ordering::Relaxed);
+    let reads = READS.lock().map(|r| r.clone()).unwrap_or_default();
+    let defaults = DEFAULTS.lock().map(|d| d.clone()).unwrap_or_default();
+    let width = reads.keys().map(String::len).max().unwrap_or(0);
+    let mut text = format!(
+        "{binary} {version}: {about}\n\nUsage: {binary} [--check-config | --help | --version]\n  \
+         --check-config  print whether the settings are valid and every variable read, as JSON; exit 0 or 2\n\n\
+         Settings, from the environment (what each means: the README's Configuration table):\n"
+    );
+    for (name, required) in &reads {
+        let how = match (required, defaults.get(name)) {
+            (true, _) => "required".to_owned(),
+            (false, Some(d)) => format!("default {d}"),
+            (false, None) => "optional".to_owned(),
+        };
+        text.push_str(&format!("  {name:<width$}  {how}\n"));
+    }
+    if !complete {
+        text.push_str("  (and more, read once these are set)\n");
+    }
+    Some(text)
 }
 
 /// Loads a service's settings. With `--check-config` it prints, as JSON,

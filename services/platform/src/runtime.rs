@@ -44,19 +44,28 @@ pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
 }
 
-/// A service's `main`: reads its settings and the runtime's size (as
+/// A service's `main`: answers `--version` and `--help` without starting
+/// (config::answer_version_or_help), reads its settings and the runtime's size (as
 /// [`config::load`] does: `--check-config`, or one line and exit code 2 on
 /// an error), builds the runtime, starts telemetry for `service` and runs
 /// `body` on it. The runtime's worker count is exported as the gauge
 /// `soldonce_runtime_workers`.
 pub fn run<S, F>(
     service: &'static str,
-    read: impl FnOnce() -> Result<S, ConfigError>,
+    read: impl Fn() -> Result<S, ConfigError>,
     body: impl FnOnce(S) -> F,
 ) -> anyhow::Result<()>
 where
     F: Future<Output = anyhow::Result<()>>,
 {
+    let about = "a service of soldonce, the order saga (every unit sold once, every payment charged once, every order ends)";
+    if let Some(text) = config::answer_version_or_help(service, about, || {
+        worker_threads()?;
+        read()
+    }) {
+        println!("{text}");
+        return Ok(());
+    }
     let (settings, threads) = config::load(|| {
         let threads = worker_threads()?;
         Ok((read()?, threads))

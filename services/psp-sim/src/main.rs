@@ -6,6 +6,26 @@ use psp_sim::{Application, Settings};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
+    let asked = |flag: &str| std::env::args().skip(1).any(|a| a == flag);
+    if asked("--version") || asked("-V") {
+        println!("psp-sim {}", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
+    if asked("--help") || asked("-h") {
+        let variables: Vec<&str> = psp_sim::settings::VARIABLES
+            .iter()
+            .chain([&platform::runtime::WORKER_THREADS])
+            .copied()
+            .collect();
+        println!(
+            "psp-sim {}: a payment provider simulator for soldonce (its API: proto/psp-sim.openapi.yaml)\n\n\
+             Usage: psp-sim [--check-config | --help | --version]\n\n\
+             Settings, from the environment (what each means: the README's Configuration table):\n  {}",
+            env!("CARGO_PKG_VERSION"),
+            variables.join("\n  ")
+        );
+        return ExitCode::SUCCESS;
+    }
     // Both settings, checked once: the first error is what is reported.
     let checked = match (Settings::from_env(), platform::runtime::worker_threads()) {
         (Ok(settings), Ok(threads)) => Ok((settings, threads)),

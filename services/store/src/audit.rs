@@ -159,14 +159,7 @@ pub async fn full(pool: &PgPool, options: &AuditOptions) -> Result<Audit, StoreE
     crate::audit_money::check(&mut tx, options, None, &mut report).await?;
     check_operations(&mut tx, options, true, &mut report).await?;
     let checkpoint = crate::audit_delta::of_full_pass(&mut tx, options, sums).await?;
-    report.to_position = checkpoint.events.upto;
-    tx.rollback().await?;
-    Ok(Audit {
-        report,
-        started_at,
-        seconds: clock.elapsed().as_secs_f64(),
-        checkpoint,
-    })
+    finish(tx, report, checkpoint, started_at, clock).await
 }
 
 /// The changes since the last recorded run's checkpoint, or a full pass
@@ -214,6 +207,17 @@ async fn changes_since(
     crate::audit_delta::check_order_ledgers(&mut tx, &changed, expected, &mut report).await?;
     crate::audit_money::check(&mut tx, options, Some(&changed), &mut report).await?;
     check_operations(&mut tx, options, false, &mut report).await?;
+    finish(tx, report, checkpoint, started_at, clock).await
+}
+
+/// Ends the snapshot: the audit, with where it leaves the next one.
+async fn finish(
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    mut report: AuditReport,
+    checkpoint: Checkpoint,
+    started_at: chrono::DateTime<chrono::Utc>,
+    clock: std::time::Instant,
+) -> Result<Audit, StoreError> {
     report.to_position = checkpoint.events.upto;
     tx.rollback().await?;
     Ok(Audit {
