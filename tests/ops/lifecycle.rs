@@ -110,6 +110,32 @@ async fn every_services_metrics_parse_as_prometheus_text() {
     assert!(scraped("payment-worker")
         .await
         .contains("soldonce_psp_latency_seconds"));
+    // The standard signals: which build runs, and each request by route template.
+    for service in SERVICES.iter().filter(|s| **s != "psp-sim") {
+        let build = format!(
+            "soldonce_build_info{{service=\"{service}\",version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(
+            scraped(service).await.contains(&build),
+            "{service}: {build}"
+        );
+    }
+    let checkout = scraped("checkout").await;
+    let placed = checkout
+        .lines()
+        .find(|l| {
+            l.starts_with("http_server_request_duration_seconds_count{")
+                && l.contains("http_route=\"/v1/orders\"")
+                && l.contains("http_request_method=\"POST\"")
+                && l.contains("http_response_status_code=\"202\"")
+        })
+        .unwrap_or_else(|| panic!("POST /v1/orders 202 in\n{checkout}"));
+    assert!(placed.ends_with(" 1"), "one order placed: {placed}");
+    assert!(
+        !checkout.contains("http_route=\"/v1/orders/0"),
+        "routes are templates, not paths"
+    );
 }
 
 /// A port picked free can be taken before the service binds it (by another

@@ -288,6 +288,7 @@ impl Application {
             Some(_) => api_router(state),
             None => api_router(state).merge(platform::ops::router(ready)),
         }
+        .route_layer(axum::middleware::from_fn(platform::ops::http_metrics))
         .layer(axum::middleware::from_fn(bound_head))
         .layer(axum::middleware::from_fn(logging::log_errors));
         Ok(Application {

@@ -50,6 +50,33 @@ pub fn metrics_handle() -> PrometheusHandle {
         .clone()
 }
 
+/// Records every request's duration in
+/// `http_server_request_duration_seconds` (OpenTelemetry's semantic
+/// conventions, as Prometheus names them), labelled with `http_route` (the
+/// route's template, never the raw path, so ids do not multiply series),
+/// `http_request_method` and `http_response_status_code`. Use it with
+/// `axum::middleware::from_fn`.
+pub async fn http_metrics(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = request.method().as_str().to_owned();
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    metrics::histogram!(
+        "http_server_request_duration_seconds",
+        "http_route" => route,
+        "http_request_method" => method,
+        "http_response_status_code" => response.status().as_u16().to_string(),
+    )
+    .record(started.elapsed().as_secs_f64());
+    response
+}
+
 /// A readiness probe: `Ok` when every dependency answers, else which one failed.
 pub type ReadinessCheck =
     Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;

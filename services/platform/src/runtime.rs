@@ -75,6 +75,13 @@ where
     runtime.block_on(async move {
         crate::telemetry::init(service);
         export_workers();
+        // Which build runs where: 1, labelled with the service and its version.
+        metrics::gauge!(
+            "soldonce_build_info",
+            "service" => service,
+            "version" => env!("CARGO_PKG_VERSION"),
+        )
+        .set(1.0);
         body(settings).await
     })
 }
