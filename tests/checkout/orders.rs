@@ -164,3 +164,106 @@ async fn health_readiness_and_metrics_answer() {
         "{metrics}"
     );
 }
+
+/// Every page of `GET /v1/orders` for `token`, `limit` at a time: each page's ids.
+async fn pages(app: &TestApp, token: &str, limit: usize) -> Vec<Vec<String>> {
+    let mut pages = vec![];
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/orders?limit={limit}&cursor={c}"),
+            None => format!("/v1/orders?limit={limit}"),
+        };
+        let page = app.get(token, &path).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        let ids: Vec<String> = page.body["orders"]
+            .as_array()
+            .expect("orders")
+            .iter()
+            .map(|o| o["id"].as_str().expect("id").to_owned())
+            .collect();
+        assert!(ids.len() <= limit, "{}", page.body);
+        pages.push(ids);
+        match page.body["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => return pages,
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_orders_list_pages_an_accounts_orders_newest_first_each_once() {
+    let app = TestApp::spawn().await;
+    app.add_product("MUG", 2500, 100).await;
+    let mut placed = vec![];
+    for _ in 0..7 {
+        let r = app.buy("MUG", 1).await;
+        assert_eq!(r.status, 202);
+        placed.push(r.body["id"].as_str().expect("id").to_owned());
+    }
+    let (_, stranger) = app.new_account("stranger").await;
+    let theirs = app
+        .place(
+            &stranger,
+            "s-1",
+            &serde_json::json!({ "lines": [{ "sku": "MUG", "quantity": 1 }] }),
+        )
+        .await;
+    assert_eq!(theirs.status, 202);
+
+    let listed: Vec<Vec<String>> = pages(&app, &app.token, 3).await;
+    assert_eq!(
+        listed.iter().map(Vec::len).collect::<Vec<_>>(),
+        vec![3, 3, 1]
+    );
+    let all: Vec<String> = listed.concat();
+    // Newest first, each once, only this account's: counted against the rows too.
+    let newest_first: Vec<String> = sqlx::query_scalar::<_, uuid::Uuid>(
+        "SELECT id FROM orders WHERE account_id = (SELECT account_id FROM orders WHERE id = $1) ORDER BY created_at DESC, id DESC",
+    )
+    .bind(placed[0].parse::<uuid::Uuid>().expect("uuid"))
+    .fetch_all(&app.pool)
+    .await
+    .expect("rows")
+    .into_iter()
+    .map(|id| id.to_string())
+    .collect();
+    assert_eq!(all, newest_first);
+    let mut sorted = all.clone();
+    sorted.sort();
+    let mut mine = placed.clone();
+    mine.sort();
+    assert_eq!(sorted, mine, "exactly this account's 7 orders");
+
+    // An order placed between pages does not shift or repeat the later ones.
+    let first = app.get(&app.token, "/v1/orders?limit=3").await;
+    let cursor = first.body["next_cursor"]
+        .as_str()
+        .expect("a cursor")
+        .to_owned();
+    assert_eq!(app.buy("MUG", 1).await.status, 202);
+    let second = app
+        .get(&app.token, &format!("/v1/orders?limit=3&cursor={cursor}"))
+        .await;
+    let second: Vec<&str> = second.body["orders"]
+        .as_array()
+        .expect("orders")
+        .iter()
+        .map(|o| o["id"].as_str().expect("id"))
+        .collect();
+    assert_eq!(
+        second,
+        all[3..6].iter().map(String::as_str).collect::<Vec<_>>()
+    );
+
+    // Bad input: a clear 422, nothing else.
+    for path in [
+        "/v1/orders?limit=0",
+        "/v1/orders?limit=201",
+        "/v1/orders?limit=ten",
+        "/v1/orders?cursor=not-a-cursor",
+    ] {
+        app.get(&app.token, path).await.assert_problem(422);
+    }
+    assert_eq!(pages(&app, &stranger, 50).await.concat().len(), 1);
+}

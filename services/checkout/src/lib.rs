@@ -324,7 +324,10 @@ impl Application {
 
 fn api_router(state: AppState) -> Router {
     Router::new()
-        .route("/v1/orders", post(place::place_order))
+        .route(
+            "/v1/orders",
+            post(place::place_order).get(orders::list_orders),
+        )
         .route("/v1/orders/{id}", get(orders::get_order))
         .route("/v1/orders/{id}/events", get(orders::get_events))
         .route("/v1/orders/{id}/cancel", post(orders::cancel_order))

@@ -432,6 +432,47 @@ pub async fn load_many(pool: &PgPool, ids: &[Uuid]) -> Result<Vec<Order>, StoreE
     rows.into_iter().map(Order::try_from).collect()
 }
 
+/// Where a page of an account's orders ends: the last order's creation time
+/// and id (orders are listed newest first, ties by id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageEnd {
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub id: Uuid,
+}
+
+/// Up to `limit` of `account`'s orders, newest first, after `after` (a
+/// keyset page: an order placed meanwhile never shifts a later page), and
+/// where the page ends when more may follow.
+pub async fn list_for_account(
+    pool: &PgPool,
+    account: Uuid,
+    after: Option<PageEnd>,
+    limit: i64,
+) -> Result<(Vec<Order>, Option<PageEnd>), StoreError> {
+    let rows: Vec<OrderRow> = sqlx::query_as(concat!(
+        select_orders!(),
+        " WHERE o.account_id = $1 AND ($2::timestamptz IS NULL OR (o.created_at, o.id) < ($2, $3)) \
+         ORDER BY o.created_at DESC, o.id DESC LIMIT $4"
+    ))
+    .bind(account)
+    .bind(after.map(|a| a.created_at))
+    .bind(after.map(|a| a.id))
+    .bind(limit + 1)
+    .fetch_all(pool)
+    .await?;
+    let more = rows.len() as i64 > limit;
+    let orders = rows
+        .into_iter()
+        .take(usize::try_from(limit).unwrap_or(0))
+        .map(Order::try_from)
+        .collect::<Result<Vec<_>, _>>()?;
+    let end = orders.last().filter(|_| more).map(|o| PageEnd {
+        created_at: o.created_at,
+        id: o.id,
+    });
+    Ok((orders, end))
+}
+
 /// The order as the projection holds it; `account` scopes the lookup.
 pub async fn load(
     pool: &PgPool,
