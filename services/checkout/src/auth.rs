@@ -17,8 +17,9 @@ use std::sync::RwLock;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-/// How long a known token's account stays cached.
-const KNOWN_TTL: Duration = Duration::from_secs(30);
+/// How long a known token's account stays cached: a revoked token
+/// (`soldonce account revoke`) is refused by every checkout within this.
+const KNOWN_TTL: Duration = Duration::from_secs(4);
 /// How long an aged-out known token is still looked up outside the guess limit.
 const KNOWN_REMEMBERED: Duration = Duration::from_secs(3_600);
 /// How long an unknown token stays refused without a query.

@@ -94,6 +94,18 @@ pub enum AccountCommand {
         #[arg(long)]
         name: String,
     },
+    /// Revoke every token of an account: every running checkout refuses
+    /// them (401) within 5 seconds.
+    Revoke {
+        /// The account's id.
+        account: String,
+    },
+    /// Replace every token of an account with a fresh one (printed once, as
+    /// JSON); the old ones stop working as with revoke.
+    Rotate {
+        /// The account's id.
+        account: String,
+    },
 }
 
 /// Connects using DATABASE_URL.
@@ -268,7 +280,35 @@ fn print_rows(out: &Output, rows: &[StockRow], as_list: bool) {
 }
 
 pub async fn account(cmd: AccountCommand, _out: &Output) -> Result<ExitCode, CliError> {
-    let AccountCommand::Add { name } = cmd;
+    let account_id = |raw: &str| {
+        uuid::Uuid::parse_str(raw)
+            .map_err(|_| CliError::Usage(format!("{raw:?} is not an account id (a UUID)")))
+    };
+    let unknown = |id: uuid::Uuid| CliError::Usage(format!("no account {id}"));
+    let name = match cmd {
+        AccountCommand::Add { name } => name,
+        AccountCommand::Revoke { account } => {
+            let id = account_id(&account)?;
+            let revoked = store::accounts::revoke(&pool().await?, id)
+                .await
+                .context("revoking the tokens")?
+                .ok_or_else(|| unknown(id))?;
+            println!(
+                "{}",
+                serde_json::json!({ "account_id": id, "tokens_revoked": revoked })
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        AccountCommand::Rotate { account } => {
+            let id = account_id(&account)?;
+            let rotated = store::accounts::rotate(&pool().await?, id)
+                .await
+                .context("rotating the token")?
+                .ok_or_else(|| unknown(id))?;
+            println!("{}", serde_json::to_string(&rotated).unwrap_or_default());
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
     if name.trim().is_empty() || name.chars().count() > 200 {
         return Err(CliError::Usage("--name must be 1-200 characters".into()));
     }

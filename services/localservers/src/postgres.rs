@@ -42,10 +42,51 @@ pub struct Postgres {
     _temp: Option<tempfile::TempDir>,
 }
 
+/// The name every temporary server's folder starts with.
+const TEMP_PREFIX: &str = "soldonce-pg-";
+/// A temporary server's folder this old, whose server is not running, is
+/// left over.
+const STALE_AFTER: Duration = Duration::from_secs(600);
+
+/// Removes the folders of temporary servers whose server is gone. A server
+/// a whole test process shares lives in a static, which is never dropped:
+/// its folder (a cluster, often over a gigabyte) stays behind when the
+/// process exits, one per test binary run, until the disk is full.
+fn sweep_stale_temporaries() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let ours = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(TEMP_PREFIX));
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > STALE_AFTER);
+        if !(ours && old) {
+            continue;
+        }
+        // A running server's data folder names its postmaster.
+        let postmaster = std::fs::read_to_string(path.join("data").join("postmaster.pid"))
+            .ok()
+            .and_then(|t| t.lines().next()?.trim().parse::<u32>().ok());
+        let running = postmaster.is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        if !running {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
 impl Postgres {
     /// Creates a cluster in a temporary directory and starts it.
     pub fn start_temporary(options: PgOptions) -> Result<Self, Error> {
-        let temp = tempfile::Builder::new().prefix("soldonce-pg-").tempdir()?;
+        sweep_stale_temporaries();
+        let temp = tempfile::Builder::new().prefix(TEMP_PREFIX).tempdir()?;
         let mut pg = Postgres::start_in(temp.path(), options)?;
         pg._temp = Some(temp);
         Ok(pg)
@@ -330,4 +371,41 @@ fn chown_to(dir: &Path, user: &str) -> Result<(), Error> {
         p = parent.parent();
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod sweep_tests {
+    use super::*;
+
+    fn folder(tag: &str, postmaster: Option<u32>) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("{TEMP_PREFIX}sweep-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("data")).expect("folder");
+        if let Some(pid) = postmaster {
+            std::fs::write(dir.join("data").join("postmaster.pid"), format!("{pid}\n"))
+                .expect("pid file");
+        }
+        let aged = Command::new("touch")
+            .args(["-d", "1 hour ago"])
+            .arg(&dir)
+            .status()
+            .expect("touch");
+        assert!(aged.success());
+        dir
+    }
+
+    #[test]
+    fn an_old_folder_whose_server_is_gone_is_removed_and_a_running_ones_is_kept() {
+        let gone = folder("gone", Some(u32::MAX));
+        let unstarted = folder("unstarted", None);
+        let running = folder("running", Some(std::process::id()));
+        sweep_stale_temporaries();
+        assert!(!gone.exists(), "a dead postmaster's folder is removed");
+        assert!(
+            !unstarted.exists(),
+            "an old folder without a server is removed"
+        );
+        assert!(running.exists(), "a live server's folder stays");
+        std::fs::remove_dir_all(running).expect("clean up");
+    }
 }
