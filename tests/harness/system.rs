@@ -215,6 +215,28 @@ impl System {
     }
 
     /// The base URL of a service.
+    /// Places one unit of `sku` through checkout instance `instance` with
+    /// `token` and Idempotency-Key `key`; the reply.
+    pub async fn place(
+        &self,
+        instance: &str,
+        token: &str,
+        key: &str,
+        sku: &str,
+    ) -> crate::app::Reply {
+        let body = serde_json::json!({ "lines": [{ "sku": sku, "quantity": 1 }] });
+        self.app
+            .send(
+                self.app
+                    .client
+                    .post(format!("{}/v1/orders", self.url(instance)))
+                    .bearer_auth(token)
+                    .header("idempotency-key", key)
+                    .json(&body),
+            )
+            .await
+    }
+
     pub fn url(&self, service: &str) -> String {
         format!("http://127.0.0.1:{}", self.ports[service])
     }

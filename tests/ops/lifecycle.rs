@@ -14,18 +14,8 @@ use uuid::Uuid;
 
 /// Places an order for one MUG at checkout's current address; asserts the 202.
 async fn place_one_mug(system: &System, key: &str) {
-    let body = serde_json::json!({ "lines": [{ "sku": "MUG", "quantity": 1 }] });
     let placed = system
-        .app
-        .send(
-            system
-                .app
-                .client
-                .post(format!("{}/v1/orders", system.url("checkout")))
-                .bearer_auth(&system.app.token)
-                .header("idempotency-key", key)
-                .json(&body),
-        )
+        .place("checkout", &system.app.token, key, "MUG")
         .await;
     assert_eq!(placed.status, 202);
 }
@@ -479,20 +469,7 @@ async fn soldonce_up_names_a_service_that_dies_and_stops_the_rest_with_exit_1() 
 
 /// Places one MUG through checkout instance `instance` with `token`: the status.
 async fn place_via(system: &System, instance: &str, token: &str, key: &str) -> u16 {
-    let body = serde_json::json!({ "lines": [{ "sku": "MUG", "quantity": 1 }] });
-    system
-        .app
-        .send(
-            system
-                .app
-                .client
-                .post(format!("{}/v1/orders", system.url(instance)))
-                .bearer_auth(token)
-                .header("idempotency-key", key)
-                .json(&body),
-        )
-        .await
-        .status
+    system.place(instance, token, key, "MUG").await.status
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -248,16 +248,7 @@ async fn every_service_runs_on_a_tls_only_postgres_with_verify_full_and_pays_thr
     .await;
     system.app.add_product("LAMP", 2_500, 5).await;
     let placed = system
-        .app
-        .send(
-            system
-                .app
-                .client
-                .post(format!("{}/v1/orders", system.url("checkout")))
-                .bearer_auth(&system.app.token)
-                .header("idempotency-key", "tls-1")
-                .json(&serde_json::json!({ "lines": [{ "sku": "LAMP", "quantity": 1 }] })),
-        )
+        .place("checkout", &system.app.token, "tls-1", "LAMP")
         .await;
     assert_eq!(placed.status, 202, "{}", placed.body);
     let id = placed.body["id"].as_str().expect("an order id").to_owned();
