@@ -66,9 +66,10 @@ cleanup() {
     fi
     [ -f "$OVERRIDE" ] && compose down -v --remove-orphans >/dev/null 2>&1 || true
     # Each run rebuilds the soldonce image (its binaries are new): drop the
-    # images it replaced, or the cache grows by a gigabyte or more a run.
-    # Tagged images and the stand-ins' build cache stay.
+    # images it replaced and the build contexts it sent (the binaries, over
+    # a gigabyte a run). Tagged images and the stand-ins' build cache stay.
     "$DOCKER" image prune -f >/dev/null 2>&1 || true
+    "$DOCKER" builder prune -f --filter type=source.local >/dev/null 2>&1 || true
     kill "$DOCKERD_PID" 2>/dev/null || true
     wait "$DOCKERD_PID" 2>/dev/null || true
   fi
