@@ -58,7 +58,20 @@ async fn an_oversized_or_malformed_traceparent_starts_a_fresh_trace_and_nothing_
             .fetch_one(&app.pool)
             .await
             .expect("outbox headers");
-    assert_eq!(kept, valid, "a valid trace is continued");
+    // Continued: the same trace, under checkout's own span.
+    assert_eq!(
+        kept.get(..36),
+        valid.get(..36),
+        "a valid trace is continued"
+    );
+    assert_ne!(
+        kept, valid,
+        "the events name checkout's span, not the caller's"
+    );
+    assert!(
+        platform::trace::TraceParent::parse(&kept).is_some(),
+        "{kept}"
+    );
     let largest: i64 = sqlx::query_scalar("SELECT max(length(metadata::text))::bigint FROM events")
         .fetch_one(&app.pool)
         .await

@@ -34,6 +34,7 @@ use async_nats::jetstream::{self, consumer::pull, AckKind};
 use events::{CloudEvent, DeadLetter, Inbox};
 use futures::stream::{FuturesUnordered, Stream};
 use futures::{FutureExt, StreamExt};
+use platform::otel::{Hop, Kind};
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -331,6 +332,9 @@ struct InHand {
     message: jetstream::Message,
     seq: u64,
     delivery: Arc<Delivery>,
+    /// The consumer span (recorded when the message leaves the hand); the
+    /// delivery's `traceparent` names it, so what the handler writes continues it.
+    hop: Option<std::sync::Mutex<Hop>>,
 }
 
 async fn process<H: Handler>(
@@ -383,11 +387,24 @@ async fn process<H: Handler>(
             metrics::histogram!("soldonce_consumer_wait_seconds", "consumer" => spec.name.clone())
                 .record((now_ns - published_ns).max(0) as f64 / 1e9);
         }
-        let traceparent = message
+        let hop = message
             .headers
             .as_ref()
             .and_then(|h| h.get("traceparent"))
-            .map(|v| v.as_str().to_owned());
+            .and_then(|v| platform::trace::TraceParent::parse(v.as_str()))
+            .map(|parent| {
+                let mut hop = Hop::start(
+                    Kind::Consumer,
+                    format!("process {}", message.subject),
+                    Some(parent),
+                );
+                hop.attribute("messaging.system", "nats");
+                hop.attribute("messaging.consumer.group.name", spec.name.clone());
+                hop.attribute("messaging.message.id", event.id.to_string());
+                hop.attribute("messaging.message.delivery_count", delivered);
+                hop
+            });
+        let traceparent = hop.as_ref().map(|h| h.traceparent().to_string());
         hand.push(InHand {
             message,
             seq,
@@ -396,6 +413,7 @@ async fn process<H: Handler>(
                 delivered,
                 traceparent,
             }),
+            hop: hop.map(std::sync::Mutex::new),
         });
     }
     if hand.is_empty() {
@@ -699,6 +717,11 @@ async fn settle<I: Inbox>(
     outcome: Result<(), HandleError>,
 ) {
     let (message, seq, delivered) = (&h.message, h.seq, h.delivery.delivered);
+    if let (Err(e), Some(hop)) = (&outcome, &h.hop) {
+        if let Ok(mut hop) = hop.lock() {
+            hop.fail(e);
+        }
+    }
     match outcome {
         Ok(()) => {
             metrics::counter!("soldonce_consumer_handled_total", "consumer" => spec.name.clone())

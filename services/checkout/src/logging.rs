@@ -12,6 +12,7 @@ use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::Response;
+use platform::otel::{Hop, Kind};
 use platform::trace::TraceParent;
 use std::convert::Infallible;
 use std::fmt;
@@ -93,10 +94,38 @@ impl RequestIds {
 /// Resolves the request's trace for the handlers, then logs the response
 /// once if it is an error.
 pub(crate) async fn log_errors(mut request: Request, next: Next) -> Response {
-    let trace = RequestTrace::of(request.headers());
+    // The request's server span: what the handlers write (events, their
+    // outbox rows) continues it.
+    let mut hop = Hop::continuing(
+        Kind::Server,
+        request.method().as_str().to_owned(),
+        request
+            .headers()
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok()),
+    );
+    let trace = RequestTrace(hop.traceparent().to_string());
     let ids = RequestIds::of(&request, &trace);
     request.extensions_mut().insert(trace);
     let mut response = next.run(request).await;
+    if platform::otel::enabled() {
+        let route = response
+            .extensions()
+            .get::<platform::ops::HttpRoute>()
+            .map_or("unmatched", |r| r.0.as_str())
+            .to_owned();
+        hop.rename(format!("{} {route}", ids.method));
+        hop.attribute("http.request.method", ids.method.clone());
+        hop.attribute("http.route", route);
+        hop.attribute(
+            "http.response.status_code",
+            i64::from(response.status().as_u16()),
+        );
+        if response.status().is_server_error() {
+            hop.fail(response.status());
+        }
+    }
+    drop(hop);
     let Some(Failure(cause)) = response.extensions_mut().remove::<Failure>() else {
         return response;
     };

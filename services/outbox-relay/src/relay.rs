@@ -13,6 +13,8 @@ use crate::poison::{self, Poison};
 use crate::watch::{Acks, RepairSettings};
 use async_nats::jetstream::{self, message::PublishMessage};
 use backon::{ExponentialBuilder, Retryable};
+use platform::otel::{Hop, Kind};
+use platform::trace::TraceParent;
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -251,8 +253,28 @@ impl Relay {
         let mut parked: Vec<(usize, Poison)> = Vec::new();
         let mut failure: Option<anyhow::Error> = None;
         let mut pending = Vec::with_capacity(rows.len());
+        // Each row's producer span, recorded when the batch is done.
+        let mut hops: Vec<Option<Hop>> = Vec::with_capacity(rows.len());
         for (i, row) in rows.iter().enumerate() {
-            let message = match message(row, max_payload) {
+            let hop = row
+                .headers
+                .get("traceparent")
+                .and_then(|v| v.as_str())
+                .and_then(TraceParent::parse)
+                .map(|parent| {
+                    let mut hop = Hop::start(
+                        Kind::Producer,
+                        format!("publish {}", row.subject),
+                        Some(parent),
+                    );
+                    hop.attribute("messaging.system", "nats");
+                    hop.attribute("messaging.destination.name", row.subject.clone());
+                    hop.attribute("messaging.message.id", row.id.to_string());
+                    hop
+                });
+            let traceparent = hop.as_ref().map(Hop::traceparent);
+            hops.push(hop);
+            let message = match message(row, traceparent, max_payload) {
                 Ok(m) => m,
                 Err(p) => {
                     parked.push((i, p));
@@ -306,6 +328,9 @@ impl Relay {
                 Err(e) => match poison::classify(&e) {
                     Some(p) => parked.push((i, p)),
                     None => {
+                        if let Some(hop) = hops[i].as_mut() {
+                            hop.fail(&e);
+                        }
                         failure.get_or_insert_with(|| {
                             anyhow::Error::new(e)
                                 .context(format!("awaiting the ack of event {}", row.id))
@@ -372,7 +397,11 @@ fn seconds_between(from: chrono::DateTime<chrono::Utc>, to: chrono::DateTime<chr
 /// stream does not take, or a size over the server's `max_payload` (counted
 /// as the server does: headers plus payload). The payload is the bytes its
 /// writer stored, sent as they are.
-fn message(row: &store::outbox::OutboxRow, max_payload: usize) -> Result<PublishMessage, Poison> {
+fn message(
+    row: &store::outbox::OutboxRow,
+    traceparent: Option<TraceParent>,
+    max_payload: usize,
+) -> Result<PublishMessage, Poison> {
     if !poison::publishable_subject(&row.subject) {
         return Err(Poison::new(
             poison::BAD_SUBJECT,
@@ -385,13 +414,14 @@ fn message(row: &store::outbox::OutboxRow, max_payload: usize) -> Result<Publish
         ("Nats-Msg-Id", id.as_str()),
         (bus::POSITION_HEADER, position.as_str()),
     ];
-    match row.headers.get("traceparent").and_then(|v| v.as_str()) {
-        // A header value with CR or LF would break the protocol; a traceparent is printable ASCII.
-        Some(tp) if !tp.is_empty() && tp.bytes().all(|b| b.is_ascii_graphic()) => {
-            headers.push(("traceparent", tp))
+    // The relay's own span (a parsed traceparent: printable ASCII, never the stored text).
+    let traceparent = traceparent.map(|t| t.to_string());
+    match (&traceparent, row.headers.get("traceparent")) {
+        (Some(tp), _) => headers.push(("traceparent", tp.as_str())),
+        (None, Some(_)) => {
+            tracing::warn!(event_id = %row.id, "dropping a malformed traceparent header")
         }
-        Some(_) => tracing::warn!(event_id = %row.id, "dropping a malformed traceparent header"),
-        None => {}
+        (None, None) => {}
     }
     let size = poison::wire_size(&headers, row.payload.len());
     if max_payload > 0 && size > max_payload {

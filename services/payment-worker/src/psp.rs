@@ -5,6 +5,7 @@
 //! by asking the provider by key — never by charging with a new key.
 
 use backon::{ExponentialBuilder, Retryable};
+use platform::otel::{Hop, Kind};
 use serde::Deserialize;
 use std::time::Duration;
 use uuid::Uuid;
@@ -130,9 +131,6 @@ impl Psp {
         currency: &str,
         traceparent: Option<&str>,
     ) -> Result<PspPayment, PspError> {
-        let traceparent = traceparent
-            .and_then(platform::trace::TraceParent::parse)
-            .map(|t| t.child().to_string());
         let key = format!("pay:{order_id}");
         let body = serde_json::json!({ "amount_minor": amount_minor, "currency": currency, "reference": order_id.to_string() });
         (|| async {
@@ -141,7 +139,7 @@ impl Psp {
                     &format!("{}/v1/payments", self.base),
                     &key,
                     &body,
-                    traceparent.as_deref(),
+                    traceparent,
                 )
                 .await
             {
@@ -237,10 +235,31 @@ impl Psp {
             .post(url)
             .header("idempotency-key", key)
             .json(body);
-        if let Some(traceparent) = traceparent {
-            request = request.header("traceparent", traceparent);
+        // Each attempt is a client span of the caller's trace; the PSP continues it.
+        let mut hop = traceparent
+            .and_then(platform::trace::TraceParent::parse)
+            .map(|parent| {
+                let mut hop = Hop::start(Kind::Client, "POST", Some(parent));
+                hop.attribute("http.request.method", "POST");
+                hop.attribute("url.full", url.to_owned());
+                hop
+            });
+        if let Some(hop) = &hop {
+            request = request.header("traceparent", hop.traceparent().to_string());
         }
         let sent = request.send().await;
+        if let Some(hop) = hop.as_mut() {
+            match &sent {
+                Ok(r) => {
+                    hop.attribute("http.response.status_code", i64::from(r.status().as_u16()));
+                    if !r.status().is_success() {
+                        hop.fail(r.status());
+                    }
+                }
+                Err(e) => hop.fail(e),
+            }
+        }
+        drop(hop);
         metrics::histogram!("soldonce_psp_latency_seconds").record(started.elapsed().as_secs_f64());
         let response = sent.map_err(|e| {
             if e.is_timeout() {

@@ -7,6 +7,7 @@
 //! Layout:
 //! - `app.rs` — the runner: ops server, tasks, shutdown, join
 //! - `config.rs` — settings from the environment
+//! - `otel.rs` — OpenTelemetry traces: one span per hop an order crosses
 //! - `ops.rs` — `/healthz`, `/readyz` (combined checks), `/metrics`
 //! - `problem.rs` — RFC 9457 problem responses
 //! - `runtime.rs` — the async runtime, sized by `TOKIO_WORKER_THREADS`
@@ -17,6 +18,7 @@
 pub mod app;
 pub mod config;
 pub mod ops;
+pub mod otel;
 pub mod problem;
 pub mod runtime;
 pub mod shutdown;

@@ -69,13 +69,21 @@ pub async fn http_metrics(
     let response = next.run(request).await;
     metrics::histogram!(
         "http_server_request_duration_seconds",
-        "http_route" => route,
+        "http_route" => route.clone(),
         "http_request_method" => method,
         "http_response_status_code" => response.status().as_u16().to_string(),
     )
     .record(started.elapsed().as_secs_f64());
+    let mut response = response;
+    response.extensions_mut().insert(HttpRoute(route));
     response
 }
+
+/// The route template a response answered (`/v1/orders/{id}`, or
+/// `unmatched`), left on it by [`http_metrics`] for outer layers (the
+/// request's span is named by it).
+#[derive(Debug, Clone)]
+pub struct HttpRoute(pub String);
 
 /// A readiness probe: `Ok` when every dependency answers, else which one failed.
 pub type ReadinessCheck =

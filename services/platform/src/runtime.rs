@@ -61,19 +61,22 @@ where
     let about = "a service of soldonce, the order saga (every unit sold once, every payment charged once, every order ends)";
     if let Some(text) = config::answer_version_or_help(service, about, || {
         worker_threads()?;
+        crate::otel::settings()?;
         read()
     }) {
         println!("{text}");
         return Ok(());
     }
-    let (settings, threads) = config::load(|| {
+    let (settings, threads, exporting) = config::load(|| {
         let threads = worker_threads()?;
-        Ok((read()?, threads))
+        let exporting = crate::otel::settings()?;
+        Ok((read()?, threads, exporting))
     });
     let runtime =
         build(threads).map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         crate::telemetry::init(service);
+        crate::otel::start(service, exporting.as_ref()).map_err(|e| anyhow::anyhow!(e))?;
         export_workers();
         // Which build runs where: 1, labelled with the service and its version.
         metrics::gauge!(
@@ -83,7 +86,9 @@ where
         )
         .set(1.0);
         body(settings).await
-    })
+    });
+    crate::otel::shutdown();
+    result
 }
 
 /// Sets `soldonce_runtime_workers` to the current runtime's worker count.

@@ -71,6 +71,11 @@ impl TraceParent {
             .unwrap_or_else(TraceParent::start)
     }
 
+    /// The raw ids: trace id, parent (span) id, flags.
+    pub fn ids(&self) -> ([u8; 16], [u8; 8], u8) {
+        (self.trace_id, self.parent_id, self.flags)
+    }
+
     /// The trace id as 32 hex digits.
     pub fn trace_id(&self) -> String {
         self.trace_id.iter().map(|b| format!("{b:02x}")).collect()

@@ -27,10 +27,15 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     // Both settings, checked once: the first error is what is reported.
-    let checked = match (Settings::from_env(), platform::runtime::worker_threads()) {
-        (Ok(settings), Ok(threads)) => Ok((settings, threads)),
-        (Err(e), _) => Err(e.to_string()),
-        (_, Err(e)) => Err(e.to_string()),
+    let checked = match (
+        Settings::from_env(),
+        platform::runtime::worker_threads(),
+        platform::otel::settings(),
+    ) {
+        (Ok(settings), Ok(threads), Ok(exporting)) => Ok((settings, threads, exporting)),
+        (Err(e), _, _) => Err(e.to_string()),
+        (_, Err(e), _) => Err(e.to_string()),
+        (_, _, Err(e)) => Err(e.to_string()),
     };
     if std::env::args().skip(1).any(|a| a == "--check-config") {
         // What a deployment may set, for checking compose files against.
@@ -50,7 +55,7 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         };
     }
-    let (settings, threads) = match checked {
+    let (settings, threads, exporting) = match checked {
         Ok(checked) => checked,
         Err(error) => {
             eprintln!("psp-sim: {error}");
@@ -58,7 +63,11 @@ fn main() -> ExitCode {
         }
     };
     match platform::runtime::build(threads) {
-        Ok(runtime) => runtime.block_on(serve(settings)),
+        Ok(runtime) => {
+            let code = runtime.block_on(serve(settings, exporting));
+            platform::otel::shutdown();
+            code
+        }
         Err(error) => {
             eprintln!("psp-sim: cannot start the async runtime: {error}");
             ExitCode::FAILURE
@@ -66,7 +75,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve(settings: Settings) -> ExitCode {
+async fn serve(settings: Settings, exporting: Option<platform::otel::Exporting>) -> ExitCode {
     // JSON lines, like every soldonce service, so one order's trace id can
     // be followed through all of their logs.
     tracing_subscriber::fmt()
@@ -78,6 +87,10 @@ async fn serve(settings: Settings) -> ExitCode {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .init();
+    if let Err(error) = platform::otel::start("psp-sim", exporting.as_ref()) {
+        tracing::error!(%error, "psp-sim could not start");
+        return ExitCode::FAILURE;
+    }
     let app = match Application::build(settings).await {
         Ok(app) => app,
         Err(error) => {

@@ -29,9 +29,14 @@ pub(super) async fn create(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     // The caller's trace continues here (an invalid header starts a new one).
-    let trace = platform::trace::TraceParent::from_header(
+    let mut hop = platform::otel::Hop::continuing(
+        platform::otel::Kind::Server,
+        "POST /v1/payments",
         headers.get("traceparent").and_then(|v| v.to_str().ok()),
     );
+    hop.attribute("http.request.method", "POST");
+    hop.attribute("http.route", "/v1/payments");
+    let trace = hop.traceparent();
     let span = tracing::Span::current();
     span.record("trace_id", trace.trace_id().as_str());
     let (faults, key) = super::admit_keyed(&state, &headers)?;

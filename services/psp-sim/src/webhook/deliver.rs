@@ -1,6 +1,7 @@
 //! Delivering one webhook: a signed POST, retried with jittered exponential backoff until the
 //! receiver answers 2xx or the retry budget runs out.
 
+use platform::otel::{Hop, Kind};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,8 +104,15 @@ impl Deliverer {
             .header("webhook-id", &event.id)
             .header("webhook-timestamp", timestamp.to_string())
             .header("webhook-signature", signature);
-        let result = match event.traceparent {
-            Some(trace) => request.header("traceparent", trace.to_string()),
+        // Each attempt is a client span under the call that caused the webhook.
+        let mut hop = event.traceparent.map(|parent| {
+            let mut hop = Hop::start(Kind::Client, "POST webhook", Some(parent));
+            hop.attribute("http.request.method", "POST");
+            hop.attribute("webhook.id", event.id.clone());
+            hop
+        });
+        let result = match &hop {
+            Some(hop) => request.header("traceparent", hop.traceparent().to_string()),
             None => request,
         }
         .body(event.body.clone())
@@ -115,6 +123,9 @@ impl Deliverer {
             status if status.is_success() => Ok(()),
             status => Err(AttemptError::Refused(status)),
         });
+        if let (Some(hop), Err(e)) = (hop.as_mut(), &result) {
+            hop.fail(e);
+        }
         self.counters.webhook_attempted(result.is_ok());
         result
     }

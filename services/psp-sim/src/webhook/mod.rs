@@ -78,8 +78,9 @@ pub struct WebhookEvent {
     pub event_type: EventType,
     /// The JSON body.
     pub body: Bytes,
-    /// The trace it continues (`traceparent`, one hop on from the call that
-    /// created the payment), when there is one.
+    /// The trace it continues, when there is one: the span of the call
+    /// that created the payment (each delivery attempt is a client span of
+    /// its own under it).
     pub traceparent: Option<platform::trace::TraceParent>,
     /// The merchant's reference (the order), for the logs.
     pub reference: Option<String>,
@@ -149,7 +150,7 @@ impl WebhookQueue {
         let Some(sender) = &self.sender else { return };
         match WebhookEvent::new(event_type, data) {
             Ok(mut event) => {
-                event.traceparent = trace.map(|t| t.child());
+                event.traceparent = trace;
                 event.reference = reference.map(str::to_owned);
                 tracing::debug!(webhook_id = %event.id, %event_type, "webhook queued");
                 if sender.send(event).is_err() {
