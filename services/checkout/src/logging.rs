@@ -308,7 +308,11 @@ mod tests {
         let (response, body, logged) = send(request).await;
         assert_eq!(response.status(), 200);
         assert!(logged.is_empty(), "{logged:?}");
-        assert_eq!(body, TRACE);
+        // The caller's trace, under the request's own span.
+        let handed = TraceParent::parse(&body).expect("a valid traceparent");
+        let caller = TraceParent::parse(TRACE).expect("valid");
+        assert_eq!(handed.trace_id(), caller.trace_id());
+        assert_ne!(handed.ids().1, caller.ids().1, "{body}");
     }
 
     #[tokio::test]
