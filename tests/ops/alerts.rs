@@ -132,7 +132,8 @@ fn every_metric_an_alert_watches_is_one_a_service_exports() {
     );
 }
 
-fn walk(dir: &Path) -> Vec<PathBuf> {
+/// Every file under `dir`, depth first.
+pub(super) fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut files = vec![];
     for entry in std::fs::read_dir(dir).expect("read dir").flatten() {
         let path = entry.path();

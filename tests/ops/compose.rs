@@ -286,6 +286,19 @@ fn every_service_turns_bad_configuration_into_exit_2_and_one_line_naming_it() {
             ],
             "WEBHOOK_SECRET",
         ),
+        // Logs are JSON or text; a service reading its settings through
+        // platform and psp-sim say so alike.
+        (
+            "checkout",
+            &[("DATABASE_URL", "postgres://x/y"), ("LOG_FORMAT", "bogus")],
+            "LOG_FORMAT",
+        ),
+        ("psp-sim", &[("LOG_FORMAT", "logfmt")], "LOG_FORMAT"),
+        (
+            "expiry",
+            &[("DATABASE_URL", "postgres://x/y"), ("RUST_LOG", "info,[")],
+            "RUST_LOG",
+        ),
         // A runtime size that is not a positive number of threads, in a
         // service that reads its settings through platform and in psp-sim.
         (
@@ -384,14 +397,32 @@ fn every_binary_answers_version_and_help_without_starting_and_help_names_every_v
         }
         let (code, checked) = run_with(service, &["--check-config"], &valid);
         assert_eq!(code, Some(0), "{service} --check-config: {checked}");
-        let reads: serde_json::Value = serde_json::from_str(checked.trim()).expect("JSON");
-        let reads = reads["reads"].as_object().expect("reads");
+        let report: serde_json::Value = serde_json::from_str(checked.trim()).expect("JSON");
+        let reads = report["reads"].as_object().expect("reads");
         assert!(reads.len() > 1, "{service}: {reads:?}");
+        let settings = report["settings"].as_array().expect("settings");
         for name in reads.keys() {
             assert!(
-                help.lines()
-                    .any(|l| l.split_whitespace().next() == Some(name.as_str())),
-                "{service} --help names {name}:\n{help}"
+                settings.iter().any(|s| s["name"] == name.as_str()),
+                "{service}: {name} is read but not declared: {report}"
+            );
+        }
+        // Each on one line: its name, required or its default, its meaning.
+        for setting in settings {
+            let name = setting["name"].as_str().expect("name");
+            let line = help
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(name))
+                .unwrap_or_else(|| panic!("{service} --help names {name}:\n{help}"));
+            let how = match (setting["required"].as_bool(), setting["default"].as_str()) {
+                (Some(true), _) => "required".to_owned(),
+                (_, Some(default)) => format!("default {default}"),
+                _ => "optional".to_owned(),
+            };
+            let meaning = setting["meaning"].as_str().expect("meaning");
+            assert!(
+                !meaning.is_empty() && line.contains(&how) && line.trim_end().ends_with(meaning),
+                "{service} --help: {name}, {how}, {meaning:?}:\n{line}"
             );
         }
     }

@@ -1,5 +1,6 @@
 //! One command for operators: deployment files that match the binaries,
-//! clear configuration errors, parseable metrics, graceful shutdown,
+//! clear configuration errors and a reference table that matches them,
+//! described metrics and logs that name their service, graceful shutdown,
 //! readiness that names the dependency that is down, the local run with its
 //! demo, and the flash-sale bench.
 
@@ -11,5 +12,7 @@ mod failover;
 mod lifecycle;
 mod psp_books;
 mod readiness;
+mod reference;
+mod signals;
 mod tls;
 mod trace;

@@ -74,25 +74,33 @@ pub struct ConsumerSpec {
 /// `CONSUMER_BATCH_SIZE`, default 32 (1–1000): the most messages a
 /// consumer takes at once and records in one transaction.
 pub fn batch_size_setting() -> Result<usize, platform::config::ConfigError> {
-    count_setting("CONSUMER_BATCH_SIZE", 32, 1000)
+    let setting = platform::config::var(
+        "CONSUMER_BATCH_SIZE",
+        "the most messages a consumer takes at once and records in one transaction (1–1000); 1 handles each alone",
+    );
+    count_setting(setting, 32, 1000)
 }
 
 /// `CONSUMER_RECORDERS`, default 4 (1–64): the transactions a consumer
 /// process records in at once, each taking every prepared message waiting.
 pub fn recorders_setting() -> Result<usize, platform::config::ConfigError> {
-    count_setting("CONSUMER_RECORDERS", 4, 64)
+    let setting = platform::config::var(
+        "CONSUMER_RECORDERS",
+        "transactions recording at once in one consumer process (1–64), each taking every prepared message waiting",
+    );
+    count_setting(setting, 4, 64)
 }
 
 /// A count between 1 and `most`, or `default` when unset.
 fn count_setting(
-    name: &str,
+    setting: platform::config::Var,
     default: usize,
     most: usize,
 ) -> Result<usize, platform::config::ConfigError> {
-    let n = platform::config::parsed(name, default)?;
+    let n = setting.parsed(default)?;
     if !(1..=most).contains(&n) {
         return Err(platform::config::ConfigError::new(
-            name,
+            setting.name(),
             format!("must be between 1 and {most}"),
         ));
     }

@@ -10,9 +10,13 @@
 //! - `lib.rs` — the stream's topology, connecting, NATS readiness
 //! - `consumer.rs` — the consumer runtime: pull, dedupe through an `events::Inbox`, ack, retry, dead letters
 //! - `repair.rs` — the stream compared with `events` (the authority), and what it lost republished
+//! - `metric_help.rs` — what each metric it records means
 
 pub mod consumer;
+mod metric_help;
 pub mod repair;
+
+pub use metric_help::METRICS;
 
 use async_nats::jetstream::{self, stream};
 use platform::config::{self, ConfigError};
@@ -60,15 +64,27 @@ impl StreamSettings {
     /// Reads the settings from the environment.
     pub fn from_env() -> Result<Self, ConfigError> {
         let d = StreamSettings::default();
-        let replicas = config::parsed("STREAM_REPLICAS", d.replicas)?;
+        let replicas = config::var(
+            "STREAM_REPLICAS",
+            "copies of the stream in a NATS cluster (1–5; 3 for a cluster)",
+        )
+        .parsed(d.replicas)?;
         if !(1..=5).contains(&replicas) {
             return Err(ConfigError::new(
                 "STREAM_REPLICAS",
                 "must be between 1 and 5",
             ));
         }
-        let duplicate_window = config::duration("STREAM_DUPLICATE_WINDOW", d.duplicate_window)?;
-        let max_age = config::duration("STREAM_MAX_AGE", d.max_age)?;
+        let duplicate_window = config::var(
+            "STREAM_DUPLICATE_WINDOW",
+            "republishes of an event within it are dropped by the stream",
+        )
+        .duration(d.duplicate_window)?;
+        let max_age = config::var(
+            "STREAM_MAX_AGE",
+            "stream retention (0: no limit); events keeps every event for ever, the stream what consumers and replays need",
+        )
+        .duration(d.max_age)?;
         if !max_age.is_zero() && max_age < duplicate_window {
             return Err(ConfigError::new(
                 "STREAM_MAX_AGE",
@@ -78,7 +94,11 @@ impl StreamSettings {
         Ok(StreamSettings {
             duplicate_window,
             max_age,
-            max_bytes: config::parsed("STREAM_MAX_BYTES", d.max_bytes)?,
+            max_bytes: config::var(
+                "STREAM_MAX_BYTES",
+                "the stream's size cap in bytes, oldest dropped first, so a full NATS disk never stops the relay (0: none)",
+            )
+            .parsed(d.max_bytes)?,
             replicas,
         })
     }

@@ -15,7 +15,10 @@
 //! - `auth.rs`, `limits.rs` — bearer tokens, rate and hold limits
 //! - `error.rs` — `ApiError`, every problem response rendered in one place
 //! - `logging.rs` — each error response logged once, with the request's ids
+//! - `metric_help.rs` — what each metric it records means
 
+mod metric_help;
+pub use metric_help::METRICS;
 mod auth;
 mod coalesce;
 mod error;
@@ -129,7 +132,12 @@ impl Coalesce {
     /// Reads `CHECKOUT_COALESCE`, `CHECKOUT_COALESCE_MAX` and `CHECKOUT_COALESCE_LANES`.
     pub fn from_env() -> Result<Self, ConfigError> {
         let d = Coalesce::default();
-        let enabled = match config::optional("CHECKOUT_COALESCE")?
+        let enabled = match config::var(
+            "CHECKOUT_COALESCE",
+            "on gathers concurrent placements into one transaction per group; off commits each in its own",
+        )
+        .default_shown_as("on")
+        .optional()?
             .as_deref()
             .map(str::trim)
         {
@@ -155,14 +163,22 @@ impl Coalesce {
                 ))
             }
         };
-        let max_group = config::parsed("CHECKOUT_COALESCE_MAX", d.max_group)?;
+        let max_group = config::var(
+            "CHECKOUT_COALESCE_MAX",
+            "the most placements committed in one transaction (1–10000)",
+        )
+        .parsed(d.max_group)?;
         if !(1..=10_000).contains(&max_group) {
             return Err(ConfigError::new(
                 "CHECKOUT_COALESCE_MAX",
                 "must be between 1 and 10000",
             ));
         }
-        let lanes = config::parsed("CHECKOUT_COALESCE_LANES", d.lanes)?;
+        let lanes = config::var(
+            "CHECKOUT_COALESCE_LANES",
+            "placing groups in flight at once, each holding one connection (1–64)",
+        )
+        .parsed(d.lanes)?;
         if !(1..=64).contains(&lanes) {
             return Err(ConfigError::new(
                 "CHECKOUT_COALESCE_LANES",
@@ -180,11 +196,19 @@ impl Coalesce {
 impl Settings {
     /// Reads the settings from the environment.
     pub fn from_env() -> Result<Self, ConfigError> {
-        let pool_size = config::parsed("DATABASE_POOL_SIZE", 32u32)?;
+        let pool_size = config::var(
+            "DATABASE_POOL_SIZE",
+            "checkout's PostgreSQL connections: the bound on its concurrent transactions",
+        )
+        .parsed(32u32)?;
         if pool_size == 0 {
             return Err(ConfigError::new("DATABASE_POOL_SIZE", "must be at least 1"));
         }
-        let reservation_ttl = config::duration("RESERVATION_TTL", Duration::from_secs(15 * 60))?;
+        let reservation_ttl = config::var(
+            "RESERVATION_TTL",
+            "how long a reservation waits for payment before expiry releases it",
+        )
+        .duration(Duration::from_secs(15 * 60))?;
         if reservation_ttl.is_zero() {
             return Err(ConfigError::new(
                 "RESERVATION_TTL",
@@ -192,8 +216,16 @@ impl Settings {
             ));
         }
         Ok(Settings {
-            addr: config::parsed("CHECKOUT_ADDR", SocketAddr::from(([127, 0, 0, 1], 8080)))?,
-            ops_addr: config::optional("CHECKOUT_OPS_ADDR")?
+            addr: config::var(
+                "CHECKOUT_ADDR",
+                "where the API (and, without CHECKOUT_OPS_ADDR, /healthz /readyz /metrics) listens; port 0 picks a free port",
+            )
+            .parsed(SocketAddr::from(([127, 0, 0, 1], 8080)))?,
+            ops_addr: config::var(
+                "CHECKOUT_OPS_ADDR",
+                "when set, /healthz /readyz /metrics are served only there, apart from the API",
+            )
+            .optional()?
                 .map(|a| {
                     a.trim().parse().map_err(|e| {
                         ConfigError::new("CHECKOUT_OPS_ADDR", format!("cannot parse {a:?}: {e}"))
@@ -203,7 +235,8 @@ impl Settings {
             database_url: config::database_url()?,
             reservation_ttl,
             pool_size,
-            webhook_secrets: config::optional("WEBHOOK_SECRET")?
+            webhook_secrets: config::WEBHOOK_SECRET
+                .optional()?
                 .map(|s| Secrets::parse(&s).map_err(|e| ConfigError::new("WEBHOOK_SECRET", e)))
                 .transpose()?,
             limits: Limits::from_env()?,
@@ -246,6 +279,7 @@ pub struct Application {
 impl Application {
     /// Connects to the database and binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        platform::metric::describe(&[platform::metric::METRICS, store::METRICS, METRICS]);
         let pool = store::connect_with_settings(
             &settings.database_url,
             settings.pool_size,

@@ -37,15 +37,28 @@ impl Limits {
 
     /// Reads the limits from the environment.
     pub fn from_env() -> Result<Limits, ConfigError> {
-        let account_rate = config::parsed("ACCOUNT_RATE_LIMIT", 200u32)?;
-        let account_burst = config::parsed("ACCOUNT_RATE_BURST", account_rate.saturating_mul(2))?;
+        let account_rate = config::var(
+            "ACCOUNT_RATE_LIMIT",
+            "requests a second per account (0: off); beyond it 429 with Retry-After",
+        )
+        .parsed(200u32)?;
+        let account_burst = config::var(
+            "ACCOUNT_RATE_BURST",
+            "how many requests an idle account may send at once",
+        )
+        .default_shown_as("twice ACCOUNT_RATE_LIMIT")
+        .parsed(account_rate.saturating_mul(2))?;
         if account_rate > 0 && account_burst == 0 {
             return Err(ConfigError::new(
                 "ACCOUNT_RATE_BURST",
                 "must be at least 1 while ACCOUNT_RATE_LIMIT is on",
             ));
         }
-        let max_reserved_units = config::parsed("ACCOUNT_MAX_RESERVED_UNITS", 0i64)?;
+        let max_reserved_units = config::var(
+            "ACCOUNT_MAX_RESERVED_UNITS",
+            "units one account may hold in unpaid orders (0: off); beyond it 409 limit-reserved-units",
+        )
+        .parsed(0i64)?;
         if max_reserved_units < 0 {
             return Err(ConfigError::new(
                 "ACCOUNT_MAX_RESERVED_UNITS",
@@ -55,7 +68,11 @@ impl Limits {
         Ok(Limits {
             account_rate,
             account_burst,
-            token_lookup_rate: config::parsed("TOKEN_LOOKUP_RATE", 100u32)?,
+            token_lookup_rate: config::var(
+                "TOKEN_LOOKUP_RATE",
+                "database lookups a second of tokens the cache does not know (0: off); beyond it 429",
+            )
+            .parsed(100u32)?,
             max_reserved_units,
         })
     }

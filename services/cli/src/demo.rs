@@ -49,8 +49,12 @@ pub async fn run(cmd: DemoCommand, out: &Output) -> Result<ExitCode, CliError> {
     let usage = |e: platform::ConfigError| {
         CliError::Usage(format!("{e} (run `soldonce up` and source its env file)"))
     };
-    let url = platform::config::required("CHECKOUT_URL").map_err(usage)?;
-    let token = platform::config::required("SOLDONCE_TOKEN").map_err(usage)?;
+    let url = platform::config::var("CHECKOUT_URL", "checkout's base URL")
+        .required()
+        .map_err(usage)?;
+    let token = platform::config::var("SOLDONCE_TOKEN", "an account's API token")
+        .required()
+        .map_err(usage)?;
     let pool = crate::admin::pool().await?;
     flash_sale(&pool, &url, &token, buyers, stock, out).await
 }

@@ -32,8 +32,7 @@ pub struct TailArgs {
 
 pub async fn tail(cmd: EventsCommand, out: &Output) -> Result<ExitCode, CliError> {
     let EventsCommand::Tail(args) = cmd;
-    let nats_url =
-        platform::config::required("NATS_URL").map_err(|e| CliError::Usage(e.to_string()))?;
+    let nats_url = platform::config::nats_url().map_err(|e| CliError::Usage(e.to_string()))?;
     let js = bus::connect(&nats_url)
         .await
         .context("connecting to NATS_URL")?;

@@ -38,13 +38,7 @@ fn since(text: &str) -> Result<DateTime<Utc>, String> {
 
 /// Runs one reconciliation and prints its report.
 pub async fn run(args: ReconcileArgs, out: &Output) -> Result<ExitCode, CliError> {
-    let psp_url =
-        platform::config::required("PSP_URL").map_err(|e| CliError::Usage(e.to_string()))?;
-    if !psp_url.starts_with("http://") && !psp_url.starts_with("https://") {
-        return Err(CliError::Usage(
-            "PSP_URL: must be an http:// or https:// URL".into(),
-        ));
-    }
+    let psp_url = platform::config::psp_url().map_err(|e| CliError::Usage(e.to_string()))?;
     let pool = pool().await?;
     // Reconciliation reads the provider's books one page at a time.
     let psp = payment_worker::psp::Psp::new(&psp_url, args.psp_timeout, args.psp_timeout, 1)

@@ -63,8 +63,7 @@ pub async fn run(cmd: StreamCommand, out: &Output) -> Result<ExitCode, CliError>
         StreamCommand::Repair(w) => (w, false),
     };
     let since = window.since()?;
-    let nats_url =
-        platform::config::required("NATS_URL").map_err(|e| CliError::Usage(e.to_string()))?;
+    let nats_url = platform::config::nats_url().map_err(|e| CliError::Usage(e.to_string()))?;
     let pool = crate::admin::pool().await?;
     let js = if dry_run {
         let js = bus::connect(&nats_url)

@@ -121,6 +121,8 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
             platform::runtime::WORKER_THREADS,
             worker_share(&args.only).to_string(),
         ),
+        // A person reads these logs, prefixed with each service's name.
+        ("LOG_FORMAT", "text".to_owned()),
     ];
     if let Some(unknown) = args
         .only

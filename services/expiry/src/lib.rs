@@ -8,7 +8,11 @@
 //!
 //! Layout:
 //! - `lib.rs` — settings, the release/purge loop, the audit task
+//! - `metric_help.rs` — what each metric it records means
 //! - `main.rs` — `--check-config` and the run
+
+mod metric_help;
+pub use metric_help::METRICS;
 
 use anyhow::Context;
 use platform::app::{self, App};
@@ -44,28 +48,44 @@ pub struct Settings {
 impl Settings {
     /// Reads the settings from the environment.
     pub fn from_env() -> Result<Self, ConfigError> {
-        let interval = config::duration("EXPIRY_INTERVAL", Duration::from_secs(1))?;
+        let interval = config::var(
+            "EXPIRY_INTERVAL",
+            "how often reservations past their payment window are looked for",
+        )
+        .duration(Duration::from_secs(1))?;
         if interval.is_zero() {
             return Err(ConfigError::new(
                 "EXPIRY_INTERVAL",
                 "must be longer than zero",
             ));
         }
-        let batch_size = config::parsed("EXPIRY_BATCH_SIZE", 1000i64)?;
+        let batch_size = config::var(
+            "EXPIRY_BATCH_SIZE",
+            "orders expired and released per transaction (1–100000)",
+        )
+        .parsed(1000i64)?;
         if !(1..=100_000).contains(&batch_size) {
             return Err(ConfigError::new(
                 "EXPIRY_BATCH_SIZE",
                 "must be between 1 and 100000",
             ));
         }
-        let concurrency = config::parsed("EXPIRY_CONCURRENCY", 2usize)?;
+        let concurrency = config::var(
+            "EXPIRY_CONCURRENCY",
+            "release transactions in flight at once, each claiming its own batch (1–16)",
+        )
+        .parsed(2usize)?;
         if !(1..=MAX_CONCURRENCY).contains(&concurrency) {
             return Err(ConfigError::new(
                 "EXPIRY_CONCURRENCY",
                 format!("must be between 1 and {MAX_CONCURRENCY}"),
             ));
         }
-        let retention = config::duration("RETENTION", Duration::from_secs(24 * 3600))?;
+        let retention = config::var(
+            "RETENTION",
+            "how long idempotency keys, inbox rows and webhook receipts are kept (over 10 minutes)",
+        )
+        .duration(Duration::from_secs(24 * 3600))?;
         // Webhook receipts are the replay fence: they must outlive the signature's timestamp tolerance.
         let fence = config::WEBHOOK_TOLERANCE * 2;
         if retention <= fence {
@@ -75,14 +95,26 @@ impl Settings {
             ));
         }
         Ok(Settings {
-            addr: config::parsed("EXPIRY_ADDR", SocketAddr::from(([127, 0, 0, 1], 8083)))?,
+            addr: config::var(
+                "EXPIRY_ADDR",
+                "where /healthz /readyz /metrics listen; port 0 picks a free port",
+            )
+            .parsed(SocketAddr::from(([127, 0, 0, 1], 8083)))?,
             database_url: config::database_url()?,
             interval,
             batch_size,
             concurrency,
             retention,
-            audit_interval: config::duration("AUDIT_INTERVAL", Duration::from_secs(60))?,
-            audit_full_every: config::duration("AUDIT_FULL_EVERY", Duration::from_secs(3600))?,
+            audit_interval: config::var(
+                "AUDIT_INTERVAL",
+                "how often the audit checks what changed since its last run (0: off)",
+            )
+            .duration(Duration::from_secs(60))?,
+            audit_full_every: config::var(
+                "AUDIT_FULL_EVERY",
+                "how often the periodic audit makes a full pass instead",
+            )
+            .duration(Duration::from_secs(3600))?,
         })
     }
 }
@@ -97,6 +129,7 @@ pub struct Application {
 impl Application {
     /// Connects to PostgreSQL and binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        platform::metric::describe(&[platform::metric::METRICS, store::METRICS, METRICS]);
         // A connection per release loop, plus the purge, the gauges and the audit.
         let pool = store::connect_with_settings(
             &settings.database_url,

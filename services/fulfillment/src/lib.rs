@@ -6,7 +6,11 @@
 //!
 //! Layout:
 //! - `lib.rs` — settings, the `order.confirmed` handler, the step loop
+//! - `metric_help.rs` — what each metric it records means
 //! - `main.rs` — `--check-config` and the run
+
+mod metric_help;
+pub use metric_help::METRICS;
 
 use anyhow::Context;
 use bus::consumer::{Delivery, HandleError, Handler, Tx};
@@ -46,10 +50,18 @@ impl Settings {
     /// Reads the settings from the environment.
     pub fn from_env() -> Result<Self, ConfigError> {
         Ok(Settings {
-            addr: config::parsed("FULFILLMENT_ADDR", SocketAddr::from(([127, 0, 0, 1], 8084)))?,
+            addr: config::var(
+                "FULFILLMENT_ADDR",
+                "where /healthz /readyz /metrics listen; port 0 picks a free port",
+            )
+            .parsed(SocketAddr::from(([127, 0, 0, 1], 8084)))?,
             database_url: config::database_url()?,
-            nats_url: config::required("NATS_URL")?,
-            step_delay: config::duration("FULFILLMENT_STEP_DELAY", Duration::from_millis(200))?,
+            nats_url: config::nats_url()?,
+            step_delay: config::var(
+                "FULFILLMENT_STEP_DELAY",
+                "the simulated warehouse's time between a shipment's steps",
+            )
+            .duration(Duration::from_millis(200))?,
             batch_size: bus::consumer::batch_size_setting()?,
             recorders: bus::consumer::recorders_setting()?,
             stream: bus::StreamSettings::from_env()?,
@@ -145,6 +157,12 @@ pub struct Application {
 impl Application {
     /// Connects to PostgreSQL and NATS, ensures the stream, binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        platform::metric::describe(&[
+            platform::metric::METRICS,
+            store::METRICS,
+            bus::METRICS,
+            METRICS,
+        ]);
         let pool = store::connect_with_settings(&settings.database_url, 8, store::timeouts::WORKER)
             .await
             .context("connecting to DATABASE_URL")?;

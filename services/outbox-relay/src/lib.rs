@@ -14,8 +14,11 @@
 //! - `relay.rs` — claim, publish with PubAck, delete; the wake-up listener
 //! - `poison.rs` — rows that can never be published, parked with their reason
 //! - `watch.rs` — notices a stream that lost acknowledged messages and repairs it from `events`
+//! - `metric_help.rs` — what each metric it records means
 //! - `main.rs` — `--check-config` and the run
 
+mod metric_help;
+pub use metric_help::METRICS;
 pub mod poison;
 mod relay;
 mod watch;
@@ -58,14 +61,22 @@ pub struct Settings {
 impl Settings {
     /// Reads the settings from the environment.
     pub fn from_env() -> Result<Self, ConfigError> {
-        let batch_size = config::parsed("OUTBOX_BATCH_SIZE", 500i64)?;
+        let batch_size = config::var(
+            "OUTBOX_BATCH_SIZE",
+            "outbox rows claimed and published per transaction (1–10000)",
+        )
+        .parsed(500i64)?;
         if !(1..=10_000).contains(&batch_size) {
             return Err(ConfigError::new(
                 "OUTBOX_BATCH_SIZE",
                 "must be between 1 and 10000",
             ));
         }
-        let lanes = config::parsed("OUTBOX_RELAY_LANES", 2usize)?;
+        let lanes = config::var(
+            "OUTBOX_RELAY_LANES",
+            "batches claimed and published at once, each in its own transaction (1–16): rows that commit while one awaits its acks go out in another",
+        )
+        .parsed(2usize)?;
         if !(1..=16).contains(&lanes) {
             return Err(ConfigError::new(
                 "OUTBOX_RELAY_LANES",
@@ -73,26 +84,37 @@ impl Settings {
             ));
         }
         Ok(Settings {
-            addr: config::parsed(
+            addr: config::var(
                 "OUTBOX_RELAY_ADDR",
-                SocketAddr::from(([127, 0, 0, 1], 8081)),
-            )?,
+                "where /healthz /readyz /metrics listen; port 0 picks a free port",
+            )
+            .parsed(SocketAddr::from(([127, 0, 0, 1], 8081)))?,
             database_url: config::database_url()?,
-            nats_url: config::required("NATS_URL")?,
+            nats_url: config::nats_url()?,
             batch_size,
-            poll_interval: config::duration("OUTBOX_POLL_INTERVAL", Duration::from_millis(100))?,
+            poll_interval: config::var(
+                "OUTBOX_POLL_INTERVAL",
+                "how often the outbox is polled when no notification arrives (notifications are coalesced to one per 5 ms)",
+            )
+            .duration(Duration::from_millis(100))?,
             lanes,
-            vacuum_after: config::parsed("OUTBOX_VACUUM_AFTER", 5000u64)?,
+            vacuum_after: config::var(
+                "OUTBOX_VACUUM_AFTER",
+                "vacuum the outbox each time this many rows have left it (checked every second); 0 leaves it to autovacuum",
+            )
+            .parsed(5000u64)?,
             stream: bus::StreamSettings::from_env()?,
             repair: RepairSettings {
-                lookback: config::duration(
+                lookback: config::var(
                     "STREAM_REPAIR_LOOKBACK",
-                    RepairSettings::default().lookback,
-                )?,
-                check_every: config::duration(
+                    "how far back the relay compares the stream with events when it sees the stream go back (0: never)",
+                )
+                .duration(RepairSettings::default().lookback)?,
+                check_every: config::var(
                     "STREAM_REPAIR_CHECK_INTERVAL",
-                    RepairSettings::default().check_every,
-                )?,
+                    "how often the relay looks whether the stream went back",
+                )
+                .duration(RepairSettings::default().check_every)?,
             },
         })
     }
@@ -108,6 +130,12 @@ pub struct Application {
 impl Application {
     /// Connects to PostgreSQL and NATS, ensures the stream, binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        platform::metric::describe(&[
+            platform::metric::METRICS,
+            store::METRICS,
+            bus::METRICS,
+            METRICS,
+        ]);
         // Per lane a claiming transaction and the replication barrier; one
         // for the gauges, one for vacuuming the outbox.
         let pool = store::connect_with_settings(

@@ -51,6 +51,8 @@ pub struct Answer {
     trace_id: String,
     payment_id: String,
     amount_minor: i64,
+    /// The payment's ISO 4217 currency, the label of the money it counts.
+    currency: String,
 }
 
 /// What recording a batch learned, answer by answer.
@@ -223,6 +225,7 @@ impl Handler for PayOrders {
                 trace_id: delivery.trace_id(),
                 payment_id: fact.payment_id.clone(),
                 amount_minor: fact.amount_minor,
+                currency: fact.currency.clone(),
             });
             facts.push((fact, source, meta(delivery)));
         }
@@ -239,6 +242,7 @@ impl Handler for PayOrders {
                 trace_id,
                 payment_id,
                 amount_minor,
+                currency,
             } = answer;
             match learned {
                 Learned::Confirmed { reclaimed, .. } => {
@@ -247,7 +251,7 @@ impl Handler for PayOrders {
                         tracing::info!(%order_id, %trace_id, "free order confirmed without a PSP call");
                         continue;
                     }
-                    metrics::counter!("soldonce_payments_authorized_minor_total")
+                    metrics::counter!("soldonce_payments_authorized_minor_total", "currency" => currency)
                         .increment(u64::try_from(amount_minor).unwrap_or(0));
                     if reclaimed {
                         tracing::info!(%order_id, %trace_id, %payment_id, "late payment reclaimed the expired order's units");

@@ -13,8 +13,11 @@
 //! - `psp.rs` — the PSP client (keys, retries, lookups)
 //! - `compensate.rs` — refunds owed, carried out until the PSP confirms them
 //! - `reconcile.rs` — the PSP's listing against soldonce's books
+//! - `metric_help.rs` — what each metric it records means
 //! - `main.rs` — `--check-config` and the run
 
+mod metric_help;
+pub use metric_help::METRICS;
 pub mod compensate;
 mod handler;
 pub mod psp;
@@ -64,16 +67,14 @@ pub struct Settings {
 impl Settings {
     /// Reads the settings from the environment.
     pub fn from_env() -> Result<Self, ConfigError> {
-        let psp_url = config::required("PSP_URL")?;
-        if !psp_url.starts_with("http://") && !psp_url.starts_with("https://") {
-            return Err(ConfigError::new(
-                "PSP_URL",
-                "must be an http:// or https:// URL",
-            ));
-        }
+        let psp_url = config::psp_url()?;
         // An https PSP is trusted through the platform's roots, or SSL_CERT_FILE's.
         config::ssl_cert_file()?;
-        let concurrency = config::parsed("PAYMENT_WORKER_CONCURRENCY", 256usize)?;
+        let concurrency = config::var(
+            "PAYMENT_WORKER_CONCURRENCY",
+            "orders in hand at once (1–1024); their PSP calls run concurrently over as many kept-alive connections",
+        )
+        .parsed(256usize)?;
         if !(1..=1024).contains(&concurrency) {
             return Err(ConfigError::new(
                 "PAYMENT_WORKER_CONCURRENCY",
@@ -81,29 +82,45 @@ impl Settings {
             ));
         }
         Ok(Settings {
-            addr: config::parsed(
+            addr: config::var(
                 "PAYMENT_WORKER_ADDR",
-                SocketAddr::from(([127, 0, 0, 1], 8082)),
-            )?,
+                "where /healthz /readyz /metrics listen; port 0 picks a free port",
+            )
+            .parsed(SocketAddr::from(([127, 0, 0, 1], 8082)))?,
             database_url: config::database_url()?,
-            nats_url: config::required("NATS_URL")?,
+            nats_url: config::nats_url()?,
             psp_url,
-            psp_timeout: config::duration("PSP_TIMEOUT", Duration::from_secs(2))?,
-            psp_deadline: config::duration("PSP_DEADLINE", Duration::from_secs(30))?,
+            psp_timeout: config::var("PSP_TIMEOUT", "the longest one call to the PSP may take")
+                .duration(Duration::from_secs(2))?,
+            psp_deadline: config::var(
+                "PSP_DEADLINE",
+                "the longest all retries of one charge may take; then the outcome is unknown and asked by key",
+            )
+            .duration(Duration::from_secs(30))?,
             concurrency,
             batch_size: bus::consumer::batch_size_setting()?,
             recorders: bus::consumer::recorders_setting()?,
-            compensation_interval: positive("COMPENSATION_INTERVAL", Duration::from_millis(500))?,
-            reconcile_interval: config::duration("RECONCILE_INTERVAL", Duration::from_secs(60))?,
+            compensation_interval: positive(
+                config::var(
+                    "COMPENSATION_INTERVAL",
+                    "how often refunds due are looked for and carried out",
+                ),
+                Duration::from_millis(500),
+            )?,
+            reconcile_interval: config::var(
+                "RECONCILE_INTERVAL",
+                "how often the PSP's payment listing is reconciled with the orders (0: off)",
+            )
+            .duration(Duration::from_secs(60))?,
             stream: bus::StreamSettings::from_env()?,
         })
     }
 }
 
-fn positive(name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
-    let d = config::duration(name, default)?;
+fn positive(setting: config::Var, default: Duration) -> Result<Duration, ConfigError> {
+    let d = setting.duration(default)?;
     if d.is_zero() {
-        return Err(ConfigError::new(name, "must be longer than zero"));
+        return Err(ConfigError::new(setting.name(), "must be longer than zero"));
     }
     Ok(d)
 }
@@ -152,6 +169,12 @@ pub struct Application {
 impl Application {
     /// Connects to PostgreSQL and NATS, ensures the stream, binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        platform::metric::describe(&[
+            platform::metric::METRICS,
+            store::METRICS,
+            bus::METRICS,
+            METRICS,
+        ]);
         let pool_size = u32::try_from(settings.concurrency)
             .unwrap_or(32)
             .clamp(2, 64);

@@ -34,6 +34,33 @@ use std::time::SystemTime;
 static TRACER: OnceLock<SdkTracer> = OnceLock::new();
 static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
 
+const ENDPOINT: config::Var = config::var(
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "where OpenTelemetry spans go over OTLP http/protobuf, e.g. http://collector:4318 (/v1/traces is appended); unset: no traces",
+);
+const TRACES_ENDPOINT: config::Var = config::var(
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "the full OTLP traces URL, used as given (over OTEL_EXPORTER_OTLP_ENDPOINT)",
+);
+const PROTOCOL: config::Var = config::var(
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "the OTLP protocol: only http/protobuf (the default) is accepted",
+)
+.default_shown_as("http/protobuf");
+const TRACES_PROTOCOL: config::Var = config::var(
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "the OTLP protocol for traces (over OTEL_EXPORTER_OTLP_PROTOCOL): only http/protobuf",
+)
+.default_shown_as("http/protobuf");
+const SDK_DISABLED: config::Var = config::var(
+    "OTEL_SDK_DISABLED",
+    "true turns tracing off even with an endpoint set",
+)
+.default_shown_as("false");
+const TRACES_EXPORTER: config::Var =
+    config::var("OTEL_TRACES_EXPORTER", "otlp, or none to turn tracing off")
+        .default_shown_as("otlp");
+
 /// Where spans go, when they go anywhere.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exporting {
@@ -45,17 +72,14 @@ pub struct Exporting {
 /// disabled); an error for a protocol other than `http/protobuf` or an
 /// endpoint that is not an http(s) URL.
 pub fn settings() -> Result<Option<Exporting>, ConfigError> {
-    let traces = config::optional("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")?;
-    let base = config::optional("OTEL_EXPORTER_OTLP_ENDPOINT")?;
-    let protocol = match config::optional("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")? {
-        Some(p) => ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", Some(p)),
-        None => (
-            "OTEL_EXPORTER_OTLP_PROTOCOL",
-            config::optional("OTEL_EXPORTER_OTLP_PROTOCOL")?,
-        ),
+    let traces = TRACES_ENDPOINT.optional()?;
+    let base = ENDPOINT.optional()?;
+    let protocol = match TRACES_PROTOCOL.optional()? {
+        Some(p) => (TRACES_PROTOCOL.name(), Some(p)),
+        None => (PROTOCOL.name(), PROTOCOL.optional()?),
     };
-    let disabled = config::optional("OTEL_SDK_DISABLED")?;
-    let exporter = config::optional("OTEL_TRACES_EXPORTER")?;
+    let disabled = SDK_DISABLED.optional()?;
+    let exporter = TRACES_EXPORTER.optional()?;
     if let (name, Some(p)) = &protocol {
         if p.trim() != "http/protobuf" {
             return Err(ConfigError::new(
@@ -68,14 +92,14 @@ pub fn settings() -> Result<Option<Exporting>, ConfigError> {
         None | Some("otlp") | Some("none") => {}
         Some(other) => {
             return Err(ConfigError::new(
-                "OTEL_TRACES_EXPORTER",
+                TRACES_EXPORTER.name(),
                 format!("{other:?}: only otlp (or none) is supported"),
             ))
         }
     }
     let (name, endpoint) = match (traces, base) {
-        (Some(t), _) if !t.trim().is_empty() => ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", t),
-        (_, Some(b)) if !b.trim().is_empty() => ("OTEL_EXPORTER_OTLP_ENDPOINT", b),
+        (Some(t), _) => (TRACES_ENDPOINT.name(), t),
+        (_, Some(b)) => (ENDPOINT.name(), b),
         _ => return Ok(None),
     };
     let endpoint = endpoint.trim().to_owned();

@@ -11,6 +11,7 @@
 //! launchers give each service one thread (see the README's figures).
 
 use crate::config::{self, ConfigError};
+use crate::telemetry::Logging;
 use std::future::Future;
 use std::num::NonZeroUsize;
 
@@ -19,7 +20,12 @@ pub const WORKER_THREADS: &str = "TOKIO_WORKER_THREADS";
 
 /// `TOKIO_WORKER_THREADS`: `None` when unset (one per core).
 pub fn worker_threads() -> Result<Option<NonZeroUsize>, ConfigError> {
-    match config::optional(WORKER_THREADS)? {
+    let threads = config::var(
+        WORKER_THREADS,
+        "worker threads of the process's async runtime (tokio's own variable); soldonce up and compose give each service its share of the cores",
+    )
+    .default_shown_as("one per core");
+    match threads.optional()? {
         None => Ok(None),
         Some(v) => v.trim().parse::<NonZeroUsize>().map(Some).map_err(|_| {
             ConfigError::new(
@@ -45,11 +51,11 @@ pub fn cores() -> usize {
 }
 
 /// A service's `main`: answers `--version` and `--help` without starting
-/// (config::answer_version_or_help), reads its settings and the runtime's size (as
-/// [`config::load`] does: `--check-config`, or one line and exit code 2 on
-/// an error), builds the runtime, starts telemetry for `service` and runs
-/// `body` on it. The runtime's worker count is exported as the gauge
-/// `soldonce_runtime_workers`.
+/// (config::answer_version_or_help), reads its settings, the runtime's size
+/// and the logging settings (as [`config::load`] does: `--check-config`, or
+/// one line and exit code 2 on an error), builds the runtime, starts
+/// telemetry for `service` and runs `body` on it. The runtime's worker count
+/// is exported as the gauge `soldonce_runtime_workers`.
 pub fn run<S, F>(
     service: &'static str,
     read: impl Fn() -> Result<S, ConfigError>,
@@ -59,23 +65,21 @@ where
     F: Future<Output = anyhow::Result<()>>,
 {
     let about = "a service of soldonce, the order saga (every unit sold once, every payment charged once, every order ends)";
-    if let Some(text) = config::answer_version_or_help(service, about, || {
-        worker_threads()?;
-        crate::otel::settings()?;
-        read()
-    }) {
+    let read_all = || {
+        let threads = worker_threads()?;
+        let logging = Logging::from_env()?;
+        let exporting = crate::otel::settings()?;
+        Ok((read()?, threads, logging, exporting))
+    };
+    if let Some(text) = config::answer_version_or_help(service, about, read_all) {
         println!("{text}");
         return Ok(());
     }
-    let (settings, threads, exporting) = config::load(|| {
-        let threads = worker_threads()?;
-        let exporting = crate::otel::settings()?;
-        Ok((read()?, threads, exporting))
-    });
+    let (settings, threads, logging, exporting) = config::load(read_all);
     let runtime =
         build(threads).map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))?;
     let result = runtime.block_on(async move {
-        crate::telemetry::init(service);
+        crate::telemetry::init(service, &logging);
         crate::otel::start(service, exporting.as_ref()).map_err(|e| anyhow::anyhow!(e))?;
         export_workers();
         // Which build runs where: 1, labelled with the service and its version.

@@ -2,69 +2,27 @@
 
 use std::process::ExitCode;
 
+use platform::config;
+use platform::telemetry::Logging;
 use psp_sim::{Application, Settings};
-use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
-    let asked = |flag: &str| std::env::args().skip(1).any(|a| a == flag);
-    if asked("--version") || asked("-V") {
-        println!("psp-sim {}", env!("CARGO_PKG_VERSION"));
+    let read = || {
+        let threads = platform::runtime::worker_threads()?;
+        let logging = Logging::from_env()?;
+        let exporting = platform::otel::settings()?;
+        Ok((Settings::from_env()?, threads, logging, exporting))
+    };
+    let about = "a payment provider simulator for soldonce (its API: proto/psp-sim.openapi.yaml)";
+    if let Some(text) = config::answer_version_or_help("psp-sim", about, read) {
+        println!("{text}");
         return ExitCode::SUCCESS;
     }
-    if asked("--help") || asked("-h") {
-        let variables: Vec<&str> = psp_sim::settings::VARIABLES
-            .iter()
-            .chain([&platform::runtime::WORKER_THREADS])
-            .copied()
-            .collect();
-        println!(
-            "psp-sim {}: a payment provider simulator for soldonce (its API: proto/psp-sim.openapi.yaml)\n\n\
-             Usage: psp-sim [--check-config | --help | --version]\n\n\
-             Settings, from the environment (what each means: the README's Configuration table):\n  {}",
-            env!("CARGO_PKG_VERSION"),
-            variables.join("\n  ")
-        );
-        return ExitCode::SUCCESS;
-    }
-    // Both settings, checked once: the first error is what is reported.
-    let checked = match (
-        Settings::from_env(),
-        platform::runtime::worker_threads(),
-        platform::otel::settings(),
-    ) {
-        (Ok(settings), Ok(threads), Ok(exporting)) => Ok((settings, threads, exporting)),
-        (Err(e), _, _) => Err(e.to_string()),
-        (_, Err(e), _) => Err(e.to_string()),
-        (_, _, Err(e)) => Err(e.to_string()),
-    };
-    if std::env::args().skip(1).any(|a| a == "--check-config") {
-        // What a deployment may set, for checking compose files against.
-        let reads: serde_json::Map<String, serde_json::Value> = psp_sim::settings::VARIABLES
-            .iter()
-            .chain([&platform::runtime::WORKER_THREADS])
-            .map(|v| ((*v).to_owned(), false.into()))
-            .collect();
-        let error = checked.err();
-        println!(
-            "{}",
-            serde_json::json!({ "valid": error.is_none(), "error": error, "reads": reads })
-        );
-        return if error.is_none() {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(2)
-        };
-    }
-    let (settings, threads, exporting) = match checked {
-        Ok(checked) => checked,
-        Err(error) => {
-            eprintln!("psp-sim: {error}");
-            return ExitCode::from(2);
-        }
-    };
+    // `--check-config`, or one line naming the variable and exit code 2.
+    let (settings, threads, logging, exporting) = config::load(read);
     match platform::runtime::build(threads) {
         Ok(runtime) => {
-            let code = runtime.block_on(serve(settings, exporting));
+            let code = runtime.block_on(serve(settings, logging, exporting));
             platform::otel::shutdown();
             code
         }
@@ -75,18 +33,14 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve(settings: Settings, exporting: Option<platform::otel::Exporting>) -> ExitCode {
-    // JSON lines, like every soldonce service, so one order's trace id can
+async fn serve(
+    settings: Settings,
+    logging: Logging,
+    exporting: Option<platform::otel::Exporting>,
+) -> ExitCode {
+    // The same lines as every soldonce service, so one order's trace id can
     // be followed through all of their logs.
-    tracing_subscriber::fmt()
-        .json()
-        .with_current_span(true)
-        .with_span_list(false)
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .init();
+    platform::telemetry::init("psp-sim", &logging);
     if let Err(error) = platform::otel::start("psp-sim", exporting.as_ref()) {
         tracing::error!(%error, "psp-sim could not start");
         return ExitCode::FAILURE;

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use platform::config::{self, ConfigError, Var};
 use reqwest::Url;
 
 use crate::faults::{Faults, FaultsError};
@@ -67,9 +68,26 @@ pub enum SettingsError {
         /// What is wrong with it.
         problem: String,
     },
-    /// A variable holds bytes that are not UTF-8.
-    #[error("{0}: not valid UTF-8")]
-    NotUnicode(&'static str),
+}
+
+impl SettingsError {
+    /// The variable at fault.
+    pub fn variable(&self) -> &'static str {
+        match self {
+            SettingsError::Addr(_) => "PSP_SIM_ADDR",
+            SettingsError::WebhookUrl { .. } => "PSP_WEBHOOK_URL",
+            SettingsError::MissingSecret | SettingsError::Secret(_) => "WEBHOOK_SECRET",
+            SettingsError::Faults(_) => "PSP_FAULTS",
+            SettingsError::DataDir { .. } => "PSP_SIM_DATA_DIR",
+        }
+    }
+
+    /// What is wrong with it: the message after the variable's name.
+    pub fn reason(&self) -> String {
+        let text = self.to_string();
+        let prefix = format!("{}: ", self.variable());
+        text.strip_prefix(&prefix).unwrap_or(&text).to_owned()
+    }
 }
 
 impl Default for Settings {
@@ -83,27 +101,36 @@ impl Default for Settings {
     }
 }
 
-/// Every variable psp-sim reads.
-pub const VARIABLES: [&str; 5] = [
-    "PSP_SIM_ADDR",
-    "PSP_WEBHOOK_URL",
-    "WEBHOOK_SECRET",
-    "PSP_FAULTS",
-    "PSP_SIM_DATA_DIR",
+/// Every setting psp-sim reads, each with its meaning (`--help` lists them).
+pub const SETTINGS: [Var; 5] = [
+    config::var(
+        "PSP_SIM_ADDR",
+        "where psp-sim's API and /healthz /metrics listen; port 0 picks a free port",
+    )
+    .default_shown_as("127.0.0.1:8090"),
+    config::var(
+        "PSP_WEBHOOK_URL",
+        "where psp-sim sends its signed webhooks, an http:// URL (unset: it sends none)",
+    ),
+    config::WEBHOOK_SECRET,
+    config::var(
+        "PSP_FAULTS",
+        "the faults in force at start, as JSON (see proto/psp-sim.openapi.yaml)",
+    )
+    .default_shown_as("{}"),
+    config::var(
+        "PSP_SIM_DATA_DIR",
+        "keeps psp-sim's books in ledger.jsonl there, so it can be killed and restarted (unset: memory only)",
+    ),
 ];
 
 impl Settings {
-    /// Reads `PSP_SIM_ADDR`, `PSP_WEBHOOK_URL`, `WEBHOOK_SECRET`, `PSP_FAULTS` and
-    /// `PSP_SIM_DATA_DIR`.
-    pub fn from_env() -> Result<Self, SettingsError> {
-        let mut values = Vec::with_capacity(VARIABLES.len());
-        for name in VARIABLES {
-            match std::env::var(name) {
-                Ok(value) => values.push((name, value)),
-                Err(std::env::VarError::NotPresent) => {}
-                Err(std::env::VarError::NotUnicode(_)) => {
-                    return Err(SettingsError::NotUnicode(name))
-                }
+    /// Reads every variable of [`SETTINGS`].
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let mut values = Vec::with_capacity(SETTINGS.len());
+        for setting in SETTINGS {
+            if let Some(value) = setting.optional()? {
+                values.push((setting.name(), value));
             }
         }
         Self::from_vars(|wanted| {
@@ -112,6 +139,7 @@ impl Settings {
                 .find(|(name, _)| *name == wanted)
                 .map(|(_, value)| value.clone())
         })
+        .map_err(|e| ConfigError::new(e.variable(), e.reason()))
     }
 
     /// Builds settings from any variable lookup; empty values count as unset. A missing
@@ -201,6 +229,11 @@ mod tests {
         assert!(settings.webhook.is_none());
         assert_eq!(settings.faults, Faults::default());
         assert_eq!(settings.data_dir, None);
+        assert_eq!(
+            Some(DEFAULT_ADDR.to_string().as_str()),
+            SETTINGS[0].shown_default(),
+            "--help shows the default in force"
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! - `replication.rs` — positive confirmation that a commit is on the synchronous standbys
 //! - `timeouts.rs` — how long each service's statements may wait on locks and run
 //! - `clock.rs` — the database's clock, kept by every process (`now`)
+//! - `metric_help.rs` — what each metric the store records means
 //! - `connect.rs` — pools on one server or several (`DATABASE_URL` with a list of hosts), following the primary after a failover
 //! - `console.rs` — the operator console's figures, in one snapshot
 //! - `audit.rs`, `audit_money.rs` (the checks), `audit_delta.rs`, `audit_frontier.rs`, `audit_runs.rs` (the incremental audit and recorded runs), `projections.rs`, `replay.rs`, `order_counts.rs` — checks, rebuilds and reads for operators
@@ -58,6 +59,9 @@ mod stock;
 pub mod stream_copy;
 pub mod timeouts;
 mod write;
+
+mod metric_help;
+pub use metric_help::METRICS;
 
 pub use connect::{connect, connect_with_settings, Target};
 use sqlx::PgPool;

@@ -1,0 +1,59 @@
+//! What each metric this crate records means (its `# HELP` line).
+
+use platform::metric::Metric;
+
+/// checkout's own metrics.
+pub const METRICS: &[Metric] = &[
+    Metric::counter(
+        "soldonce_checkout_requests_total",
+        "Placement requests answered, by outcome (placed, out_of_stock, replayed, key_in_flight, key_mismatch, limit, invalid, unavailable, error, head_too_large).",
+    ),
+    Metric::histogram(
+        "soldonce_checkout_group_size",
+        "Placements committed in one transaction (a coalesced group).",
+    ),
+    Metric::histogram(
+        "soldonce_checkout_group_seconds",
+        "Duration of a group's transaction.",
+    ),
+    Metric::histogram(
+        "soldonce_checkout_queue_wait_seconds",
+        "A placement's wait for a free lane.",
+    ),
+    Metric::counter(
+        "soldonce_checkout_group_retries_total",
+        "Group transactions run again, by reason (stale_stock, isolated, deadlock).",
+    ),
+    Metric::counter(
+        "soldonce_token_lookups_total",
+        "Bearer token checks, by outcome (found, unknown, cached_unknown, malformed, limited).",
+    ),
+    Metric::counter(
+        "soldonce_rate_limited_total",
+        "Requests refused with 429, by limit (account, token_lookup).",
+    ),
+    Metric::counter(
+        "soldonce_limit_refusals_total",
+        "Placements refused by a flash-sale or account limit, by limit (max_per_order, per_account, reserved_units).",
+    ),
+    Metric::counter(
+        "soldonce_cancellations_total",
+        "Orders cancelled by their buyer.",
+    ),
+    Metric::counter(
+        "soldonce_webhooks_total",
+        "PSP webhooks accepted, by outcome (confirmed, refund_decided, declined, applied, unknown_status, duplicate, busy).",
+    ),
+    Metric::counter(
+        "soldonce_webhooks_rejected_total",
+        "PSP webhooks refused as not authentic (401), by reason.",
+    ),
+    Metric::counter(
+        "soldonce_webhook_looks_total",
+        "Looks whether a webhook's payment is recorded.",
+    ),
+    Metric::counter(
+        "soldonce_webhook_look_statements_total",
+        "Statements that answered those looks (under load many looks share one).",
+    ),
+];

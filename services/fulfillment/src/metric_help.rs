@@ -1,0 +1,15 @@
+//! What each metric this crate records means (its `# HELP` line).
+
+use platform::metric::Metric;
+
+/// fulfillment's own metrics.
+pub const METRICS: &[Metric] = &[
+    Metric::counter(
+        "soldonce_shipments_created_total",
+        "Shipments created for confirmed orders.",
+    ),
+    Metric::counter(
+        "soldonce_shipment_steps_total",
+        "Steps shipments advanced through the warehouse.",
+    ),
+];

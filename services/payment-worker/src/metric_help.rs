@@ -1,0 +1,71 @@
+//! What each metric this crate records means (its `# HELP` line).
+
+use platform::metric::Metric;
+
+/// The payment worker's own metrics: PSP calls, money, refunds, reconciliation.
+pub const METRICS: &[Metric] = &[
+    Metric::histogram(
+        "soldonce_psp_latency_seconds",
+        "Duration of calls to the PSP.",
+    ),
+    Metric::counter(
+        "soldonce_psp_timeouts_total",
+        "Calls to the PSP that timed out (PSP_TIMEOUT).",
+    ),
+    Metric::counter(
+        "soldonce_psp_retries_total",
+        "Calls to the PSP retried, by action.",
+    ),
+    Metric::counter(
+        "soldonce_psp_outcome_unknown_total",
+        "Charges whose outcome could not be learnt for now (asked again by key, never charged anew).",
+    ),
+    Metric::counter(
+        "soldonce_psp_unknown_resolved_total",
+        "Unknown outcomes resolved by asking the PSP by idempotency key.",
+    ),
+    Metric::counter(
+        "soldonce_payments_authorized_minor_total",
+        "Money authorized for confirmed orders, in minor units of the currency, by currency (ISO 4217).",
+    ),
+    Metric::counter(
+        "soldonce_free_orders_confirmed_total",
+        "Orders of price 0 confirmed without a PSP call.",
+    ),
+    Metric::counter(
+        "soldonce_compensations_recorded_total",
+        "Refunds decided (a payment that cannot settle its order), by reason and by who learnt of it.",
+    ),
+    Metric::counter(
+        "soldonce_compensations_total",
+        "Attempts to carry out a decided refund, by kind and outcome (refunded, postponed, refused).",
+    ),
+    Metric::gauge(
+        "soldonce_compensations_outstanding",
+        "Refunds decided and not yet confirmed by the PSP.",
+    ),
+    Metric::gauge(
+        "soldonce_compensations_oldest_seconds",
+        "Age of the oldest refund owed.",
+    ),
+    Metric::counter(
+        "soldonce_reconcile_runs_total",
+        "Reconciliations with the PSP's payment listing.",
+    ),
+    Metric::counter(
+        "soldonce_reconcile_payments_seen_total",
+        "PSP payments reconciliation looked at.",
+    ),
+    Metric::counter(
+        "soldonce_reconcile_repairs_total",
+        "Repairs reconciliation made (refunds recorded).",
+    ),
+    Metric::gauge(
+        "soldonce_reconcile_findings",
+        "What the last reconciliation found and could not repair: a person must look.",
+    ),
+    Metric::histogram(
+        "soldonce_reconcile_seconds",
+        "Duration of a reconciliation.",
+    ),
+];
