@@ -10,8 +10,10 @@
 //! - `lib.rs` — the stream's topology, connecting, NATS readiness
 //! - `consumer.rs` — the consumer runtime: pull, dedupe through an `events::Inbox`, ack, retry, dead letters
 //! - `repair.rs` — the stream compared with `events` (the authority), and what it lost republished
+//! - `redrive.rs` — dead letters sent again to the consumer that gave up on them
 
 pub mod consumer;
+pub mod redrive;
 pub mod repair;
 
 use async_nats::jetstream::{self, stream};

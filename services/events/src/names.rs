@@ -150,7 +150,10 @@ mod tests {
             Some(redrive.as_str()),
             "a redrive of a redrive is the same subject"
         );
-        assert_eq!(redrive_subjects("payment-worker"), "soldonce.redrive.payment-worker.>");
+        assert_eq!(
+            redrive_subjects("payment-worker"),
+            "soldonce.redrive.payment-worker.>"
+        );
         assert_eq!(redrive_subject("a.b", first), None);
         assert_eq!(redrive_subject("c", "elsewhere.x"), None);
         assert!(!is_token("") && !is_token("a b") && !is_token("a>") && is_token("fulfillment"));

@@ -115,21 +115,23 @@ pub async fn prices(pool: &PgPool, skus: &[&str]) -> Result<HashMap<String, Pric
             .fetch_all(pool)
             .await?;
     rows.into_iter()
-        .map(|(sku, minor, currency, max_per_order, per_account_limit, active)| {
-            let currency = currency
-                .parse()
-                .map_err(|_| StoreError::Corrupt(format!("currency of {sku}")))?;
-            Ok((
-                sku,
-                Price {
-                    minor,
-                    currency,
-                    max_per_order,
-                    per_account_limit,
-                    active,
-                },
-            ))
-        })
+        .map(
+            |(sku, minor, currency, max_per_order, per_account_limit, active)| {
+                let currency = currency
+                    .parse()
+                    .map_err(|_| StoreError::Corrupt(format!("currency of {sku}")))?;
+                Ok((
+                    sku,
+                    Price {
+                        minor,
+                        currency,
+                        max_per_order,
+                        per_account_limit,
+                        active,
+                    },
+                ))
+            },
+        )
         .collect()
 }
 
@@ -151,8 +153,7 @@ pub async fn set_limits(
     Ok(updated.rows_affected() == 1)
 }
 
-const PRODUCT: &str =
-    "sku, name, price_minor, currency, active, max_per_order, per_account_limit";
+const PRODUCT: &str = "sku, name, price_minor, currency, active, max_per_order, per_account_limit";
 
 /// Every product (or the one SKU), in SKU order.
 pub async fn products(pool: &PgPool, sku: Option<&Sku>) -> Result<Vec<Product>, StoreError> {
@@ -185,21 +186,30 @@ pub async fn update_product(
     .await?)
 }
 
-/// Puts a product on sale or takes it off (`None` if there is no such
-/// product). Checkout reads the catalogue for every placement group, so
-/// the change holds for every placement priced after it commits.
+/// Puts a product on sale or takes it off: the product, and whether this
+/// changed it (`None` if there is no such product). Checkout reads the
+/// catalogue for every placement group, without a cache, so the change
+/// holds for every placement priced after it commits.
 pub async fn set_active(
     pool: &PgPool,
     sku: &Sku,
     active: bool,
-) -> Result<Option<Product>, StoreError> {
-    Ok(sqlx::query_as(&format!(
-        "UPDATE products SET active = $2 WHERE sku = $1 RETURNING {PRODUCT}"
+) -> Result<Option<(Product, bool)>, StoreError> {
+    let changed: Option<Product> = sqlx::query_as(&format!(
+        "UPDATE products SET active = $2 WHERE sku = $1 AND active <> $2 RETURNING {PRODUCT}"
     ))
     .bind(sku.as_str())
     .bind(active)
     .fetch_optional(pool)
-    .await?)
+    .await?;
+    if let Some(product) = changed {
+        return Ok(Some((product, true)));
+    }
+    Ok(products(pool, Some(sku))
+        .await?
+        .into_iter()
+        .next()
+        .map(|p| (p, false)))
 }
 
 /// Goods in: `quantity` more units available, with a `receive` ledger row.

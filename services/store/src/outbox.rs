@@ -245,7 +245,10 @@ pub async fn parked_rows(pool: &PgPool, limit: i64) -> Result<Vec<ParkedRow>, sq
 
 /// Which of `ids` are parked, and which of the others are events at all:
 /// `(parked, known events not parked)`; an id in neither is unknown.
-pub async fn classify_ids(pool: &PgPool, ids: &[Uuid]) -> Result<(Vec<Uuid>, Vec<Uuid>), sqlx::Error> {
+pub async fn classify_ids(
+    pool: &PgPool,
+    ids: &[Uuid],
+) -> Result<(Vec<Uuid>, Vec<Uuid>), sqlx::Error> {
     let rows: Vec<(Uuid, bool)> = sqlx::query_as(
         "SELECT k.id, EXISTS (SELECT 1 FROM outbox_parked p WHERE p.id = k.id) \
          FROM unnest($1::uuid[]) AS k(id) \

@@ -56,7 +56,9 @@ pub async fn run(pool: &PgPool, batch: i64) -> Result<RebuildReport, StoreError>
         let mut after: Option<Uuid> = None;
         loop {
             let page = s.next_streams(shipments, after, batch).await?;
-            let upper = (page.len() as i64 == batch).then(|| page.last().copied()).flatten();
+            let upper = (page.len() as i64 == batch)
+                .then(|| page.last().copied())
+                .flatten();
             let mut attempt = 1;
             let done = loop {
                 match s.batch(shipments, &page, after, upper).await {
@@ -178,7 +180,9 @@ impl Session {
                 write_shipment(&mut tx, *id, events).await?;
             }
             changed.extend(upsert(&mut tx, &self.shipments).await?);
-            report.orphans_removed = remove_extra(&mut tx, &self.shipments, "id", &locked).await?.len() as u64;
+            report.orphans_removed = remove_extra(&mut tx, &self.shipments, "id", &locked)
+                .await?
+                .len() as u64;
         } else {
             let mut folded = Vec::with_capacity(streams.len());
             for (id, events) in &streams {
@@ -188,9 +192,14 @@ impl Session {
             changed.extend(upsert(&mut tx, &self.orders).await?);
             changed.extend(upsert(&mut tx, &self.lines).await?);
             changed.extend(remove_extra(&mut tx, &self.lines, "order_id", &ids).await?);
-            report.orphans_removed = remove_extra(&mut tx, &self.orders, "id", &locked).await?.len() as u64;
+            report.orphans_removed = remove_extra(&mut tx, &self.orders, "id", &locked)
+                .await?
+                .len() as u64;
         }
-        report.corrected = changed.iter().filter(|id| streams.contains_key(*id)).count() as u64;
+        report.corrected = changed
+            .iter()
+            .filter(|id| streams.contains_key(*id))
+            .count() as u64;
         tx.commit().await?;
         Ok(report)
     }
