@@ -5,6 +5,7 @@
 
 mod alerts;
 mod bench;
+mod catalog;
 mod compose;
 mod console;
 mod failover;
