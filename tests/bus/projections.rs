@@ -151,7 +151,7 @@ async fn checkout_keeps_placing_orders_while_the_projections_rebuild() {
             placed.body["id"]
                 .as_str()
                 .expect("id")
-                .parse()
+                .parse::<uuid::Uuid>()
                 .expect("uuid")
         })
         .collect()

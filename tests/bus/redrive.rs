@@ -91,7 +91,7 @@ async fn a_redriven_dead_letter_is_handled_once_by_its_consumer_alone() {
     refused(&["dead-letters", "redrive"], &env);
     refused(
         &["dead-letters", "redrive", "--all"],
-        &[("DATABASE_URL", &url)],
+        &[("DATABASE_URL", url.as_str())],
     );
     let dry = json(&["dead-letters", "redrive", "--all", "--dry-run"], &env);
     assert_eq!(

@@ -10,7 +10,7 @@ use std::time::Duration;
 fn product(app: &TestApp, args: &[&str]) -> serde_json::Value {
     let mut all = vec!["--json", "product"];
     all.extend(args);
-    let (code, said) = soldonce(&all, &[("DATABASE_URL", &app.database_url)]);
+    let (code, said) = soldonce(&all, &[("DATABASE_URL", app.database_url.as_str())]);
     assert_eq!(code, Some(0), "{args:?}: {said}");
     serde_json::from_str(said.trim()).unwrap_or_else(|e| panic!("{args:?}: {e}: {said}"))
 }

@@ -1,14 +1,16 @@
 //! Rebuilding the projections from the event store in batches, beside live
 //! traffic. The orders (then the shipments) are walked in id order, a batch
 //! of streams at a time, each batch one short transaction: lock the live
-//! rows of the batch's id range (`FOR UPDATE`, in the order every writer
-//! locks them), read their events (a writer that held a row committed
+//! rows of the batch's id range (in the order every writer locks them),
+//! read their events (a writer that held a row committed
 //! first, so its events are read), fold them into temporary tables, and
 //! write back only what differs — an `UPDATE` of a row whose columns
 //! differ, an `INSERT` of a row missing, a `DELETE` of a row without
 //! events. Placing an order never waits on it (a new order is an insert
 //! the batch does not lock); a writer of an order in the batch waits for
-//! one batch at most.
+//! one batch at most. The walk ends at the highest id there was when it
+//! began: what is written later is the write path's own fold, and chasing
+//! new orders would never end while checkout places them faster.
 //!
 //! The folded rows go through the same insert as the replay's
 //! ([`crate::orders::insert_projections`]), into session-temporary copies
@@ -53,12 +55,19 @@ pub async fn run(pool: &PgPool, batch: i64) -> Result<RebuildReport, StoreError>
     let mut s = Session::open(pool).await?;
     let mut report = RebuildReport::default();
     for shipments in [false, true] {
+        // The walk ends where the table and its streams ended when it began:
+        // what is written later is written by the write path, already a
+        // fold, and a walk that chased new orders would never end under load.
+        let Some(end) = s.last_id(shipments).await? else {
+            continue;
+        };
         let mut after: Option<Uuid> = None;
         loop {
-            let page = s.next_streams(shipments, after, batch).await?;
-            let upper = (page.len() as i64 == batch)
-                .then(|| page.last().copied())
-                .flatten();
+            let page = s.next_streams(shipments, after, end, batch).await?;
+            let upper = match page.last() {
+                Some(last) if page.len() as i64 == batch => *last,
+                _ => end,
+            };
             let mut attempt = 1;
             let done = loop {
                 match s.batch(shipments, &page, after, upper).await {
@@ -78,10 +87,10 @@ pub async fn run(pool: &PgPool, batch: i64) -> Result<RebuildReport, StoreError>
             table.corrected += done.corrected;
             table.orphans_removed += done.orphans_removed;
             report.batches += 1;
-            match upper {
-                Some(u) => after = Some(u),
-                None => break,
+            if upper == end {
+                break;
             }
+            after = Some(upper);
         }
     }
     Ok(report)
@@ -119,20 +128,44 @@ impl Session {
         })
     }
 
-    /// The next `limit` order (or shipment) streams after `after`, in id order.
+    /// The highest id among the live rows and the streams of orders (or
+    /// shipments) now; `None` when there are none.
+    async fn last_id(&mut self, shipments: bool) -> Result<Option<Uuid>, StoreError> {
+        let table = if shipments {
+            &self.shipments
+        } else {
+            &self.orders
+        };
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT greatest( \
+                 (SELECT stream_id FROM {}.events WHERE version = 1 AND type LIKE $1 \
+                  ORDER BY stream_id DESC LIMIT 1), \
+                 (SELECT id FROM {} ORDER BY id DESC LIMIT 1))",
+            self.schema, table.live
+        ))
+        .bind(pattern(shipments))
+        .fetch_one(&mut self.conn)
+        .await?)
+    }
+
+    /// The next `limit` order (or shipment) streams after `after`, up to
+    /// `end`, in id order.
     async fn next_streams(
         &mut self,
         shipments: bool,
         after: Option<Uuid>,
+        end: Uuid,
         limit: i64,
     ) -> Result<Vec<Uuid>, StoreError> {
         Ok(sqlx::query_scalar(&format!(
             "SELECT stream_id FROM {}.events WHERE version = 1 AND type LIKE $1 \
-               AND ($2::uuid IS NULL OR stream_id > $2) ORDER BY stream_id LIMIT $3",
+               AND ($2::uuid IS NULL OR stream_id > $2) AND stream_id <= $3 \
+             ORDER BY stream_id LIMIT $4",
             self.schema
         ))
         .bind(pattern(shipments))
         .bind(after)
+        .bind(end)
         .bind(limit)
         .fetch_all(&mut self.conn)
         .await?)
@@ -144,22 +177,30 @@ impl Session {
         shipments: bool,
         page: &[Uuid],
         after: Option<Uuid>,
-        upper: Option<Uuid>,
+        upper: Uuid,
     ) -> Result<TableReport, StoreError> {
         let mut tx = self.conn.begin().await?;
-        sqlx::query("SET LOCAL lock_timeout = '5s'")
-            .execute(&mut *tx)
-            .await?;
+        // Every statement joins a batch's rows to a live table by its key:
+        // never a hash or merge join, which could read the whole live table
+        // for each batch (the temporary copies are never analyzed).
+        sqlx::query(
+            "SELECT set_config('lock_timeout', '5s', true), \
+                    set_config('enable_hashjoin', 'off', true), \
+                    set_config('enable_mergejoin', 'off', true)",
+        )
+        .execute(&mut *tx)
+        .await?;
         // Rows in id order, as every writer of orders locks them; shipments
-        // by order, as fulfillment locks them.
+        // by order, as fulfillment locks them. `NO KEY UPDATE` excludes every
+        // writer of these rows but lets a new shipment or line refer to one.
         let (table, order) = if shipments {
             (&self.shipments, "order_id")
         } else {
             (&self.orders, "id")
         };
         let locked: Vec<Uuid> = sqlx::query_scalar(&format!(
-            "SELECT id FROM {} WHERE ($1::uuid IS NULL OR id > $1) AND ($2::uuid IS NULL OR id <= $2) \
-             ORDER BY {order} FOR UPDATE",
+            "SELECT id FROM {} WHERE ($1::uuid IS NULL OR id > $1) AND id <= $2 \
+             ORDER BY {order} FOR NO KEY UPDATE",
             table.live
         ))
         .bind(after)
