@@ -180,6 +180,13 @@ async fn checkout_keeps_placing_orders_while_the_projections_rebuild() {
             .expect("tamper");
     }
 
+    // Bad input: one line, exit 2, nothing rebuilt (the drift is still there below).
+    let (code, said) = soldonce_tests::relay::soldonce(
+        &["projections", "rebuild", "--batch-size", "0"],
+        &[("DATABASE_URL", app.database_url.as_str())],
+    );
+    assert_eq!((code, said.trim().lines().count()), (Some(2), 1), "{said}");
+
     let mut rebuild = tokio::process::Command::new(binary("soldonce"))
         .args(["--json", "projections", "rebuild", "--batch-size", "5"])
         .env("DATABASE_URL", &app.database_url)
