@@ -14,7 +14,7 @@ use store::inbox::PgInbox;
 use uuid::Uuid;
 
 /// Records each event it handles in `test_effects`.
-struct RecordEffects;
+pub(super) struct RecordEffects;
 
 impl Handler for RecordEffects {
     type Inbox = PgInbox;
@@ -48,7 +48,7 @@ async fn insert_effects(
     Ok(())
 }
 
-fn envelope(id: Uuid, event_type: &str) -> Vec<u8> {
+pub(super) fn envelope(id: Uuid, event_type: &str) -> Vec<u8> {
     envelope_about(id, &id.to_string(), event_type)
 }
 
@@ -62,7 +62,7 @@ fn envelope_about(id: Uuid, subject: &str, event_type: &str) -> Vec<u8> {
     .expect("json")
 }
 
-async fn publish(js: &async_nats::jetstream::Context, msg_id: &str, payload: Vec<u8>) {
+pub(super) async fn publish(js: &async_nats::jetstream::Context, msg_id: &str, payload: Vec<u8>) {
     let msg = PublishMessage::build()
         .payload(payload.into())
         .message_id(msg_id);
@@ -76,6 +76,14 @@ async fn publish(js: &async_nats::jetstream::Context, msg_id: &str, payload: Vec
 /// A fresh database with `test_effects` (`constraint` added to its one
 /// column) and a private NATS with the stream.
 async fn setup(constraint: &str) -> (PgPool, Nats, async_nats::jetstream::Context) {
+    let (_, pool, nats, js) = setup_at(constraint).await;
+    (pool, nats, js)
+}
+
+/// [`setup`], with the database's URL.
+pub(super) async fn setup_at(
+    constraint: &str,
+) -> (String, PgPool, Nats, async_nats::jetstream::Context) {
     let url = servers::fresh_database().await;
     let pool = PgPool::connect(&url).await.expect("db");
     sqlx::query(&format!(
@@ -89,11 +97,11 @@ async fn setup(constraint: &str) -> (PgPool, Nats, async_nats::jetstream::Contex
     bus::ensure_stream(&js, &bus::StreamSettings::default())
         .await
         .expect("stream");
-    (pool, nats, js)
+    (url, pool, nats, js)
 }
 
 /// Runs [`RecordEffects`] as `test-consumer`; send `true` to stop it.
-fn start(
+pub(super) fn start(
     js: &async_nats::jetstream::Context,
     pool: &PgPool,
     concurrency: usize,
@@ -146,7 +154,33 @@ fn start_with<H: Handler<Inbox = PgInbox>>(
     (stop, runner)
 }
 
-async fn count(pool: &PgPool, sql: &str) -> i64 {
+/// Waits until the durable consumer `name` has nothing pending or in hand.
+pub(super) async fn wait_idle(js: &async_nats::jetstream::Context, name: &str) {
+    eventually(
+        &format!("consumer {name} to be idle"),
+        Duration::from_secs(30),
+        || {
+            let js = js.clone();
+            async move {
+                let mut c = js
+                    .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
+                        name,
+                        bus::STREAM,
+                    )
+                    .await
+                    .ok()?;
+                c.info()
+                    .await
+                    .ok()
+                    .filter(|i| i.num_pending == 0 && i.num_ack_pending == 0)
+                    .map(|_| ())
+            }
+        },
+    )
+    .await;
+}
+
+pub(super) async fn count(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar::<_, i64>(sql)
         .fetch_one(pool)
         .await
@@ -193,24 +227,7 @@ async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consum
     .await;
     // Messages are handled concurrently: wait until the consumer has nothing
     // in hand, then count.
-    eventually("the consumer to be idle", Duration::from_secs(30), || {
-        let js = js.clone();
-        async move {
-            let mut c = js
-                .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
-                    "test-consumer",
-                    bus::STREAM,
-                )
-                .await
-                .ok()?;
-            c.info()
-                .await
-                .ok()
-                .filter(|i| i.num_pending == 0 && i.num_ack_pending == 0)
-                .map(|_| ())
-        }
-    })
-    .await;
+    wait_idle(&js, "test-consumer").await;
     let effects: i64 = count(&pool, "SELECT count(*) FROM test_effects").await;
     assert_eq!(
         effects, 2,

@@ -103,7 +103,7 @@ impl RelayProcess {
 }
 
 /// Every message in the stream: Nats-Msg-Id → stream sequences it was stored at.
-async fn stream_sequences(nats_url: &str) -> HashMap<Uuid, Vec<u64>> {
+pub(super) async fn stream_sequences(nats_url: &str) -> HashMap<Uuid, Vec<u64>> {
     let js = bus::connect(nats_url).await.expect("connect nats");
     let stream = js.get_stream(bus::STREAM).await.expect("stream exists");
     let last = stream.cached_info().state.last_sequence;

@@ -6,6 +6,7 @@
 
 mod alerts;
 mod bench;
+mod catalog;
 mod compose;
 mod console;
 mod failover;

@@ -361,9 +361,8 @@ fn an_otlp_setting_soldonce_cannot_honour_is_one_line_naming_it_and_exit_2() {
         ),
         ("OTEL_TRACES_EXPORTER", "zipkin", "only otlp"),
     ] {
-        let out = std::process::Command::new("checkout")
+        let out = std::process::Command::new(soldonce_tests::relay::binary("checkout"))
             .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
             .env(name, value)
             .output()

@@ -195,15 +195,22 @@ pub trait Handler: Send + Sync + 'static {
     fn committed(&self, _recorded: Self::Recorded) {}
 }
 
-/// Creates (or updates) the durable consumer on the stream.
+/// Creates (or updates) the durable consumer on the stream. Beside its own
+/// subjects it reads `soldonce.redrive.<name>.>`: the messages it once
+/// dead-lettered, sent again by `soldonce dead-letters redrive` to it alone
+/// ([`crate::redrive`]).
 pub async fn ensure_consumer(
     js: &jetstream::Context,
     spec: &ConsumerSpec,
 ) -> anyhow::Result<jetstream::consumer::Consumer<pull::Config>> {
     let stream = js.get_stream(crate::STREAM).await?;
+    let mut filter_subjects = spec.filter_subjects.clone();
+    if events::names::is_token(&spec.name) {
+        filter_subjects.push(events::names::redrive_subjects(&spec.name));
+    }
     let config = pull::Config {
         durable_name: Some(spec.name.clone()),
-        filter_subjects: spec.filter_subjects.clone(),
+        filter_subjects,
         ack_policy: jetstream::consumer::AckPolicy::Explicit,
         ack_wait: spec.ack_wait,
         max_deliver: spec.max_deliver,

@@ -11,9 +11,11 @@
 //! - `consumer.rs` — the consumer runtime: pull, dedupe through an `events::Inbox`, ack, retry, dead letters
 //! - `repair.rs` — the stream compared with `events` (the authority), and what it lost republished
 //! - `metric_help.rs` — what each metric it records means
+//! - `redrive.rs` — dead letters sent again to the consumer that gave up on them
 
 pub mod consumer;
 mod metric_help;
+pub mod redrive;
 pub mod repair;
 
 pub use metric_help::METRICS;

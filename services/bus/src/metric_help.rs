@@ -17,6 +17,10 @@ pub const METRICS: &[Metric] = &[
         "Messages that can never be handled, set aside as dead letters, by consumer.",
     ),
     Metric::counter(
+        "soldonce_dead_letters_redriven_total",
+        "Dead letters sent again to the consumer that gave up on them (soldonce dead-letters redrive, in its own process).",
+    ),
+    Metric::counter(
         "soldonce_consumer_batches_split_total",
         "Batches whose transaction failed and whose messages were retried one by one, by consumer.",
     ),

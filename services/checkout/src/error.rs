@@ -39,6 +39,8 @@ pub enum ApiError {
     Conflict(DomainError),
     #[error("out of stock: {0}")]
     OutOfStock(Sku),
+    #[error("product not on sale: {0}")]
+    Inactive(Sku),
     #[error("over the per-order limit: at most {max} of {sku}")]
     OverOrderLimit { sku: Sku, max: i64 },
     #[error("limit reached: {0:?}")]
@@ -159,6 +161,13 @@ impl ApiError {
                 "out-of-stock",
                 "Out of stock",
                 format!("not enough {sku} in stock"),
+            )
+            .with("sku", sku.as_str()),
+            ApiError::Inactive(sku) => Problem::new(
+                S::UNPROCESSABLE_ENTITY,
+                "product-inactive",
+                "Product not on sale",
+                format!("{sku} is not on sale at the moment"),
             )
             .with("sku", sku.as_str()),
             ApiError::OverOrderLimit { sku, max } => Problem::new(

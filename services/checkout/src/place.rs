@@ -49,6 +49,7 @@ pub(crate) async fn place_order(
             | ApiError::UnsupportedMediaType,
         ) => "invalid",
         Err(ApiError::OutOfStock(_)) => "out_of_stock",
+        Err(ApiError::Inactive(_)) => "inactive",
         Err(ApiError::OverOrderLimit { .. } | ApiError::LimitReached(_)) => "limit",
         Err(ApiError::KeyInFlight) => "key_in_flight",
         Err(ApiError::KeyReused) => "key_mismatch",
@@ -183,6 +184,9 @@ fn placement<'a>(
         let price = prices
             .get(sku.as_str())
             .ok_or_else(|| ApiError::Invalid(format!("unknown sku {sku}")))?;
+        if !price.active {
+            return Err(ApiError::Inactive(sku.clone()));
+        }
         if let Some(max) = price.max_per_order.filter(|max| quantity.get() > *max) {
             metrics::counter!("soldonce_limit_refusals_total", "limit" => "max_per_order")
                 .increment(1);

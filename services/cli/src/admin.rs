@@ -1,60 +1,13 @@
-//! Migrations, catalogue, stock and accounts.
+//! Migrations, stock, accounts, projections and the audit.
 
 use crate::output::Output;
 use crate::CliError;
 use anyhow::Context;
 use clap::Subcommand;
-use domain::{Currency, Sku};
+use domain::Sku;
 use sqlx::PgPool;
 use std::process::ExitCode;
 use store::catalog::{CatalogError, StockRow};
-
-#[derive(Debug, Subcommand)]
-pub enum ProductCommand {
-    /// Add a product to the catalogue (with empty stock).
-    Add {
-        #[arg(long)]
-        sku: String,
-        #[arg(long)]
-        name: String,
-        /// Price in integer minor units (cents).
-        #[arg(long)]
-        price_minor: i64,
-        /// ISO 4217 code, e.g. BRL.
-        #[arg(long)]
-        currency: String,
-    },
-    /// Set a SKU's flash-sale limits; `none` clears one, an omitted one is kept.
-    Limit {
-        #[arg(long)]
-        sku: String,
-        /// Units one order may ask for (422 beyond it), or `none`.
-        #[arg(long, value_parser = limit)]
-        max_per_order: Option<Limit>,
-        /// Units one account may hold in pending or confirmed orders, ever ("one per customer": 1), or `none`.
-        #[arg(long, value_parser = limit)]
-        per_account: Option<Limit>,
-    },
-}
-
-/// A limit's value on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Limit {
-    Units(i64),
-    None,
-}
-
-fn limit(text: &str) -> Result<Limit, String> {
-    if text == "none" {
-        return Ok(Limit::None);
-    }
-    match text.parse::<i64>() {
-        Ok(n) if n > 0 => Ok(Limit::Units(n)),
-        _ => Err(format!(
-            "{text:?} is neither a positive number of units nor `none`"
-        )),
-    }
-}
 
 #[derive(Debug, Subcommand)]
 pub enum StockCommand {
@@ -83,8 +36,16 @@ pub enum StockCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum ProjectionsCommand {
-    /// Replace the orders projection with the fold of every order's events.
-    Rebuild,
+    /// Make the orders (with their lines) and shipments projections the fold
+    /// of their events, in short transactions of --batch-size streams beside
+    /// live traffic: only rows that differ are written, and checkout keeps
+    /// placing orders meanwhile.
+    Rebuild {
+        /// Streams (orders, then shipments) folded and compared per transaction.
+        #[arg(long, default_value_t = store::rebuild::DEFAULT_BATCH,
+              value_parser = clap::value_parser!(i64).range(1..=100_000))]
+        batch_size: i64,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -116,11 +77,11 @@ pub async fn pool() -> Result<PgPool, CliError> {
         .context("connecting to DATABASE_URL")?)
 }
 
-fn sku(s: &str) -> Result<Sku, CliError> {
+pub(crate) fn sku(s: &str) -> Result<Sku, CliError> {
     Sku::parse(s).map_err(|e| CliError::Usage(format!("--sku {s:?}: {e}")))
 }
 
-fn catalog_error(e: CatalogError) -> CliError {
+pub(crate) fn catalog_error(e: CatalogError) -> CliError {
     match e {
         CatalogError::Store(s) => CliError::Failed(s.into()),
         other => CliError::Usage(other.to_string()),
@@ -132,85 +93,6 @@ pub async fn migrate(out: &Output) -> Result<ExitCode, CliError> {
     store::migrate(&pool).await.context("applying migrations")?;
     out.print(&serde_json::json!({ "migrated": true }), || {
         "migrations applied".into()
-    });
-    Ok(ExitCode::SUCCESS)
-}
-
-pub async fn product(cmd: ProductCommand, out: &Output) -> Result<ExitCode, CliError> {
-    let (s, name, price_minor, currency) = match cmd {
-        ProductCommand::Add {
-            sku,
-            name,
-            price_minor,
-            currency,
-        } => (sku, name, price_minor, currency),
-        ProductCommand::Limit {
-            sku: s,
-            max_per_order,
-            per_account,
-        } => return set_limits(&s, max_per_order, per_account, out).await,
-    };
-    let sku = sku(&s)?;
-    let currency: Currency = currency
-        .parse()
-        .map_err(|e| CliError::Usage(format!("--currency: {e}")))?;
-    if price_minor < 0 {
-        return Err(CliError::Usage("--price-minor must not be negative".into()));
-    }
-    if name.trim().is_empty() || name.chars().count() > 200 {
-        return Err(CliError::Usage("--name must be 1-200 characters".into()));
-    }
-    let pool = pool().await?;
-    store::catalog::add_product(&pool, &sku, &name, price_minor, currency)
-        .await
-        .map_err(catalog_error)?;
-    let value = serde_json::json!({ "sku": sku, "name": name, "price_minor": price_minor, "currency": currency });
-    out.print(&value, || {
-        format!("added {sku} ({name}) at {price_minor} {currency}")
-    });
-    Ok(ExitCode::SUCCESS)
-}
-
-async fn set_limits(
-    s: &str,
-    max_per_order: Option<Limit>,
-    per_account: Option<Limit>,
-    out: &Output,
-) -> Result<ExitCode, CliError> {
-    let sku = sku(s)?;
-    if max_per_order.is_none() && per_account.is_none() {
-        return Err(CliError::Usage(
-            "give --max-per-order and/or --per-account (a number of units or `none`)".into(),
-        ));
-    }
-    let pool = pool().await?;
-    let current = store::catalog::prices(&pool, &[sku.as_str()])
-        .await
-        .context("reading the product")?;
-    let Some(current) = current.get(sku.as_str()) else {
-        return Err(CliError::Usage(format!("--sku {sku}: no such product")));
-    };
-    let pick = |given: Option<Limit>, kept: Option<i64>| match given {
-        Some(Limit::Units(n)) => Some(n),
-        Some(Limit::None) => None,
-        None => kept,
-    };
-    let (max, per_account) = (
-        pick(max_per_order, current.max_per_order),
-        pick(per_account, current.per_account_limit),
-    );
-    store::catalog::set_limits(&pool, &sku, max, per_account)
-        .await
-        .context("setting the limits")?;
-    let value =
-        serde_json::json!({ "sku": sku, "max_per_order": max, "per_account_limit": per_account });
-    let show = |v: Option<i64>| v.map_or("none".to_owned(), |n| n.to_string());
-    out.print(&value, || {
-        format!(
-            "{sku}: at most {} per order, {} per account",
-            show(max),
-            show(per_account)
-        )
     });
     Ok(ExitCode::SUCCESS)
 }
@@ -321,21 +203,22 @@ pub async fn account(cmd: AccountCommand, _out: &Output) -> Result<ExitCode, Cli
 }
 
 pub async fn projections(cmd: ProjectionsCommand, out: &Output) -> Result<ExitCode, CliError> {
-    let ProjectionsCommand::Rebuild = cmd;
-    let report = store::projections::rebuild(&pool().await?)
+    let ProjectionsCommand::Rebuild { batch_size } = cmd;
+    let report = store::projections::rebuild_in_batches(&pool().await?, batch_size)
         .await
         .context("rebuilding the projections")?;
     out.print(&report, || {
-        [("orders", &report.orders), ("shipments", &report.shipments)]
+        let mut lines: Vec<String> = [("orders", &report.orders), ("shipments", &report.shipments)]
             .iter()
             .map(|(table, t)| {
                 format!(
-                    "{table}: rebuilt {} rows from their events; {} differed and were corrected; {} without events removed",
+                    "{table}: folded {} rows from their events; {} differed and were corrected; {} without events removed",
                     t.rows, t.corrected, t.orphans_removed
                 )
             })
-            .collect::<Vec<_>>()
-            .join("\n")
+            .collect();
+        lines.push(format!("in {} transactions of at most {batch_size} streams", report.batches));
+        lines.join("\n")
     });
     Ok(ExitCode::SUCCESS)
 }

@@ -64,6 +64,9 @@ pub async fn tail(cmd: EventsCommand, out: &Output) -> Result<ExitCode, CliError
         let Some(message) = next else { break };
         let message = message.context("reading the stream")?;
         let seq = message.info().map(|i| i.stream_sequence).unwrap_or(0);
+        if events::names::is_redrive(&message.subject) {
+            continue;
+        }
         let Ok(event) = serde_json::from_slice::<CloudEvent>(&message.payload) else {
             eprintln!("#{seq} {}: not a soldonce event", message.subject);
             continue;

@@ -1,10 +1,14 @@
 //! `soldonce`: the operator and engineer command line — migrate, catalogue
-//! and stock administration, accounts, and a load generator. Bad input is
+//! and stock administration, accounts, dead letters and parked events, and
+//! a load generator. Bad input is
 //! one line on stderr and exit code 2; a failure at run time is exit 1.
 //!
 //! Layout:
 //! - `main.rs` — the command tree and exit codes
-//! - `admin.rs` — migrate, products, stock, accounts, limits, projections
+//! - `admin.rs` — migrate, stock, accounts, projections, the audit
+//! - `product.rs` — the catalogue: add, show, update, deactivate/activate, limits
+//! - `dead_letters.rs` — `dead-letters list|redrive`
+//! - `outbox.rs` — `outbox parked|requeue`
 //! - `up.rs` — a whole local system for trying soldonce
 //! - `demo.rs` — a flash sale shown end to end
 //! - `load.rs` — the load generator
@@ -20,10 +24,13 @@
 mod admin;
 mod bench;
 mod console;
+mod dead_letters;
 mod demo;
 mod events;
 mod load;
+mod outbox;
 mod output;
+mod product;
 mod reconcile;
 mod replay;
 mod schemas;
@@ -50,7 +57,7 @@ enum Commands {
     Migrate,
     /// Manage the catalogue.
     #[command(subcommand)]
-    Product(admin::ProductCommand),
+    Product(product::ProductCommand),
     /// Receive, adjust and show stock (every change is a ledger entry).
     #[command(subcommand)]
     Stock(admin::StockCommand),
@@ -97,6 +104,12 @@ enum Commands {
     /// Orders for operators.
     #[command(subcommand)]
     Order(OrderCommand),
+    /// Messages consumers gave up on: list them, and send them again once the cause is fixed.
+    #[command(subcommand)]
+    DeadLetters(dead_letters::DeadLettersCommand),
+    /// Events the relay could never publish (parked): list them, and put them back once the cause is fixed.
+    #[command(subcommand)]
+    Outbox(outbox::OutboxCommand),
     /// Rebuild read models from the event store.
     #[command(subcommand)]
     Projections(admin::ProjectionsCommand),
@@ -185,7 +198,7 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
     let out = output::Output { json: cli.json };
     match cli.command {
         Commands::Migrate => admin::migrate(&out).await,
-        Commands::Product(cmd) => admin::product(cmd, &out).await,
+        Commands::Product(cmd) => product::run(cmd, &out).await,
         Commands::Stock(cmd) => admin::stock(cmd, &out).await,
         Commands::Account(cmd) => admin::account(cmd, &out).await,
         Commands::Audit {
@@ -214,6 +227,8 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Commands::Events(cmd) => events::tail(cmd, &out).await,
         Commands::Stream(cmd) => stream::run(cmd, &out).await,
         Commands::Order(OrderCommand::Show { id }) => events::show(&id, &out).await,
+        Commands::DeadLetters(cmd) => dead_letters::run(cmd, &out).await,
+        Commands::Outbox(cmd) => outbox::run(cmd, &out).await,
         Commands::Projections(cmd) => admin::projections(cmd, &out).await,
         Commands::Load(args) => load::run(args, &out).await,
         Commands::Bench(cmd) => bench::run(cmd, &out).await,

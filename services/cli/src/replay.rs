@@ -244,7 +244,8 @@ fn brief(row: &serde_json::Value) -> String {
 
 /// Reads the stream with an ordered consumer from `deliver_policy` up to
 /// sequence `last`, handing each message's sequence, event position
-/// (`Soldonce-Position`) and payload to `each`.
+/// (`Soldonce-Position`) and payload to `each`; redriven dead letters are
+/// passed over.
 async fn read(
     stream: &mut async_nats::jetstream::stream::Stream,
     deliver_policy: DeliverPolicy,
@@ -262,6 +263,13 @@ async fn read(
     while let Some(message) = messages.next().await {
         let message = message.context("reading the stream")?;
         let seq = message.info().map(|i| i.stream_sequence).unwrap_or(0);
+        // A redrive is a copy of a message for one consumer, not an event.
+        if events::names::is_redrive(&message.subject) {
+            if seq >= last {
+                break;
+            }
+            continue;
+        }
         let position = message
             .headers
             .as_ref()

@@ -48,6 +48,60 @@ pub fn subjects_of(type_name: &str) -> String {
     format!("{PREFIX}.{}.>", stem(type_name))
 }
 
+/// The token after the prefix that redriven messages travel under.
+const REDRIVE: &str = "redrive";
+
+/// Whether `name` can stand as one subject token (a consumer's durable
+/// name must): not empty, no `.`, `*`, `>` or whitespace.
+pub fn is_token(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| !c.is_whitespace() && !matches!(c, '.' | '*' | '>'))
+}
+
+/// The subjects `consumer` reads redriven messages on, beside its own
+/// filter: `soldonce.redrive.<consumer>.>`. Only that consumer reads them,
+/// so a redrive reaches the consumer that gave up on a message and no other.
+pub fn redrive_subjects(consumer: &str) -> String {
+    format!("{PREFIX}.{REDRIVE}.{consumer}.>")
+}
+
+/// The subject a message that `consumer` dead-lettered on `subject` is
+/// redriven on: `soldonce.redrive.<consumer>.order.placed.<id>` for
+/// `soldonce.order.placed.<id>` (a message redriven before is redriven on
+/// its first subject's). `None` when `consumer` is not a token or the
+/// subject is not a soldonce subject.
+pub fn redrive_subject(consumer: &str, subject: &str) -> Option<String> {
+    let original = original_subject(subject);
+    let rest = original.strip_prefix(PREFIX)?.strip_prefix('.')?;
+    (is_token(consumer) && !rest.is_empty())
+        .then(|| format!("{PREFIX}.{REDRIVE}.{consumer}.{rest}"))
+}
+
+/// The subject a message was first published on: `subject` itself, or the
+/// one a redrive subject wraps.
+pub fn original_subject(subject: &str) -> String {
+    let redriven = subject
+        .strip_prefix(PREFIX)
+        .and_then(|s| s.strip_prefix('.'))
+        .and_then(|s| s.strip_prefix(REDRIVE))
+        .and_then(|s| s.strip_prefix('.'))
+        .and_then(|s| s.split_once('.'))
+        .map(|(_consumer, rest)| rest);
+    match redriven {
+        Some(rest) => format!("{PREFIX}.{rest}"),
+        None => subject.to_owned(),
+    }
+}
+
+/// Whether a message on `subject` is a redrive (a copy of a message for
+/// one consumer), not an event's publication: readers of the whole stream
+/// (replay, `events tail`, the stream's audit) pass over it.
+pub fn is_redrive(subject: &str) -> bool {
+    subject.starts_with(&format!("{PREFIX}.{REDRIVE}."))
+}
+
 /// The CloudEvents `source` of what `service` recorded: `soldonce/checkout`.
 pub fn source(service: &str) -> String {
     format!("{PREFIX}/{service}")
@@ -81,5 +135,27 @@ mod tests {
             subjects_of("order.confirmed.v1"),
             "soldonce.order.confirmed.>"
         );
+    }
+
+    #[test]
+    fn a_redrive_travels_to_one_consumer_and_names_its_first_subject() {
+        let first = "soldonce.order.placed.42";
+        let redrive = redrive_subject("payment-worker", first).expect("a subject");
+        assert_eq!(redrive, "soldonce.redrive.payment-worker.order.placed.42");
+        assert!(is_redrive(&redrive) && !is_redrive(first));
+        assert_eq!(original_subject(&redrive), first);
+        assert_eq!(original_subject(first), first);
+        assert_eq!(
+            redrive_subject("payment-worker", &redrive).as_deref(),
+            Some(redrive.as_str()),
+            "a redrive of a redrive is the same subject"
+        );
+        assert_eq!(
+            redrive_subjects("payment-worker"),
+            "soldonce.redrive.payment-worker.>"
+        );
+        assert_eq!(redrive_subject("a.b", first), None);
+        assert_eq!(redrive_subject("c", "elsewhere.x"), None);
+        assert!(!is_token("") && !is_token("a b") && !is_token("a>") && is_token("fulfillment"));
     }
 }

@@ -395,7 +395,8 @@ async fn check_operations(
         check_unshipped(conn, options, report).await?;
     }
     let dead: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT consumer, count(*) FROM dead_letters GROUP BY consumer ORDER BY consumer",
+        "SELECT consumer, count(*) FROM dead_letters WHERE redriven_at IS NULL \
+         GROUP BY consumer ORDER BY consumer",
     )
     .fetch_all(&mut *conn)
     .await?;
@@ -403,7 +404,7 @@ async fn check_operations(
         report.flag(
             "dead_letters",
             consumer,
-            format!("{n} messages could not be handled (see the dead_letters table)"),
+            format!("{n} messages could not be handled (soldonce dead-letters list)"),
         );
     }
     let parked: Vec<(String, i64)> = sqlx::query_as(
@@ -415,7 +416,7 @@ async fn check_operations(
         report.flag(
             "outbox_parked",
             reason,
-            format!("{n} events could not be published (see the outbox_parked table)"),
+            format!("{n} events could not be published (soldonce outbox parked)"),
         );
     }
     let (backlog, oldest): (i64, f64) = sqlx::query_as(

@@ -17,6 +17,29 @@ pub struct Price {
     pub max_per_order: Option<i64>,
     /// Units one account may hold in pending or confirmed orders, ever.
     pub per_account_limit: Option<i64>,
+    /// Whether it is on sale (checkout refuses a deactivated SKU).
+    pub active: bool,
+}
+
+/// A product as the catalogue holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct Product {
+    pub sku: String,
+    pub name: String,
+    pub price_minor: i64,
+    pub currency: String,
+    pub active: bool,
+    pub max_per_order: Option<i64>,
+    pub per_account_limit: Option<i64>,
+}
+
+/// What `product update` changes; `None` keeps the current value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProductChange {
+    pub name: Option<String>,
+    pub price_minor: Option<i64>,
+    /// Only together with `price_minor`: an amount means nothing in another currency.
+    pub currency: Option<Currency>,
 }
 
 /// One SKU's three buckets.
@@ -85,27 +108,30 @@ pub async fn add_product(
 
 /// Catalogue prices of the SKUs that exist among `skus`.
 pub async fn prices(pool: &PgPool, skus: &[&str]) -> Result<HashMap<String, Price>, StoreError> {
-    type Row = (String, i64, String, Option<i64>, Option<i64>);
+    type Row = (String, i64, String, Option<i64>, Option<i64>, bool);
     let rows: Vec<Row> =
-        sqlx::query_as("SELECT sku, price_minor, currency, max_per_order, per_account_limit FROM products WHERE sku = ANY($1)")
+        sqlx::query_as("SELECT sku, price_minor, currency, max_per_order, per_account_limit, active FROM products WHERE sku = ANY($1)")
             .bind(skus)
             .fetch_all(pool)
             .await?;
     rows.into_iter()
-        .map(|(sku, minor, currency, max_per_order, per_account_limit)| {
-            let currency = currency
-                .parse()
-                .map_err(|_| StoreError::Corrupt(format!("currency of {sku}")))?;
-            Ok((
-                sku,
-                Price {
-                    minor,
-                    currency,
-                    max_per_order,
-                    per_account_limit,
-                },
-            ))
-        })
+        .map(
+            |(sku, minor, currency, max_per_order, per_account_limit, active)| {
+                let currency = currency
+                    .parse()
+                    .map_err(|_| StoreError::Corrupt(format!("currency of {sku}")))?;
+                Ok((
+                    sku,
+                    Price {
+                        minor,
+                        currency,
+                        max_per_order,
+                        per_account_limit,
+                        active,
+                    },
+                ))
+            },
+        )
         .collect()
 }
 
@@ -125,6 +151,65 @@ pub async fn set_limits(
     .execute(pool)
     .await?;
     Ok(updated.rows_affected() == 1)
+}
+
+const PRODUCT: &str = "sku, name, price_minor, currency, active, max_per_order, per_account_limit";
+
+/// Every product (or the one SKU), in SKU order.
+pub async fn products(pool: &PgPool, sku: Option<&Sku>) -> Result<Vec<Product>, StoreError> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT {PRODUCT} FROM products WHERE $1::text IS NULL OR sku = $1 ORDER BY sku"
+    ))
+    .bind(sku.map(Sku::as_str))
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Changes a product's name and price (with its currency) for orders
+/// placed from now on; an order already placed keeps the unit prices and
+/// currency it was placed at (its lines hold them). `None` if there is no
+/// such product.
+pub async fn update_product(
+    pool: &PgPool,
+    sku: &Sku,
+    change: &ProductChange,
+) -> Result<Option<Product>, StoreError> {
+    Ok(sqlx::query_as(&format!(
+        "UPDATE products SET name = coalesce($2, name), price_minor = coalesce($3, price_minor), \
+                currency = coalesce($4, currency) WHERE sku = $1 RETURNING {PRODUCT}"
+    ))
+    .bind(sku.as_str())
+    .bind(change.name.as_deref())
+    .bind(change.price_minor)
+    .bind(change.currency.map(|c| c.as_str().to_owned()))
+    .fetch_optional(pool)
+    .await?)
+}
+
+/// Puts a product on sale or takes it off: the product, and whether this
+/// changed it (`None` if there is no such product). Checkout reads the
+/// catalogue for every placement group, without a cache, so the change
+/// holds for every placement priced after it commits.
+pub async fn set_active(
+    pool: &PgPool,
+    sku: &Sku,
+    active: bool,
+) -> Result<Option<(Product, bool)>, StoreError> {
+    let changed: Option<Product> = sqlx::query_as(&format!(
+        "UPDATE products SET active = $2 WHERE sku = $1 AND active <> $2 RETURNING {PRODUCT}"
+    ))
+    .bind(sku.as_str())
+    .bind(active)
+    .fetch_optional(pool)
+    .await?;
+    if let Some(product) = changed {
+        return Ok(Some((product, true)));
+    }
+    Ok(products(pool, Some(sku))
+        .await?
+        .into_iter()
+        .next()
+        .map(|p| (p, false)))
 }
 
 /// Goods in: `quantity` more units available, with a `receive` ledger row.

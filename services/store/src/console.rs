@@ -107,7 +107,7 @@ pub async fn figures(pool: &PgPool) -> Result<Figures, StoreError> {
     .fetch_one(&mut *tx)
     .await?;
     let dead_letters: BTreeMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
-        "SELECT consumer, count(*) FROM dead_letters GROUP BY consumer",
+        "SELECT consumer, count(*) FROM dead_letters WHERE redriven_at IS NULL GROUP BY consumer",
     )
     .fetch_all(&mut *tx)
     .await?

@@ -26,7 +26,7 @@
 //! - `metric_help.rs` — what each metric the store records means
 //! - `connect.rs` — pools on one server or several (`DATABASE_URL` with a list of hosts), following the primary after a failover
 //! - `console.rs` — the operator console's figures, in one snapshot
-//! - `audit.rs`, `audit_money.rs` (the checks), `audit_delta.rs`, `audit_frontier.rs`, `audit_runs.rs` (the incremental audit and recorded runs), `projections.rs`, `replay.rs`, `order_counts.rs` — checks, rebuilds and reads for operators
+//! - `audit.rs`, `audit_money.rs` (the checks), `audit_delta.rs`, `audit_frontier.rs`, `audit_runs.rs` (the incremental audit and recorded runs), `projections.rs`, `rebuild.rs` (the projections rebuilt in batches beside live traffic), `replay.rs`, `order_counts.rs` — checks, rebuilds and reads for operators
 
 pub mod accounts;
 pub mod audit;
@@ -50,6 +50,7 @@ pub mod outbox;
 pub mod payments;
 pub mod placing;
 pub mod projections;
+pub mod rebuild;
 pub mod reconcile;
 pub mod replay;
 pub mod replication;

@@ -215,6 +215,89 @@ pub async fn parked(pool: &PgPool) -> Result<i64, sqlx::Error> {
     Ok(n)
 }
 
+/// A row the relay set aside, for an operator to read.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
+pub struct ParkedRow {
+    /// The event's id (its `Nats-Msg-Id`).
+    pub id: Uuid,
+    /// The event's position in `events`.
+    pub position: i64,
+    /// The aggregate it belongs to (the order, or the shipment).
+    pub stream_id: Uuid,
+    pub subject: String,
+    /// `too_large`, `bad_subject` or `rejected`.
+    pub reason: String,
+    /// The message's size in bytes.
+    pub bytes: i32,
+    pub parked_at: DateTime<Utc>,
+}
+
+/// The parked rows, oldest first, at most `limit`.
+pub async fn parked_rows(pool: &PgPool, limit: i64) -> Result<Vec<ParkedRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, position, stream_id, subject, reason, octet_length(payload::text) AS bytes, parked_at \
+         FROM outbox_parked ORDER BY parked_at, position LIMIT $1",
+    )
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// Which of `ids` are parked, and which of the others are events at all:
+/// `(parked, known events not parked)`; an id in neither is unknown.
+pub async fn classify_ids(
+    pool: &PgPool,
+    ids: &[Uuid],
+) -> Result<(Vec<Uuid>, Vec<Uuid>), sqlx::Error> {
+    let rows: Vec<(Uuid, bool)> = sqlx::query_as(
+        "SELECT k.id, EXISTS (SELECT 1 FROM outbox_parked p WHERE p.id = k.id) \
+         FROM unnest($1::uuid[]) AS k(id) \
+         WHERE EXISTS (SELECT 1 FROM outbox_parked p WHERE p.id = k.id) \
+            OR EXISTS (SELECT 1 FROM events e WHERE e.event_id = k.id)",
+    )
+    .bind(ids)
+    .fetch_all(pool)
+    .await?;
+    let (parked, known): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(_, parked)| *parked);
+    Ok((
+        parked.into_iter().map(|(id, _)| id).collect(),
+        known.into_iter().map(|(id, _)| id).collect(),
+    ))
+}
+
+/// Moves parked rows (those of `ids`, or all with `None`) back into the
+/// outbox in one statement, each with its old position, so it leaves
+/// before any later row of its order still waiting; the insert wakes the
+/// relay. Its `created_at` is now: the requeue is the commit it is
+/// published after. A row already moved by another requeue is not there to
+/// move again. Returns the ids moved; with `dry_run` nothing moves (the
+/// ids that would).
+pub async fn requeue(
+    pool: &PgPool,
+    ids: Option<&[Uuid]>,
+    dry_run: bool,
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    if dry_run {
+        return sqlx::query_scalar(
+            "SELECT id FROM outbox_parked WHERE $1::uuid[] IS NULL OR id = ANY($1) ORDER BY position",
+        )
+        .bind(ids)
+        .fetch_all(pool)
+        .await;
+    }
+    sqlx::query_scalar(
+        "WITH moved AS ( \
+             DELETE FROM outbox_parked WHERE $1::uuid[] IS NULL OR id = ANY($1) \
+             RETURNING id, position, stream_id, subject, payload, headers) \
+         INSERT INTO outbox (id, position, stream_id, subject, payload, headers, created_at) \
+         SELECT id, position, stream_id, subject, payload, headers, now() FROM moved ORDER BY position \
+         RETURNING id",
+    )
+    .bind(ids)
+    .fetch_all(pool)
+    .await
+}
+
 /// Holds the relay's wake-up for `ahead`: moves the `outbox_wake` trigger's
 /// bucket (200 per second, see its migration) that far ahead, never back,
 /// so writers committing until then send no notification. The relay that

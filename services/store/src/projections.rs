@@ -1,11 +1,10 @@
-//! Rebuilding every projection the events define — `orders` (with
-//! `order_lines`) and `shipments` — from the event store. A projection is a
-//! cache of each stream's fold; rebuilding must reproduce it exactly.
+//! The projections the events define — `orders` (with `order_lines`) and
+//! `shipments` — read whole for comparison, written one order at a time for
+//! a replay, and rebuilt from the event store (the batches live in
+//! `rebuild`). A projection is a cache of each stream's fold; rebuilding
+//! must reproduce it exactly.
 
 use crate::StoreError;
-use chrono::{DateTime, Utc};
-use domain::shipment::ShipmentEvent;
-use domain::Event;
 use futures::TryStreamExt;
 use sqlx::{PgConnection, PgPool};
 use std::collections::BTreeMap;
@@ -16,7 +15,7 @@ use uuid::Uuid;
 pub struct TableReport {
     /// Rows folded from their events.
     pub rows: u64,
-    /// Rows that differed from their fold before the rebuild.
+    /// Rows that differed from their fold (or were missing) and were written.
     pub corrected: u64,
     /// Rows with no events, removed.
     pub orphans_removed: u64,
@@ -27,6 +26,8 @@ pub struct TableReport {
 pub struct RebuildReport {
     pub orders: TableReport,
     pub shipments: TableReport,
+    /// Transactions it took.
+    pub batches: u64,
 }
 
 /// Every projection row with its lines, as JSON, by order id.
@@ -59,112 +60,16 @@ async fn rows(
         .await?)
 }
 
-/// Replaces every projection with the fold of the event store, in one
-/// transaction that blocks writers of the projections meanwhile.
+/// Makes every projection the fold of the event store, in batches of
+/// [`crate::rebuild::DEFAULT_BATCH`] streams beside live traffic (see
+/// [`crate::rebuild`]).
 pub async fn rebuild(pool: &PgPool) -> Result<RebuildReport, StoreError> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("LOCK TABLE orders, order_lines, shipments IN EXCLUSIVE MODE")
-        .execute(&mut *tx)
-        .await?;
-    let orders_before = snapshot(&mut tx).await?;
-    let shipments_before = snapshot_shipments(&mut tx).await?;
-    // Shipments reference orders: out first, back in last.
-    for table in ["shipments", "order_lines", "orders"] {
-        sqlx::query(&format!("DELETE FROM {table}"))
-            .execute(&mut *tx)
-            .await?;
-    }
-    let mut report = RebuildReport::default();
-    let mut rebuilt = Vec::with_capacity(1000);
-    for (stream, events) in streams(&mut tx, "order.%").await? {
-        let events: Vec<Event> = events
-            .into_iter()
-            .map(|(t, data)| Event::from_parts(&t, data))
-            .collect::<Result<_, _>>()
-            .map_err(|e| StoreError::Corrupt(format!("event of order {stream}: {e}")))?;
-        let order = domain::fold(&events)
-            .ok_or_else(|| StoreError::Corrupt(format!("order {stream} has no order.placed")))?;
-        rebuilt.push(order);
-        if rebuilt.len() == 1000 {
-            crate::orders::insert_projections(&mut tx, &rebuilt).await?;
-            rebuilt.clear();
-        }
-        report.orders.rows += 1;
-    }
-    crate::orders::insert_projections(&mut tx, &rebuilt).await?;
-    for (stream, events) in streams(&mut tx, "shipment.%").await? {
-        write_shipment(&mut tx, stream, &events).await?;
-        report.shipments.rows += 1;
-    }
-    let orders_after = snapshot(&mut tx).await?;
-    let shipments_after = snapshot_shipments(&mut tx).await?;
-    report.orders = compare(&orders_before, &orders_after, report.orders.rows);
-    report.shipments = compare(&shipments_before, &shipments_after, report.shipments.rows);
-    tx.commit().await?;
-    Ok(report)
+    crate::rebuild::run(pool, crate::rebuild::DEFAULT_BATCH).await
 }
 
-fn compare(
-    before: &BTreeMap<Uuid, serde_json::Value>,
-    after: &BTreeMap<Uuid, serde_json::Value>,
-    rows: u64,
-) -> TableReport {
-    TableReport {
-        rows,
-        corrected: after
-            .iter()
-            .filter(|(id, row)| before.get(id) != Some(row))
-            .count() as u64,
-        orphans_removed: before.keys().filter(|id| !after.contains_key(id)).count() as u64,
-    }
-}
-
-type Stream = (Uuid, Vec<(String, serde_json::Value)>);
-
-/// The events of every stream whose types match `pattern`, grouped by stream in version order.
-async fn streams(conn: &mut PgConnection, pattern: &str) -> Result<Vec<Stream>, StoreError> {
-    let rows: Vec<(Uuid, String, serde_json::Value)> = sqlx::query_as(
-        "SELECT stream_id, type, data FROM events WHERE type LIKE $1 ORDER BY stream_id, version",
-    )
-    .bind(pattern)
-    .fetch_all(&mut *conn)
-    .await?;
-    let mut grouped: Vec<Stream> = vec![];
-    for (stream, t, data) in rows {
-        match grouped.last_mut() {
-            Some((s, events)) if *s == stream => events.push((t, data)),
-            _ => grouped.push((stream, vec![(t, data)])),
-        }
-    }
-    Ok(grouped)
-}
-
-/// Folds one shipment's events into its row: the last step's state, the
-/// first step's time as created, the last one's as updated.
-async fn write_shipment(
-    conn: &mut PgConnection,
-    id: Uuid,
-    events: &[(String, serde_json::Value)],
-) -> Result<(), StoreError> {
-    let parsed: Vec<ShipmentEvent> = events
-        .iter()
-        .map(|(_, data)| serde_json::from_value(data.clone()))
-        .collect::<Result<_, _>>()
-        .map_err(|e| StoreError::Corrupt(format!("event of shipment {id}: {e}")))?;
-    let (Some(first), Some(last)) = (parsed.first(), parsed.last()) else {
-        return Ok(());
-    };
-    let created: DateTime<Utc> = first.at;
-    sqlx::query("INSERT INTO shipments (id, order_id, state, version, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6)")
-        .bind(id)
-        .bind(last.order_id)
-        .bind(last.state.as_str())
-        .bind(i32::try_from(parsed.len()).unwrap_or(i32::MAX))
-        .bind(created)
-        .bind(last.at)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
+/// [`rebuild`] with `batch` streams per transaction.
+pub async fn rebuild_in_batches(pool: &PgPool, batch: i64) -> Result<RebuildReport, StoreError> {
+    crate::rebuild::run(pool, batch).await
 }
 
 /// Writes one order's projection row and lines (into whatever `orders` the
