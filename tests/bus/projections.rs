@@ -78,6 +78,7 @@ async fn the_projections_rebuild_with_shipments_present_and_reports_drift_per_ta
             causation_id: uuid::Uuid::now_v7(),
             source: "test".into(),
             traceparent: None,
+            tracestate: None,
         };
         let mut tx = app.pool.begin().await.expect("tx");
         shipments.push(

@@ -274,6 +274,7 @@ async fn one_batch_ships_the_confirmed_order_once_and_answers_every_other_order_
         causation_id: uuid::Uuid::now_v7(),
         source: "test".into(),
         traceparent: None,
+        tracestate: None,
     };
     let batch = [paid, unpaid, paid, missing].map(|o| (o, meta(o)));
     let mut tx = app.pool.begin().await.expect("tx");

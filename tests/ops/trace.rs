@@ -153,6 +153,7 @@ struct Exported {
     parent_span_id: String,
     name: String,
     kind: i32,
+    trace_state: String,
 }
 
 /// An OTLP/HTTP receiver on 127.0.0.1: decodes each `POST /v1/traces` body
@@ -196,6 +197,7 @@ async fn otlp_receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Exporte
                             parent_span_id: hex(&span.parent_span_id),
                             name: span.name,
                             kind: span.kind,
+                            trace_state: span.trace_state,
                         });
                     }
                 }
@@ -246,6 +248,7 @@ async fn one_order_is_one_exported_trace_from_every_service_with_its_parent_link
         .bearer_auth(&system.app.token)
         .header("Idempotency-Key", "otel-order-1")
         .header("traceparent", format!("00-{trace_id}-{caller}-01"))
+        .header("tracestate", "shop=checkout-7,vendor=t61rcWkgMzE")
         .json(&serde_json::json!({"lines": [{"sku": "OTEL-1", "quantity": 1}]}));
     let placed = system.app.send(request).await;
     assert_eq!(placed.status, 202, "{}", placed.body);
@@ -327,6 +330,13 @@ async fn one_order_is_one_exported_trace_from_every_service_with_its_parent_link
         assert!(
             hop(child, parent),
             "a {child} span whose parent is a {parent} span: {spans:#?}"
+        );
+    }
+    // The caller's tracestate travelled with the trace through every hop.
+    for span in &spans {
+        assert_eq!(
+            span.trace_state, "shop=checkout-7,vendor=t61rcWkgMzE",
+            "every span carries the caller's tracestate: {span:?}"
         );
     }
     // Counted a second way: the events' stored traceparents name spans that were exported.

@@ -124,7 +124,10 @@ pub struct Delivery {
     pub event: CloudEvent,
     /// How many times this message has been delivered (1 the first time).
     pub delivered: i64,
+    /// The consumer span's `traceparent` (what the handler's writes continue).
     pub traceparent: Option<String>,
+    /// The W3C `tracestate` that travelled with it, validated.
+    pub tracestate: Option<String>,
 }
 
 impl Delivery {
@@ -402,17 +405,23 @@ async fn process<H: Handler>(
             metrics::histogram!("soldonce_consumer_wait_seconds", "consumer" => spec.name.clone())
                 .record((now_ns - published_ns).max(0) as f64 / 1e9);
         }
-        let hop = message
-            .headers
-            .as_ref()
-            .and_then(|h| h.get("traceparent"))
-            .and_then(|v| platform::trace::TraceParent::parse(v.as_str()))
+        let header = |name: &str| {
+            message
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(name))
+                .map(|v| v.as_str().to_owned())
+        };
+        let tracestate = platform::trace::tracestate(header("tracestate").as_deref());
+        let hop = header("traceparent")
+            .and_then(|v| platform::trace::TraceParent::parse(&v))
             .map(|parent| {
                 let mut hop = Hop::start(
                     Kind::Consumer,
                     format!("process {}", message.subject),
                     Some(parent),
-                );
+                )
+                .with_tracestate(tracestate.clone());
                 hop.attribute("messaging.system", "nats");
                 hop.attribute("messaging.consumer.group.name", spec.name.clone());
                 hop.attribute("messaging.message.id", event.id.to_string());
@@ -427,6 +436,7 @@ async fn process<H: Handler>(
                 event,
                 delivered,
                 traceparent,
+                tracestate,
             }),
             hop: hop.map(std::sync::Mutex::new),
         });
@@ -858,6 +868,7 @@ mod tests {
             ),
             delivered: 1,
             traceparent: traceparent.map(str::to_owned),
+            tracestate: None,
         }
     }
 

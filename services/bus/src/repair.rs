@@ -256,6 +256,9 @@ async fn republish(
             .filter(|tp| !tp.is_empty() && tp.bytes().all(|b| b.is_ascii_graphic()))
         {
             publish = publish.header("traceparent", tp);
+            if let Some(state) = platform::trace::tracestate(m.tracestate.as_deref()) {
+                publish = publish.header("tracestate", state.as_str());
+            }
         }
         let ack = js
             .send_publish(m.subject.clone(), publish)

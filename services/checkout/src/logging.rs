@@ -20,11 +20,22 @@ use uuid::Uuid;
 
 /// The request's W3C trace in canonical form, as the middleware resolved it.
 #[derive(Debug, Clone)]
-pub(crate) struct RequestTrace(String);
+pub(crate) struct RequestTrace(String, Option<String>);
 
 impl RequestTrace {
     fn of(headers: &HeaderMap) -> RequestTrace {
-        RequestTrace(crate::traceparent(headers))
+        RequestTrace(crate::traceparent(headers), tracestate(headers))
+    }
+
+    /// The caller's W3C `tracestate`, validated, to forward with the trace.
+    pub(crate) fn tracestate(&self) -> Option<String> {
+        self.1.clone()
+    }
+
+    /// Metadata for what this request causes, on its trace.
+    pub(crate) fn meta(&self, correlation_id: Uuid) -> events::Metadata {
+        events::Metadata::from_request("checkout", correlation_id, Some(self.0.clone()))
+            .with_tracestate(self.tracestate())
     }
 
     /// The trace id, 32 hex digits.
@@ -50,6 +61,11 @@ impl<S: Send + Sync> FromRequestParts<S> for RequestTrace {
             .cloned()
             .unwrap_or_else(|| RequestTrace::of(&parts.headers)))
     }
+}
+
+/// The request's `tracestate`, if valid.
+fn tracestate(headers: &HeaderMap) -> Option<String> {
+    platform::trace::tracestate(headers.get("tracestate").and_then(|v| v.to_str().ok()))
 }
 
 /// Longest path logged, in characters.
@@ -103,8 +119,12 @@ pub(crate) async fn log_errors(mut request: Request, next: Next) -> Response {
             .headers()
             .get("traceparent")
             .and_then(|v| v.to_str().ok()),
+    )
+    .with_tracestate(tracestate(request.headers()));
+    let trace = RequestTrace(
+        hop.traceparent().to_string(),
+        hop.tracestate().map(str::to_owned),
     );
-    let trace = RequestTrace(hop.traceparent().to_string());
     let ids = RequestIds::of(&request, &trace);
     request.extensions_mut().insert(trace);
     let mut response = next.run(request).await;

@@ -9,7 +9,6 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::Json;
 use domain::Command;
-use events::Metadata;
 use store::orders::{RecordedEvent, Transition};
 use uuid::Uuid;
 
@@ -141,7 +140,7 @@ pub(crate) async fn cancel_order(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<OrderView>, ApiError> {
     let id = order_id(path)?;
-    let meta = Metadata::from_request("checkout", id, Some(trace.to_string()));
+    let meta = trace.meta(id);
     let now = store::now();
     match store::orders::transition(&state.pool, id, Some(account), &meta, |_| Command::Cancel {
         at: now,

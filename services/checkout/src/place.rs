@@ -66,6 +66,7 @@ pub(crate) struct Draft {
     key: String,
     request: OrderRequest,
     traceparent: String,
+    tracestate: Option<String>,
 }
 
 fn draft(
@@ -83,6 +84,7 @@ fn draft(
         key,
         request,
         traceparent: trace.to_string(),
+        tracestate: trace.tracestate(),
     })
 }
 
@@ -231,7 +233,8 @@ fn placement<'a>(
         accepted,
         order,
         events,
-        meta: Metadata::from_request("checkout", order_id, Some(d.traceparent.clone())),
+        meta: Metadata::from_request("checkout", order_id, Some(d.traceparent.clone()))
+            .with_tracestate(d.tracestate.clone()),
         limits,
     })
 }

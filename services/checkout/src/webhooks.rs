@@ -13,7 +13,6 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use base64::Engine;
-use events::Metadata;
 use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use sha2::Sha256;
@@ -258,11 +257,7 @@ pub(crate) async fn receive(
         Some(fact) => {
             // The PSP's webhook continues the order's trace (its traceparent
             // is one hop on from the worker's charge), and so do its events.
-            let meta = Metadata::from_request(
-                "checkout",
-                order_id.unwrap_or_default(),
-                Some(trace.to_string()),
-            );
+            let meta = trace.meta(order_id.unwrap_or_default());
             // Never queue behind another decider of the order.
             match store::payments::learn_unless_busy(&mut tx, fact, Source::Webhook, &meta).await {
                 Err(e) if e.is_busy() => {

@@ -17,6 +17,9 @@ pub struct Metadata {
     /// W3C trace context, when the cause carried one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// W3C `tracestate` (vendors' entries), forwarded beside the traceparent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 impl Metadata {
@@ -33,7 +36,14 @@ impl Metadata {
             causation_id: Uuid::now_v7(),
             source: source.to_owned(),
             traceparent,
+            tracestate: None,
         }
+    }
+
+    /// The same metadata, forwarding a W3C `tracestate` as well.
+    pub fn with_tracestate(mut self, tracestate: Option<String>) -> Metadata {
+        self.tracestate = tracestate;
+        self
     }
 
     /// For what `source` records because it handled `cause`: the same saga,
@@ -44,6 +54,7 @@ impl Metadata {
             causation_id: cause.id,
             source: source.to_owned(),
             traceparent,
+            tracestate: None,
         }
     }
 

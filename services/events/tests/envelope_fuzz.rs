@@ -165,13 +165,15 @@ fn metadata() -> impl Strategy<Value = Metadata> {
         uuid(),
         any::<String>(),
         prop::option::of(any::<String>()),
+        prop::option::of(any::<String>()),
     )
         .prop_map(
-            |(correlation_id, causation_id, source, traceparent)| Metadata {
+            |(correlation_id, causation_id, source, traceparent, tracestate)| Metadata {
                 correlation_id,
                 causation_id,
                 source,
                 traceparent,
+                tracestate,
             },
         )
 }

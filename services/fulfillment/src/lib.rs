@@ -97,7 +97,8 @@ impl Handler for ShipOrders {
         let orders: Vec<(Uuid, Metadata)> = batch
             .iter()
             .map(|(d, order_id)| {
-                let meta = Metadata::caused_by("fulfillment", &d.event, d.traceparent.clone());
+                let meta = Metadata::caused_by("fulfillment", &d.event, d.traceparent.clone())
+                    .with_tracestate(d.tracestate.clone());
                 (**order_id, meta)
             })
             .collect();

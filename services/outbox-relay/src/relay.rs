@@ -262,17 +262,23 @@ impl Relay {
                 .and_then(|v| v.as_str())
                 .and_then(TraceParent::parse)
                 .map(|parent| {
+                    let state = platform::trace::tracestate(
+                        row.headers.get("tracestate").and_then(|v| v.as_str()),
+                    );
                     let mut hop = Hop::start(
                         Kind::Producer,
                         format!("publish {}", row.subject),
                         Some(parent),
-                    );
+                    )
+                    .with_tracestate(state);
                     hop.attribute("messaging.system", "nats");
                     hop.attribute("messaging.destination.name", row.subject.clone());
                     hop.attribute("messaging.message.id", row.id.to_string());
                     hop
                 });
-            let traceparent = hop.as_ref().map(Hop::traceparent);
+            let traceparent = hop
+                .as_ref()
+                .map(|h| (h.traceparent(), h.tracestate().map(str::to_owned)));
             hops.push(hop);
             let message = match message(row, traceparent, max_payload) {
                 Ok(m) => m,
@@ -399,7 +405,7 @@ fn seconds_between(from: chrono::DateTime<chrono::Utc>, to: chrono::DateTime<chr
 /// writer stored, sent as they are.
 fn message(
     row: &store::outbox::OutboxRow,
-    traceparent: Option<TraceParent>,
+    traceparent: Option<(TraceParent, Option<String>)>,
     max_payload: usize,
 ) -> Result<PublishMessage, Poison> {
     if !poison::publishable_subject(&row.subject) {
@@ -415,7 +421,13 @@ fn message(
         (bus::POSITION_HEADER, position.as_str()),
     ];
     // The relay's own span (a parsed traceparent: printable ASCII, never the stored text).
-    let traceparent = traceparent.map(|t| t.to_string());
+    let (traceparent, tracestate) = match traceparent {
+        Some((t, s)) => (Some(t.to_string()), s),
+        None => (None, None),
+    };
+    if let Some(state) = &tracestate {
+        headers.push(("tracestate", state.as_str()));
+    }
     match (&traceparent, row.headers.get("traceparent")) {
         (Some(tp), _) => headers.push(("traceparent", tp.as_str())),
         (None, Some(_)) => {

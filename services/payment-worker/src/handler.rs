@@ -33,6 +33,15 @@ fn meta(delivery: &Delivery) -> Metadata {
         &delivery.event,
         delivery.traceparent.clone(),
     )
+    .with_tracestate(delivery.tracestate.clone())
+}
+
+/// The trace a PSP call continues: the delivery's span and `tracestate`.
+fn trace(delivery: &Delivery) -> Option<(&str, Option<&str>)> {
+    delivery
+        .traceparent
+        .as_deref()
+        .map(|t| (t, delivery.tracestate.as_deref()))
 }
 
 /// What the PSP said about one order, ready to record.
@@ -92,7 +101,7 @@ impl PayOrders {
                                 order_id,
                                 order.total_minor,
                                 order.currency.as_str(),
-                                delivery.traceparent.as_deref(),
+                                trace(delivery),
                             )
                             .await
                     }
@@ -105,7 +114,7 @@ impl PayOrders {
                         order_id,
                         order.total_minor,
                         order.currency.as_str(),
-                        delivery.traceparent.as_deref(),
+                        trace(delivery),
                     )
                     .await
             }

@@ -129,18 +129,13 @@ impl Psp {
         order_id: Uuid,
         amount_minor: i64,
         currency: &str,
-        traceparent: Option<&str>,
+        trace: Option<(&str, Option<&str>)>,
     ) -> Result<PspPayment, PspError> {
         let key = format!("pay:{order_id}");
         let body = serde_json::json!({ "amount_minor": amount_minor, "currency": currency, "reference": order_id.to_string() });
         (|| async {
             match self
-                .post(
-                    &format!("{}/v1/payments", self.base),
-                    &key,
-                    &body,
-                    traceparent,
-                )
+                .post(&format!("{}/v1/payments", self.base), &key, &body, trace)
                 .await
             {
                 Err(PspError::Retryable(why)) => {
@@ -227,7 +222,7 @@ impl Psp {
         url: &str,
         key: &str,
         body: &serde_json::Value,
-        traceparent: Option<&str>,
+        trace: Option<(&str, Option<&str>)>,
     ) -> Result<T, PspError> {
         let started = std::time::Instant::now();
         let mut request = self
@@ -236,16 +231,20 @@ impl Psp {
             .header("idempotency-key", key)
             .json(body);
         // Each attempt is a client span of the caller's trace; the PSP continues it.
-        let mut hop = traceparent
-            .and_then(platform::trace::TraceParent::parse)
-            .map(|parent| {
-                let mut hop = Hop::start(Kind::Client, "POST", Some(parent));
+        let mut hop = trace
+            .and_then(|(t, state)| Some((platform::trace::TraceParent::parse(t)?, state)))
+            .map(|(parent, state)| {
+                let mut hop = Hop::start(Kind::Client, "POST", Some(parent))
+                    .with_tracestate(state.map(str::to_owned));
                 hop.attribute("http.request.method", "POST");
                 hop.attribute("url.full", url.to_owned());
                 hop
             });
         if let Some(hop) = &hop {
             request = request.header("traceparent", hop.traceparent().to_string());
+            if let Some(state) = hop.tracestate() {
+                request = request.header("tracestate", state);
+            }
         }
         let sent = request.send().await;
         if let Some(hop) = hop.as_mut() {

@@ -21,8 +21,8 @@
 use crate::config::{self, ConfigError};
 use crate::trace::TraceParent;
 use opentelemetry::trace::{
-    SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
-    Tracer as _, TracerProvider as _,
+    SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, Tracer as _,
+    TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
@@ -182,6 +182,7 @@ pub struct Hop {
     kind: Kind,
     parent: Option<TraceParent>,
     me: TraceParent,
+    state: Option<String>,
     start: SystemTime,
     attributes: Vec<KeyValue>,
     error: Option<String>,
@@ -199,6 +200,7 @@ impl Hop {
             kind,
             parent,
             me: parent.map_or_else(TraceParent::start, |p| p.child()),
+            state: None,
             start: SystemTime::now(),
             attributes: vec![],
             error: None,
@@ -213,6 +215,17 @@ impl Hop {
         traceparent: Option<&str>,
     ) -> Hop {
         Hop::start(kind, name, traceparent.and_then(TraceParent::parse))
+    }
+
+    /// The W3C `tracestate` the caller sent (validated), sent on unchanged.
+    pub fn with_tracestate(mut self, state: Option<String>) -> Hop {
+        self.state = state;
+        self
+    }
+
+    /// The `tracestate` to send on with [`Hop::traceparent`].
+    pub fn tracestate(&self) -> Option<&str> {
+        self.state.as_deref()
     }
 
     /// The `traceparent` to send on: this hop's span.
@@ -253,7 +266,10 @@ impl Hop {
                     SpanId::from_bytes(s),
                     TraceFlags::new(f),
                     true,
-                    TraceState::default(),
+                    self.state
+                        .as_deref()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or_default(),
                 ))
             }
             None => Context::new(),

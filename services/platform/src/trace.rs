@@ -97,6 +97,26 @@ impl fmt::Display for TraceParent {
     }
 }
 
+/// A W3C `tracestate` header's value in canonical form, if it is valid (at
+/// most 512 characters and 32 list members, each `key=value` as the
+/// specification allows); anything else is dropped, never forwarded.
+pub fn tracestate(value: Option<&str>) -> Option<String> {
+    let value = value?.trim();
+    if value.is_empty() || value.len() > 512 {
+        return None;
+    }
+    let members: Vec<&str> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .collect();
+    if members.is_empty() || members.len() > 32 {
+        return None;
+    }
+    let state: opentelemetry::trace::TraceState = value.parse().ok()?;
+    Some(state.header()).filter(|h| !h.is_empty())
+}
+
 /// Exactly `N` bytes from `2N` lower-case hex digits.
 fn hex<const N: usize>(text: &str) -> Option<[u8; N]> {
     let bytes = text.as_bytes();
@@ -120,6 +140,17 @@ mod tests {
     use super::TraceParent;
 
     const VALID: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn a_valid_tracestate_is_kept_and_an_invalid_one_dropped() {
+        assert_eq!(
+            super::tracestate(Some("rojo=00f067aa0ba902b7, congo=t61rcWkgMzE")),
+            Some("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE".to_owned())
+        );
+        assert_eq!(super::tracestate(Some("no equals sign")), None);
+        assert_eq!(super::tracestate(Some(&"a=b,".repeat(200))), None);
+        assert_eq!(super::tracestate(None), None);
+    }
 
     #[test]
     fn a_valid_traceparent_round_trips() {

@@ -91,7 +91,12 @@ pub(crate) fn append<'q>(
         subjects.push(message.subject);
         // Stored as written (the column is json) and published as stored.
         payloads.push(message.payload);
-        headers.push(serde_json::json!({ "traceparent": message.traceparent }));
+        headers.push(match &message.tracestate {
+            Some(state) => {
+                serde_json::json!({ "traceparent": message.traceparent, "tracestate": state })
+            }
+            None => serde_json::json!({ "traceparent": message.traceparent }),
+        });
     }
     let s = statement;
     let (ids, streams) = (s.bind(ids)?, s.bind(streams)?);

@@ -21,6 +21,7 @@ pub(crate) struct Message {
     /// The CloudEvent envelope as JSON text.
     pub payload: String,
     pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
 }
 
 impl Message {
@@ -39,6 +40,7 @@ impl Message {
             payload: serde_json::to_string(&wrapped)
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?,
             traceparent: meta.traceparent.clone(),
+            tracestate: meta.tracestate.clone(),
         })
     }
 }
@@ -54,6 +56,7 @@ pub struct Republish {
     /// The CloudEvent envelope, as the relay would have sent it.
     pub payload: String,
     pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
 }
 
 /// The first position of an event recorded at or after `at`, or one past
@@ -175,6 +178,7 @@ pub async fn messages(
             subject: m.subject,
             payload: m.payload,
             traceparent: m.traceparent,
+            tracestate: m.tracestate,
         });
     }
     Ok((out, unreadable))

@@ -39,7 +39,7 @@ pub(crate) struct AppState {
     /// The W3C trace each payment was created under, until its outcome is
     /// announced: its webhooks continue that trace. Kept in memory only; a
     /// payment settled after a restart starts a new trace.
-    traces: Mutex<HashMap<String, platform::trace::TraceParent>>,
+    traces: Mutex<HashMap<String, crate::webhook::Trace>>,
     /// Turns true when the application stops, releasing replies held by `lose_reply_rate`.
     stop: watch::Receiver<bool>,
 }
@@ -87,7 +87,7 @@ fn payment_outcome(state: &AppState, payment: &Payment) {
 }
 
 /// Remembers the trace a payment still `processing` was created under.
-fn remember_trace(state: &AppState, payment_id: &str, trace: platform::trace::TraceParent) {
+fn remember_trace(state: &AppState, payment_id: &str, trace: crate::webhook::Trace) {
     state
         .traces
         .lock()

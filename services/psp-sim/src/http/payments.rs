@@ -33,7 +33,10 @@ pub(super) async fn create(
         platform::otel::Kind::Server,
         "POST /v1/payments",
         headers.get("traceparent").and_then(|v| v.to_str().ok()),
-    );
+    )
+    .with_tracestate(platform::trace::tracestate(
+        headers.get("tracestate").and_then(|v| v.to_str().ok()),
+    ));
     hop.attribute("http.request.method", "POST");
     hop.attribute("http.route", "/v1/payments");
     let trace = hop.traceparent();
@@ -57,7 +60,11 @@ pub(super) async fn create(
                 status = ?payment.status,
                 "payment created"
             );
-            super::remember_trace(&state, &payment.id, trace);
+            super::remember_trace(
+                &state,
+                &payment.id,
+                (trace, hop.tracestate().map(str::to_owned)),
+            );
             if payment.status == PaymentStatus::Processing {
                 state.counters.fault_injected(Fault::Processing, 1);
                 let after = Duration::from_millis(faults.processing_ms);

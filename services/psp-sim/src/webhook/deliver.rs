@@ -106,13 +106,19 @@ impl Deliverer {
             .header("webhook-signature", signature);
         // Each attempt is a client span under the call that caused the webhook.
         let mut hop = event.traceparent.map(|parent| {
-            let mut hop = Hop::start(Kind::Client, "POST webhook", Some(parent));
+            let mut hop = Hop::start(Kind::Client, "POST webhook", Some(parent))
+                .with_tracestate(event.tracestate.clone());
             hop.attribute("http.request.method", "POST");
             hop.attribute("webhook.id", event.id.clone());
             hop
         });
         let result = match &hop {
-            Some(hop) => request.header("traceparent", hop.traceparent().to_string()),
+            Some(hop) => match hop.tracestate() {
+                Some(state) => request
+                    .header("traceparent", hop.traceparent().to_string())
+                    .header("tracestate", state),
+                None => request.header("traceparent", hop.traceparent().to_string()),
+            },
             None => request,
         }
         .body(event.body.clone())

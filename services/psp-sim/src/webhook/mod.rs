@@ -69,6 +69,10 @@ pub struct WebhookPayload<T> {
     pub data: T,
 }
 
+/// The trace a webhook continues: the span of the call that caused it,
+/// and the caller's `tracestate`.
+pub type Trace = (platform::trace::TraceParent, Option<String>);
+
 /// One event to deliver: its id and body are fixed, so every retry and duplicate is identical.
 #[derive(Debug, Clone)]
 pub struct WebhookEvent {
@@ -82,6 +86,8 @@ pub struct WebhookEvent {
     /// that created the payment (each delivery attempt is a client span of
     /// its own under it).
     pub traceparent: Option<platform::trace::TraceParent>,
+    /// The W3C `tracestate` that came with it, sent on with each attempt.
+    pub tracestate: Option<String>,
     /// The merchant's reference (the order), for the logs.
     pub reference: Option<String>,
 }
@@ -98,6 +104,7 @@ impl WebhookEvent {
             event_type,
             body: Bytes::from(serde_json::to_vec(&payload)?),
             traceparent: None,
+            tracestate: None,
             reference: None,
         })
     }
@@ -129,7 +136,7 @@ impl WebhookQueue {
     /// Announces a payment's outcome: when it is created, or when it settles from
     /// `processing`; a payment still processing has none, so nothing is sent.
     /// `trace` is the one the payment was created under.
-    pub fn payment_outcome(&self, payment: &Payment, trace: Option<platform::trace::TraceParent>) {
+    pub fn payment_outcome(&self, payment: &Payment, trace: Option<Trace>) {
         if let Some(event_type) = EventType::for_payment(payment.status) {
             self.publish(event_type, payment, trace, Some(&payment.reference));
         }
@@ -144,13 +151,14 @@ impl WebhookQueue {
         &self,
         event_type: EventType,
         data: &T,
-        trace: Option<platform::trace::TraceParent>,
+        trace: Option<Trace>,
         reference: Option<&str>,
     ) {
         let Some(sender) = &self.sender else { return };
         match WebhookEvent::new(event_type, data) {
             Ok(mut event) => {
-                event.traceparent = trace;
+                (event.traceparent, event.tracestate) =
+                    trace.map_or((None, None), |(t, s)| (Some(t), s));
                 event.reference = reference.map(str::to_owned);
                 tracing::debug!(webhook_id = %event.id, %event_type, "webhook queued");
                 if sender.send(event).is_err() {
