@@ -10,25 +10,7 @@ use sqlx::{PgConnection, PgPool};
 use std::collections::BTreeMap;
 use uuid::Uuid;
 
-/// What a rebuild found in one table.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct TableReport {
-    /// Rows folded from their events.
-    pub rows: u64,
-    /// Rows that differed from their fold (or were missing) and were written.
-    pub corrected: u64,
-    /// Rows with no events, removed.
-    pub orphans_removed: u64,
-}
-
-/// What a rebuild found, per table.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct RebuildReport {
-    pub orders: TableReport,
-    pub shipments: TableReport,
-    /// Transactions it took.
-    pub batches: u64,
-}
+pub use crate::rebuild::{RebuildReport, TableReport};
 
 /// Every projection row with its lines, as JSON, by order id.
 pub async fn snapshot(

@@ -18,7 +18,6 @@
 //! rebuild's own (closed at the end, so nothing else ever sees them), and
 //! are compared with the live rows by PostgreSQL, column by column.
 
-use crate::projections::{RebuildReport, TableReport};
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use domain::shipment::ShipmentEvent;
@@ -26,6 +25,26 @@ use domain::Event;
 use sqlx::{Connection, PgConnection, PgPool};
 use std::collections::{BTreeMap, HashSet};
 use uuid::Uuid;
+
+/// What a rebuild found in one table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TableReport {
+    /// Rows folded from their events.
+    pub rows: u64,
+    /// Rows that differed from their fold (or were missing) and were written.
+    pub corrected: u64,
+    /// Rows with no events, removed.
+    pub orphans_removed: u64,
+}
+
+/// What a rebuild found, per table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RebuildReport {
+    pub orders: TableReport,
+    pub shipments: TableReport,
+    /// Transactions it took.
+    pub batches: u64,
+}
 
 /// Streams per batch unless told otherwise.
 pub const DEFAULT_BATCH: i64 = 500;
