@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The hot SKU's drop while audits run back to back, against no audit: a
 # history of H orders over 10,000 SKUs (default 200,000) with one recorded
-# full audit, then per round three closed-loop drops of one SKU (300
-# connections), builds of the audit alternated: none, `soldonce audit`
-# (full pass) in a loop, `soldonce audit --incremental` in a loop. Prints
+# full audit, then per round closed-loop drops of one SKU (300
+# connections), modes alternated: none, `soldonce audit` (full pass) in a
+# loop, `soldonce audit --incremental --pace 0.25` in a loop (as expiry's
+# periodic audit runs, AUDIT_PACE), and the same unpaced (`--pace 1`). Prints
 # accepted orders/s per mode and round, the medians, each mode's ratio to
 # no audit, and how many audits ran with their median duration.
 #   bash deploy/bench/audit.sh [history] [seconds-per-drop] [rounds]
@@ -26,13 +27,14 @@ load --sku BENCH --sku-count 10000 --connections 200 --requests "$history" --no-
 # audits MODE: runs the audit back to back until killed, one duration per line.
 audits() {
   local flag=""
-  [ "$1" = incremental ] && flag="--incremental"
+  [ "$1" = incremental ] && flag="--incremental --pace 0.25"
+  [ "$1" = unpaced ] && flag="--incremental --pace 1"
   while true; do
     "$bin/soldonce" --json audit $flag 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["seconds"])' 2>/dev/null || true
   done
 }
 for round in $(seq "$rounds"); do
-  for mode in none full incremental; do
+  for mode in none full incremental unpaced; do
     auditor=""
     if [ "$mode" != none ]; then
       audits "$mode" >"$dir/audits.$mode.$round" &
@@ -54,7 +56,7 @@ for line in open(f"{d}/rates"):
     mode, _, rate = line.split()
     rates.setdefault(mode, []).append(float(rate))
 base = statistics.median(rates["none"])
-for mode in ("none", "full", "incremental"):
+for mode in ("none", "full", "incremental", "unpaced"):
     med = statistics.median(rates[mode])
     runs = [float(x) for f in glob.glob(f"{d}/audits.{mode}.*") for x in open(f).read().split()]
     audits = f"; {len(runs)} audits, median {statistics.median(runs):.2f} s" if runs else ""

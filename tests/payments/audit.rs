@@ -174,7 +174,14 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
         "reconciliation names the stray charge: {text}"
     );
     let (code, text) = soldonce(
-        &["audit", "--incremental", "--compensation-grace", "0"],
+        &[
+            "audit",
+            "--incremental",
+            "--compensation-grace",
+            "0",
+            "--pace",
+            "0.5",
+        ],
         &saga,
     );
     assert_eq!(code, Some(1), "{text}");
@@ -197,6 +204,34 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
         assert!(
             text.contains(&named),
             "the incremental audit names {what}: {text}"
+        );
+    }
+    // The changed orders checked a few at a time, each group in a snapshot of
+    // its own: the same violations, each named once.
+    let chunked = store::audit::incremental_from_scratch(
+        &saga.app.pool,
+        &store::audit::AuditOptions {
+            compensation_grace: Duration::ZERO,
+            chunk: 5,
+            ..store::audit::AuditOptions::default()
+        },
+    )
+    .await
+    .expect("the chunked audit runs");
+    for (check, subject) in [
+        ("projection_drift", victim.to_string()),
+        ("order_ledger_drift", cancelled.to_string()),
+        ("ledger_drift", "LOAD".to_owned()),
+    ] {
+        let named = chunked
+            .violations
+            .iter()
+            .filter(|v| v.check == check && v.subject == subject)
+            .count();
+        assert_eq!(
+            named, 1,
+            "{check} {subject} once: {:#?}",
+            chunked.violations
         );
     }
     let (code, last) = soldonce(&["audit", "--last"], &saga);

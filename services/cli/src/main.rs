@@ -83,6 +83,10 @@ enum Commands {
         /// With --incremental: seconds after which a full pass is due again.
         #[arg(long, default_value_t = 3600.0, value_parser = seconds)]
         full_every: f64,
+        /// With --incremental: the share of its time the audit works, in (0, 1]; it rests
+        /// the rest (expiry's periodic audit runs at AUDIT_PACE, 0.25 by default).
+        #[arg(long, default_value_t = 1.0, value_parser = pace)]
+        pace: f64,
         /// Show the last recorded run instead of auditing (exit 1 if it found violations).
         #[arg(long)]
         last: bool,
@@ -149,6 +153,15 @@ fn seconds(text: &str) -> Result<f64, String> {
     }
 }
 
+fn pace(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 1.0 => Ok(p),
+        _ => Err(format!(
+            "{text:?} is not a share in (0, 1] (0.25: work a quarter of the time)"
+        )),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -207,6 +220,7 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
             compensation_grace,
             incremental,
             full_every,
+            pace,
             last,
         } => {
             let options = store::audit::AuditOptions {
@@ -214,6 +228,7 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
                 shipment_grace: std::time::Duration::from_secs_f64(shipment_grace),
                 compensation_grace: std::time::Duration::from_secs_f64(compensation_grace),
                 full_every: std::time::Duration::from_secs_f64(full_every),
+                pace,
                 ..store::audit::AuditOptions::default()
             };
             match (last, incremental) {

@@ -43,6 +43,9 @@ pub struct Settings {
     pub audit_interval: Duration,
     /// `AUDIT_FULL_EVERY`, default 1h: how often the periodic audit makes a full pass.
     pub audit_full_every: Duration,
+    /// `AUDIT_PACE`, default 0.25: the share of its time the periodic
+    /// incremental audit works (it rests the rest), in (0, 1].
+    pub audit_pace: f64,
 }
 
 impl Settings {
@@ -115,8 +118,25 @@ impl Settings {
                 "how often the periodic audit makes a full pass instead",
             )
             .duration(Duration::from_secs(3600))?,
+            audit_pace: audit_pace()?,
         })
     }
+}
+
+/// `AUDIT_PACE`: a share in (0, 1].
+fn audit_pace() -> Result<f64, ConfigError> {
+    let var = config::var(
+        "AUDIT_PACE",
+        "the share of its time the periodic incremental audit works, in (0, 1]: it rests the rest, so a flash sale keeps the machine",
+    );
+    let pace: f64 = var.parsed(0.25)?;
+    if !(pace > 0.0 && pace <= 1.0) {
+        return Err(ConfigError::new(
+            var.name(),
+            format!("{pace} is not in (0, 1] (0.25: work a quarter of the time)"),
+        ));
+    }
+    Ok(pace)
 }
 
 /// An expiry process, connected and bound.
@@ -171,6 +191,7 @@ impl Application {
                     pool,
                     settings.audit_interval,
                     settings.audit_full_every,
+                    settings.audit_pace,
                     stop,
                 )
             })
@@ -316,10 +337,12 @@ async fn audit_loop(
     pool: PgPool,
     interval: Duration,
     full_every: Duration,
+    pace: f64,
     stop: watch::Receiver<bool>,
 ) {
     let options = store::audit::AuditOptions {
         full_every,
+        pace,
         ..store::audit::AuditOptions::default()
     };
     platform::shutdown::every(interval, stop, || async {

@@ -113,7 +113,8 @@ pub fn tracestate(value: Option<&str>) -> Option<String> {
     if members.is_empty() || members.len() > 32 {
         return None;
     }
-    let state: opentelemetry::trace::TraceState = value.parse().ok()?;
+    // Optional whitespace around list members is allowed; the parser wants none.
+    let state: opentelemetry::trace::TraceState = members.join(",").parse().ok()?;
     Some(state.header()).filter(|h| !h.is_empty())
 }
 

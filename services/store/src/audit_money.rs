@@ -27,12 +27,22 @@ pub(crate) async fn check(
     only: Option<&[Uuid]>,
     report: &mut AuditReport,
 ) -> Result<(), StoreError> {
+    check_orders(conn, only, report).await?;
+    check_open(conn, options, report).await
+}
+
+/// The checks of each order and its payments (of `only`, or all).
+pub(crate) async fn check_orders(
+    conn: &mut PgConnection,
+    only: Option<&[Uuid]>,
+    report: &mut AuditReport,
+) -> Result<(), StoreError> {
     // `$1` is the orders to check, or NULL for all of them.
     let scope = |column: &str| match only {
         Some(_) => format!(" AND {column} = ANY($1)"),
         None => " AND $1::uuid[] IS NULL".to_owned(),
     };
-    report.payments = u64::try_from(
+    report.payments += u64::try_from(
         sqlx::query_scalar::<_, i64>(&format!(
             "SELECT count(*) FROM payments WHERE true{}",
             scope("order_id")
@@ -90,6 +100,31 @@ pub(crate) async fn check(
         );
         report.flag("unsettled_payment", payment, detail);
     }
+    let unrecorded: Vec<(String, Uuid)> = sqlx::query_as(&format!(
+        "SELECT p.payment_id, p.order_id FROM payments p JOIN orders o ON o.id = p.order_id WHERE p.refund_state = 'succeeded'{} \
+         AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(o.refunds) r WHERE r->>'payment_id' = p.payment_id AND (r->>'refunded')::boolean) LIMIT 1000",
+        scope("o.id")
+    ))
+    .bind(only)
+    .fetch_all(&mut *conn)
+    .await?;
+    for (payment, order) in unrecorded {
+        report.flag(
+            "refund_unrecorded",
+            payment,
+            format!("refunded at the PSP but not on order {order}"),
+        );
+    }
+    Ok(())
+}
+
+/// Open compensations and reconciliation findings, always whole (both are
+/// read by index).
+pub(crate) async fn check_open(
+    conn: &mut PgConnection,
+    options: &AuditOptions,
+    report: &mut AuditReport,
+) -> Result<(), StoreError> {
     let overdue: Vec<Overdue> = sqlx::query_as(
         "SELECT payment_id, order_id, refund_state, reason, extract(epoch FROM now() - recorded_at)::float8, last_error FROM payments \
          WHERE refund_state IN ('pending', 'refused') AND (refund_state = 'refused' OR recorded_at <= now() - make_interval(secs => $1)) \
@@ -108,21 +143,6 @@ pub(crate) async fn check(
             "compensation_overdue",
             payment,
             format!("refund ({why}, {order}) {state} for {age:.0} s{error}"),
-        );
-    }
-    let unrecorded: Vec<(String, Uuid)> = sqlx::query_as(&format!(
-        "SELECT p.payment_id, p.order_id FROM payments p JOIN orders o ON o.id = p.order_id WHERE p.refund_state = 'succeeded'{} \
-         AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(o.refunds) r WHERE r->>'payment_id' = p.payment_id AND (r->>'refunded')::boolean) LIMIT 1000",
-        scope("o.id")
-    ))
-    .bind(only)
-    .fetch_all(&mut *conn)
-    .await?;
-    for (payment, order) in unrecorded {
-        report.flag(
-            "refund_unrecorded",
-            payment,
-            format!("refunded at the PSP but not on order {order}"),
         );
     }
     let findings: Vec<(String, String, String)> =
