@@ -129,13 +129,16 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
         .await
         .expect("forge");
     saga.set_faults(r#"{"drop_webhook_rate": 1.0}"#).await;
+    // A charge of soldonce's (its key) landing after its order was cancelled.
+    let late: uuid::Uuid = sqlx::query_scalar(
+        "SELECT id FROM orders WHERE state = 'cancelled' AND id <> $1 LIMIT 1",
+    )
+    .bind(cancelled)
+    .fetch_one(&app.pool)
+    .await
+    .expect("another cancelled order");
     let stray = saga
-        .charge_directly(
-            &uuid::Uuid::new_v4().to_string(),
-            4200,
-            "BRL",
-            "stray-charge",
-        )
+        .charge_directly(&late.to_string(), 100, "BRL", &format!("pay:{late}"))
         .await;
     let stray_id = stray["id"].as_str().expect("id");
 
@@ -201,7 +204,7 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
     );
     assert!(
         text.contains(&format!("compensation_overdue {stray_id}"))
-            && text.contains("no_such_order"),
+            && text.contains("(cancelled, order"),
         "names the stray charge: {text}"
     );
     let (code, text) = soldonce(&["audit", "--compensation-grace", "-1"], &saga);

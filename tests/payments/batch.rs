@@ -30,6 +30,7 @@ fn answer(l: &Learned) -> String {
         Learned::Declined(_) => "declined".into(),
         Learned::AlreadyKnown => "known".into(),
         Learned::Unknown(s) => format!("unknown({s})"),
+        Learned::Foreign => "foreign".into(),
     }
 }
 
@@ -90,7 +91,7 @@ async fn one_batch_of_facts_about_the_same_orders_decides_each_once_and_a_redeli
             format!("refund({})", RefundReason::AfterDecline.as_str()),
             format!("refund({})", RefundReason::AmountMismatch.as_str()),
             "confirmed(reclaimed=false)".into(),
-            format!("refund({})", RefundReason::NoSuchOrder.as_str()),
+            "foreign".into(),
         ]
     );
     // Counted again from the rows: one payment row each, the right disposition.
@@ -111,7 +112,6 @@ async fn one_batch_of_facts_about_the_same_orders_decides_each_once_and_a_redeli
             ("pay-b2".into(), refund(RefundReason::AfterDecline)),
             ("pay-c1".into(), refund(RefundReason::AmountMismatch)),
             ("pay-c2".into(), ("attached".into(), None)),
-            ("pay-x".into(), refund(RefundReason::NoSuchOrder)),
         ]
     );
     let states: Vec<(Uuid, String)> =
