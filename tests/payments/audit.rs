@@ -130,13 +130,12 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
         .expect("forge");
     saga.set_faults(r#"{"drop_webhook_rate": 1.0}"#).await;
     // A charge of soldonce's (its key) landing after its order was cancelled.
-    let late: uuid::Uuid = sqlx::query_scalar(
-        "SELECT id FROM orders WHERE state = 'cancelled' AND id <> $1 LIMIT 1",
-    )
-    .bind(cancelled)
-    .fetch_one(&app.pool)
-    .await
-    .expect("another cancelled order");
+    let late: uuid::Uuid =
+        sqlx::query_scalar("SELECT id FROM orders WHERE state = 'cancelled' AND id <> $1 LIMIT 1")
+            .bind(cancelled)
+            .fetch_one(&app.pool)
+            .await
+            .expect("another cancelled order");
     let stray = saga
         .charge_directly(&late.to_string(), 100, "BRL", &format!("pay:{late}"))
         .await;

@@ -64,11 +64,16 @@ async fn a_free_order_cancelled_before_the_worker_saw_it_gets_no_refund() {
     let app = saga.app.clone();
     app.add_product("STICKER", 0, 10).await;
     let free = saga.order("STICKER").await;
-    let cancel = app.post_empty(&app.token, &format!("/v1/orders/{free}/cancel")).await;
+    let cancel = app
+        .post_empty(&app.token, &format!("/v1/orders/{free}/cancel"))
+        .await;
     assert_eq!(cancel.status, 200, "{}", cancel.body);
     saga.start_worker().await;
     saga.wait_worker_idle(Duration::from_secs(30)).await;
-    let view = app.get(&app.token, &format!("/v1/orders/{free}")).await.body;
+    let view = app
+        .get(&app.token, &format!("/v1/orders/{free}"))
+        .await
+        .body;
     assert_eq!(view["state"], "cancelled");
     assert_eq!(view["refunds"].as_array().map(Vec::len), Some(0), "{view}");
     // Counted in soldonce's rows (no payment, no refund decided) and at the PSP (no call).

@@ -445,7 +445,11 @@ async fn payments_naming_an_order_without_its_key_are_left_alone() {
         .await
         .expect("reconcile");
     let odd = [&wrong_amount, &wrong_currency, &second];
-    let mut foreign: Vec<&str> = report.foreign.iter().map(|p| p.payment_id.as_str()).collect();
+    let mut foreign: Vec<&str> = report
+        .foreign
+        .iter()
+        .map(|p| p.payment_id.as_str())
+        .collect();
     foreign.sort_unstable();
     let mut want: Vec<&str> = odd.iter().map(|p| p["id"].as_str().expect("id")).collect();
     want.sort_unstable();

@@ -19,7 +19,10 @@ fn soldonce(args: &[&str], saga: &Saga) -> (Option<i32>, String) {
 }
 
 async fn state_of(saga: &Saga, id: &str) -> String {
-    let view = saga.app.get(&saga.app.token, &format!("/v1/orders/{id}")).await;
+    let view = saga
+        .app
+        .get(&saga.app.token, &format!("/v1/orders/{id}"))
+        .await;
     view.body["state"].as_str().unwrap_or("").to_owned()
 }
 
@@ -50,7 +53,12 @@ async fn payments_soldonce_did_not_make_are_never_refunded() {
     let stranger = uuid::Uuid::new_v4();
     // Even soldonce's key shape, for an order it does not hold (another shop on the account).
     let lookalike = saga
-        .charge_directly(&stranger.to_string(), 4200, "BRL", &format!("pay:{stranger}"))
+        .charge_directly(
+            &stranger.to_string(),
+            4200,
+            "BRL",
+            &format!("pay:{stranger}"),
+        )
         .await;
     let own = saga
         .charge_directly(&late, 2500, "BRL", &format!("pay:{late}"))
@@ -67,8 +75,11 @@ async fn payments_soldonce_did_not_make_are_never_refunded() {
         (refunds == 1 && recorded == 1).then_some(())
     })
     .await;
-    let listed = format!("SELECT count(*) FROM foreign_payments WHERE payment_id IN ('{pos}', '{lookalike}')");
-    app.wait_count("the periodic run to list both as foreign", &listed, 2).await;
+    let listed = format!(
+        "SELECT count(*) FROM foreign_payments WHERE payment_id IN ('{pos}', '{lookalike}')"
+    );
+    app.wait_count("the periodic run to list both as foreign", &listed, 2)
+        .await;
     let (code, text) = soldonce(&["reconcile"], &saga);
     assert_eq!(code, Some(0), "foreign payments leave it clean: {text}");
     assert!(text.contains("2 foreign payments"), "{text}");
@@ -88,15 +99,21 @@ async fn payments_soldonce_did_not_make_are_never_refunded() {
     assert!(app.count(run_at).await > after);
     // Counted at the PSP: one refund in all, of soldonce's own charge.
     let refunds = psp_listing(&app, &saga.psp_url, "refunds").await;
-    let refunded: Vec<&str> = refunds.iter().filter_map(|r| r["payment_id"].as_str()).collect();
+    let refunded: Vec<&str> = refunds
+        .iter()
+        .filter_map(|r| r["payment_id"].as_str())
+        .collect();
     assert_eq!(refunded, [own.as_str()], "{refunds:?}");
     // Counted in soldonce's rows: no payment row for either, both listed foreign.
-    let rows = format!("SELECT count(*) FROM payments WHERE payment_id IN ('{pos}', '{lookalike}')");
+    let rows =
+        format!("SELECT count(*) FROM payments WHERE payment_id IN ('{pos}', '{lookalike}')");
     assert_eq!(app.count(&rows).await, 0);
     assert_eq!(app.count(&listed).await, 2);
     assert_eq!(state_of(&saga, &holder).await, "confirmed");
     assert_eq!(state_of(&saga, &late).await, "refunded");
-    let findings = app.count("SELECT count(*) FROM reconcile_findings WHERE NOT repaired").await;
+    let findings = app
+        .count("SELECT count(*) FROM reconcile_findings WHERE NOT repaired")
+        .await;
     assert_eq!(findings, 0, "foreign payments never make the audit red");
     assert_audit_clean(&app).await;
 }

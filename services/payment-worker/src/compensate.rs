@@ -79,7 +79,9 @@ async fn carry_out(pool: &PgPool, psp: &Psp, c: Compensation) -> Outcome {
         }
         Err(PspError::Retryable(why)) => postpone(pool, &c, &why).await,
         Err(PspError::NothingLeft(why)) => refunded_elsewhere(pool, psp, &c, &why).await,
-        Err(PspError::Refused(why)) => refuse(pool, &c, &format!("refused by the PSP: {why}")).await,
+        Err(PspError::Refused(why)) => {
+            refuse(pool, &c, &format!("refused by the PSP: {why}")).await
+        }
     };
     let label = match outcome {
         Outcome::Refunded => "refunded",
@@ -97,7 +99,14 @@ async fn carry_out(pool: &PgPool, psp: &Psp, c: Compensation) -> Outcome {
 async fn refunded_elsewhere(pool: &PgPool, psp: &Psp, c: &Compensation, why: &str) -> Outcome {
     let payment = match psp.payment(&c.payment_id).await {
         Ok(Some(payment)) => payment,
-        Ok(None) => return refuse(pool, c, &format!("{why}; the PSP no longer holds the payment")).await,
+        Ok(None) => {
+            return refuse(
+                pool,
+                c,
+                &format!("{why}; the PSP no longer holds the payment"),
+            )
+            .await
+        }
         Err(e) => return postpone(pool, c, &format!("{why}; looking it up: {e}")).await,
     };
     let whole = payment

@@ -194,10 +194,11 @@ impl Walk {
                 }
                 PspStatus::Succeeded => {
                     self.report.succeeded += 1;
-                    let finding = match succeeded(pool, payment, &fact, recorded.get(&payment.id)).await {
-                        Ok(f) => f,
-                        Err(e) => Some(unrecordable(payment, &e)),
-                    };
+                    let finding =
+                        match succeeded(pool, payment, &fact, recorded.get(&payment.id)).await {
+                            Ok(f) => f,
+                            Err(e) => Some(unrecordable(payment, &e)),
+                        };
                     if let Some(f) = finding {
                         if f.repaired {
                             self.report.repaired += 1;
@@ -274,7 +275,12 @@ async fn succeeded(
 
 fn unrecordable(payment: &PspPayment, e: &ReconcileError) -> Finding {
     tracing::error!(payment_id = %payment.id, error = %e, "reconciliation could not record a payment; going on");
-    finding(UNRECORDABLE, &payment.id, &format!("could not be recorded: {e}"), false)
+    finding(
+        UNRECORDABLE,
+        &payment.id,
+        &format!("could not be recorded: {e}"),
+        false,
+    )
 }
 
 fn foreign(payment: &PspPayment) -> ForeignPayment {

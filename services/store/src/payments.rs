@@ -28,7 +28,10 @@ pub const PAY_KEY_PREFIX: &str = "pay:";
 /// proves nothing. The store then also requires the order to exist.
 pub fn own_order(reference: Option<&str>, idempotency_key: Option<&str>) -> Option<Uuid> {
     let order: Uuid = reference?.parse().ok()?;
-    let key_names = idempotency_key?.strip_prefix(PAY_KEY_PREFIX)?.parse::<Uuid>().ok()?;
+    let key_names = idempotency_key?
+        .strip_prefix(PAY_KEY_PREFIX)?
+        .parse::<Uuid>()
+        .ok()?;
     (key_names == order).then_some(order)
 }
 
