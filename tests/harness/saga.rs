@@ -15,6 +15,7 @@ pub struct Saga {
     pub psp_url: String,
     psp_timeout: Duration,
     compensation_interval: Duration,
+    reconcile_interval: Duration,
     relay: Option<tokio::sync::oneshot::Sender<()>>,
     /// The payment worker, fulfillment and expiry: stopped by [`Saga::stop_workers`].
     workers: Vec<tokio::sync::oneshot::Sender<()>>,
@@ -34,6 +35,9 @@ pub struct SagaOptions {
     pub worker: bool,
     /// How often the worker looks for due compensations.
     pub compensation_interval: Duration,
+    /// How often the worker reconciles with the PSP (zero: never; tests
+    /// mostly reconcile explicitly, so each run is seen).
+    pub reconcile_interval: Duration,
 }
 
 impl Default for SagaOptions {
@@ -44,6 +48,7 @@ impl Default for SagaOptions {
             ttl: Duration::from_secs(900),
             worker: true,
             compensation_interval: Duration::from_millis(100),
+            reconcile_interval: Duration::ZERO,
         }
     }
 }
@@ -94,6 +99,7 @@ impl Saga {
             psp_url,
             psp_timeout: options.psp_timeout,
             compensation_interval: options.compensation_interval,
+            reconcile_interval: options.reconcile_interval,
             relay,
             workers: vec![],
             stops,
@@ -149,8 +155,7 @@ impl Saga {
             // recorded).
             recorders: 8,
             compensation_interval: self.compensation_interval,
-            // Tests reconcile explicitly, so each run is seen.
-            reconcile_interval: Duration::ZERO,
+            reconcile_interval: self.reconcile_interval,
             stream: bus::StreamSettings::default(),
         };
         let worker = payment_worker::Application::build(worker_settings)

@@ -153,13 +153,18 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
         .await
         .expect("forge");
     saga.set_faults(r#"{"drop_webhook_rate": 1.0}"#).await;
+    // A charge of soldonce's (its key) landing after its order was cancelled,
+    // on an order the worker never charged, once it has nothing left in hand
+    // (so that only reconciliation finds the charge).
+    saga.wait_worker_idle(Duration::from_secs(60)).await;
+    let late: uuid::Uuid =
+        sqlx::query_scalar("SELECT id FROM orders o WHERE state = 'cancelled' AND id <> $1 AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.order_id = o.id) LIMIT 1")
+            .bind(cancelled)
+            .fetch_one(&app.pool)
+            .await
+            .expect("another cancelled order");
     let stray = saga
-        .charge_directly(
-            &uuid::Uuid::new_v4().to_string(),
-            4200,
-            "BRL",
-            "stray-charge",
-        )
+        .charge_directly(&late.to_string(), 100, "BRL", &format!("pay:{late}"))
         .await;
     let stray_id = stray["id"].as_str().expect("id");
 
@@ -260,7 +265,7 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
     );
     assert!(
         text.contains(&format!("compensation_overdue {stray_id}"))
-            && text.contains("no_such_order"),
+            && text.contains("(cancelled, order"),
         "names the stray charge: {text}"
     );
     let (code, text) = soldonce(&["audit", "--compensation-grace", "-1"], &saga);

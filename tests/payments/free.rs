@@ -50,3 +50,44 @@ async fn a_free_product_ships_without_a_psp_call_and_a_mixed_order_charges_the_p
     );
     assert_audit_clean(&app).await;
 }
+
+/// The payment worker settles a free order without a PSP; if the buyer
+/// cancelled first there is no money to give back, so no refund of
+/// `free:<id>` is decided (it could only end refused, the audit red for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_order_cancelled_before_the_worker_saw_it_gets_no_refund() {
+    let mut saga = soldonce_tests::saga::Saga::start_with(soldonce_tests::saga::SagaOptions {
+        worker: false,
+        ..soldonce_tests::saga::SagaOptions::default()
+    })
+    .await;
+    let app = saga.app.clone();
+    app.add_product("STICKER", 0, 10).await;
+    let free = saga.order("STICKER").await;
+    let cancel = app
+        .post_empty(&app.token, &format!("/v1/orders/{free}/cancel"))
+        .await;
+    assert_eq!(cancel.status, 200, "{}", cancel.body);
+    saga.start_worker().await;
+    saga.wait_worker_idle(Duration::from_secs(30)).await;
+    let view = app
+        .get(&app.token, &format!("/v1/orders/{free}"))
+        .await
+        .body;
+    assert_eq!(view["state"], "cancelled");
+    assert_eq!(view["refunds"].as_array().map(Vec::len), Some(0), "{view}");
+    // Counted in soldonce's rows (no payment, no refund decided) and at the PSP (no call).
+    assert_eq!(app.count("SELECT count(*) FROM payments").await, 0);
+    let decided = format!("SELECT count(*) FROM events WHERE stream_id = '{free}'::uuid AND type LIKE 'order.refund%'");
+    assert_eq!(app.count(&decided).await, 0);
+    assert!(saga.psp_payments(&free).await.is_empty());
+    assert_eq!(
+        app.buckets("STICKER").await,
+        Buckets {
+            available: 10,
+            reserved: 0,
+            sold: 0
+        }
+    );
+    assert_audit_clean(&app).await;
+}

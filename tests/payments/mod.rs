@@ -4,4 +4,6 @@ mod flow;
 mod free;
 mod keepalive;
 mod money;
+mod reconcile;
+mod shared;
 mod webhooks;

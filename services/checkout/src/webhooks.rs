@@ -106,6 +106,8 @@ struct CallbackData {
     #[serde(default)]
     reference: Option<String>,
     #[serde(default)]
+    idempotency_key: Option<String>,
+    #[serde(default)]
     failure_reason: Option<String>,
     /// Set on refunds: the payment refunded.
     #[serde(default)]
@@ -117,7 +119,10 @@ impl CallbackData {
     fn payment_fact(&self) -> Option<PaymentFact> {
         Some(PaymentFact {
             payment_id: self.id.chars().take(255).collect(),
-            order_id: self.reference.as_deref().and_then(|r| r.parse().ok()),
+            order_id: store::payments::own_order(
+                self.reference.as_deref(),
+                self.idempotency_key.as_deref(),
+            ),
             status: domain::PspStatus::parse(self.status.as_deref()?),
             amount_minor: self.amount_minor?,
             currency: self.currency.as_deref()?.chars().take(16).collect(),
@@ -329,6 +334,7 @@ fn answered(
         Learned::Declined(_) => "declined",
         Learned::AlreadyKnown => "applied",
         Learned::Unknown(_) => "unknown_status",
+        Learned::Foreign => "foreign",
     };
     metrics::counter!("soldonce_webhooks_total", "outcome" => label).increment(1);
     tracing::info!(

@@ -1,7 +1,8 @@
 //! `soldonce reconcile`: one reconciliation of soldonce's books with the
-//! PSP's, the same the payment worker runs periodically. Every payment the
-//! walk finds unattached gets a refund recorded (the payment worker carries
-//! it out); what cannot be repaired is named, with exit code 1.
+//! PSP's, the same the payment worker runs periodically. Every payment of
+//! soldonce's the walk finds unattached gets a refund recorded (the payment
+//! worker carries it out); payments soldonce did not make are listed as
+//! foreign and never touched; what cannot be repaired is named, with exit code 1.
 
 use crate::admin::pool;
 use crate::output::Output;
@@ -51,6 +52,19 @@ pub async fn run(args: ReconcileArgs, out: &Output) -> Result<ExitCode, CliError
             "reconciled {} PSP payments ({} succeeded) and {} confirmed orders in {:.2}s; {} repaired",
             report.payments_seen, report.succeeded, report.confirmed_orders_checked, report.seconds, report.repaired
         );
+        if !report.foreign.is_empty() {
+            t.push_str(&format!(
+                "\n{} foreign payments (not made by soldonce) left alone",
+                report.foreign.len()
+            ));
+        }
+        for p in report.foreign.iter().take(20) {
+            let reference = p.reference.as_deref().unwrap_or("-");
+            t.push_str(&format!(
+                "\nFOREIGN {} {} {} {} reference {reference}",
+                p.payment_id, p.status, p.amount_minor, p.currency
+            ));
+        }
         for f in &report.findings {
             let tag = if f.repaired { "REPAIRED" } else { "FINDING" };
             t.push_str(&format!("\n{tag} {} {}: {}", f.kind, f.subject, f.detail));

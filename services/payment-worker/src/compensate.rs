@@ -78,15 +78,9 @@ async fn carry_out(pool: &PgPool, psp: &Psp, c: Compensation) -> Outcome {
             .await
         }
         Err(PspError::Retryable(why)) => postpone(pool, &c, &why).await,
+        Err(PspError::NothingLeft(why)) => refunded_elsewhere(pool, psp, &c, &why).await,
         Err(PspError::Refused(why)) => {
-            tracing::error!(%why, "the PSP refused the refund: it needs a person");
-            if let Err(e) =
-                compensations::refuse(pool, &c.payment_id, &format!("refused by the PSP: {why}"))
-                    .await
-            {
-                tracing::warn!(error = %e, "could not record the refusal; retrying later");
-            }
-            Outcome::Refused
+            refuse(pool, &c, &format!("refused by the PSP: {why}")).await
         }
     };
     let label = match outcome {
@@ -97,6 +91,56 @@ async fn carry_out(pool: &PgPool, psp: &Psp, c: Compensation) -> Outcome {
     metrics::counter!("soldonce_compensations_total", "kind" => "refund", "outcome" => label)
         .increment(1);
     outcome
+}
+
+/// The PSP has nothing left to refund: the payment was refunded without
+/// this key (at its dashboard, by another system). A refund there of this
+/// compensation's whole amount completes it; anything else needs a person.
+async fn refunded_elsewhere(pool: &PgPool, psp: &Psp, c: &Compensation, why: &str) -> Outcome {
+    let payment = match psp.payment(&c.payment_id).await {
+        Ok(Some(payment)) => payment,
+        Ok(None) => {
+            return refuse(
+                pool,
+                c,
+                &format!("{why}; the PSP no longer holds the payment"),
+            )
+            .await
+        }
+        Err(e) => return postpone(pool, c, &format!("{why}; looking it up: {e}")).await,
+    };
+    let whole = payment
+        .refunds
+        .iter()
+        .find(|r| r.status == "succeeded" && r.amount_minor == c.amount_minor);
+    match whole {
+        Some(refund) => {
+            match compensations::complete(pool, &c.payment_id, &refund.id, "payment-worker").await {
+                Ok(_) => {
+                    tracing::info!(refund_id = %refund.id, "payment was refunded at the PSP without soldonce's key: recorded");
+                    Outcome::Refunded
+                }
+                Err(e) => postpone(pool, c, &format!("recording the refund: {e}")).await,
+            }
+        }
+        None => {
+            let refunded = payment.refunded_minor();
+            let detail = format!(
+                "{why}; the PSP shows {refunded} of {} refunded, in no single refund of that amount",
+                c.amount_minor
+            );
+            refuse(pool, c, &detail).await
+        }
+    }
+}
+
+/// The PSP's answer is final and not a refund: it stays outstanding for a person.
+async fn refuse(pool: &PgPool, c: &Compensation, why: &str) -> Outcome {
+    tracing::error!(%why, "the PSP refused the refund: it needs a person");
+    if let Err(e) = compensations::refuse(pool, &c.payment_id, why).await {
+        tracing::warn!(error = %e, "could not record the refusal; retrying later");
+    }
+    Outcome::Refused
 }
 
 async fn postpone(pool: &PgPool, c: &Compensation, why: &str) -> Outcome {

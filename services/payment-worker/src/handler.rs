@@ -130,7 +130,7 @@ impl PayOrders {
                 metrics::counter!("soldonce_psp_outcome_unknown_total").increment(1);
                 HandleError::Transient(anyhow::anyhow!("payment outcome unknown for now: {why}"))
             }
-            PspError::Refused(why) => {
+            PspError::Refused(why) | PspError::NothingLeft(why) => {
                 HandleError::Permanent(format!("the PSP refused the charge request: {why}"))
             }
         })?;
@@ -226,7 +226,9 @@ impl Handler for PayOrders {
                     },
                     Source::Free,
                 ),
-                Charged::Paid { order_id, payment } => (*order_id, payment.fact(), Source::Worker),
+                Charged::Paid { order_id, payment } => {
+                    (*order_id, payment.fact_for(*order_id), Source::Worker)
+                }
                 Charged::Nothing => continue,
             };
             about.push(Answer {
@@ -281,6 +283,10 @@ impl Handler for PayOrders {
                 }
                 Learned::Unknown(status) => {
                     tracing::warn!(%order_id, %trace_id, %payment_id, status = %status, "payment recorded: a status soldonce does not know");
+                }
+                // Only when the order is not in the database: the charge was refused before this.
+                Learned::Foreign => {
+                    tracing::error!(%order_id, %trace_id, %payment_id, "payment for an order soldonce does not hold: left alone");
                 }
             }
         }

@@ -64,6 +64,10 @@ pub const METRICS: &[Metric] = &[
         "soldonce_reconcile_findings",
         "What the last reconciliation found and could not repair: a person must look.",
     ),
+    Metric::gauge(
+        "soldonce_reconcile_foreign_payments",
+        "PSP payments the last reconciliation found that soldonce did not make (a shared account): left alone.",
+    ),
     Metric::histogram(
         "soldonce_reconcile_seconds",
         "Duration of a reconciliation.",

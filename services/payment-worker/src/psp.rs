@@ -19,6 +19,9 @@ pub struct PspPayment {
     pub currency: String,
     #[serde(default)]
     pub reference: Option<String>,
+    /// The key it was created with: soldonce's own are `pay:<order_id>`.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
     #[serde(default)]
     pub failure_reason: Option<String>,
     pub created_at: chrono::DateTime<chrono::Utc>,
@@ -31,11 +34,23 @@ impl PspPayment {
     pub fn fact(&self) -> store::payments::PaymentFact {
         store::payments::PaymentFact {
             payment_id: self.id.clone(),
-            order_id: self.reference.as_deref().and_then(|r| r.parse().ok()),
+            order_id: store::payments::own_order(
+                self.reference.as_deref(),
+                self.idempotency_key.as_deref(),
+            ),
             status: domain::PspStatus::parse(&self.status),
             amount_minor: self.amount_minor,
             currency: self.currency.clone(),
             failure_reason: self.failure_reason.clone(),
+        }
+    }
+
+    /// The fact of a payment soldonce asked for with `pay:<order_id>` itself
+    /// (its charge, or a lookup by that key): its own, whatever the reply echoes.
+    pub fn fact_for(&self, order_id: Uuid) -> store::payments::PaymentFact {
+        store::payments::PaymentFact {
+            order_id: Some(order_id),
+            ..self.fact()
         }
     }
 
@@ -74,6 +89,11 @@ pub enum PspError {
     /// The provider refused the request itself (4xx): retrying cannot help.
     #[error("refused: {0}")]
     Refused(String),
+    /// A refund asked for more than is left: the payment was refunded
+    /// already, by this key's earlier refund or elsewhere (RFC 9457 type
+    /// `…:refund-exceeds-remaining`). Not retryable; the caller looks.
+    #[error("nothing left to refund: {0}")]
+    NothingLeft(String),
 }
 
 impl PspError {
@@ -164,6 +184,25 @@ impl Psp {
         self.post(&url, key, &serde_json::json!({}), None).await
     }
 
+    /// The payment with this id, if the provider holds it.
+    pub async fn payment(&self, payment_id: &str) -> Result<Option<PspPayment>, PspError> {
+        let response = self
+            .http
+            .get(format!("{}/v1/payments/{payment_id}", self.base))
+            .send()
+            .await
+            .map_err(|e| PspError::Retryable(e.to_string()))?;
+        match response.status().as_u16() {
+            404 => Ok(None),
+            200 => response
+                .json()
+                .await
+                .map(Some)
+                .map_err(|e| PspError::Retryable(e.to_string())),
+            _ => Err(classify(response).await),
+        }
+    }
+
     /// One page of payments created at or after `since`, oldest first.
     pub async fn list_payments(
         &self,
@@ -193,7 +232,7 @@ impl Psp {
                 .json()
                 .await
                 .map_err(|e| PspError::Retryable(format!("unreadable listing: {e}"))),
-            s => Err(classify(s)),
+            _ => Err(classify(response).await),
         }
     }
 
@@ -213,7 +252,7 @@ impl Psp {
                 .await
                 .map(Some)
                 .map_err(|e| PspError::Retryable(e.to_string())),
-            s => Err(classify(s)),
+            _ => Err(classify(response).await),
         }
     }
 
@@ -266,9 +305,8 @@ impl Psp {
             }
             PspError::Retryable(e.to_string())
         })?;
-        let status = response.status().as_u16();
-        if !(200..300).contains(&status) {
-            return Err(classify(status));
+        if !response.status().is_success() {
+            return Err(classify(response).await);
         }
         response
             .json()
@@ -277,11 +315,28 @@ impl Psp {
     }
 }
 
-fn classify(status: u16) -> PspError {
-    // 409: the provider is not ready for the request yet (a payment still processing).
-    if status == 429 || status == 409 || status >= 500 {
-        PspError::Retryable(format!("HTTP {status}"))
-    } else {
-        PspError::Refused(format!("HTTP {status}"))
+/// Sorts a failed answer by status and, for a `409`, by its RFC 9457
+/// problem `type`: only a payment still processing is worth asking again;
+/// any other conflict is an answer that retrying cannot change.
+async fn classify(response: reqwest::Response) -> PspError {
+    let status = response.status().as_u16();
+    if status == 429 || status >= 500 {
+        return PspError::Retryable(format!("HTTP {status}"));
     }
+    let problem: Problem = response.json().await.unwrap_or_default();
+    let detail = format!("HTTP {status} {}: {}", problem.kind, problem.detail);
+    match (status, problem.kind.rsplit(':').next().unwrap_or("")) {
+        (409, "payment-processing") => PspError::Retryable(detail),
+        (409, "refund-exceeds-remaining") => PspError::NothingLeft(detail),
+        _ => PspError::Refused(detail),
+    }
+}
+
+/// The parts of an RFC 9457 problem body soldonce reads.
+#[derive(Debug, Default, Deserialize)]
+struct Problem {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    detail: String,
 }

@@ -4,18 +4,21 @@
 //! the store's one path for payment facts, whatever no other path learned —
 //! and that every confirmed order placed in the window has exactly one
 //! standing payment of its amount and currency. What it cannot repair it
-//! names; the audit reports the last run's findings.
+//! names; the audit reports the last run's findings. Only payments soldonce
+//! made (its `pay:<order_id>` key, for an order it holds) are ever touched:
+//! the others on a shared PSP account are listed as foreign and left alone.
 
-use crate::psp::{Psp, PspError};
+use crate::psp::{Psp, PspError, PspPayment};
 use chrono::{DateTime, Utc};
 use domain::PspStatus;
 use futures::StreamExt;
 use serde::Serialize;
 use sqlx::PgPool;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 use store::payments::{Learned, Source};
-use store::reconcile::Finding;
+use store::reconcile::{Finding, ForeignPayment};
+use uuid::Uuid;
 
 /// How far behind its cursor a periodic run starts again: payments become
 /// visible in the listing slightly out of creation order.
@@ -31,6 +34,10 @@ pub enum ReconcileError {
     Store(#[from] store::StoreError),
 }
 
+/// The kind of finding naming a payment whose fact could not be recorded:
+/// the next run asks the PSP for it again by id, wherever its cursor is.
+pub const UNRECORDABLE: &str = "unrecordable_payment";
+
 /// What one run found.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ReconcileReport {
@@ -41,12 +48,14 @@ pub struct ReconcileReport {
     pub confirmed_orders_checked: u64,
     /// Payments no other path had recorded, now recorded.
     pub repaired: u64,
+    /// Payments soldonce did not make (a shared PSP account): listed, never touched.
+    pub foreign: Vec<ForeignPayment>,
     pub findings: Vec<Finding>,
     pub seconds: f64,
 }
 
 impl ReconcileReport {
-    /// Whether the books agree, after repairs.
+    /// Whether the books agree, after repairs. Foreign payments are not soldonce's books.
     pub fn clean(&self) -> bool {
         self.findings.iter().all(|f| f.repaired)
     }
@@ -59,9 +68,22 @@ struct Seen {
     currency: String,
 }
 
+/// One run's walk over the PSP's payments.
+#[derive(Default)]
+struct Walk {
+    report: ReconcileReport,
+    seen: HashMap<String, Seen>,
+    /// Every payment checked this run.
+    done: HashSet<String>,
+    newest: Option<DateTime<Utc>>,
+    unsettled: Option<DateTime<Utc>>,
+}
+
 /// Walks the listing from `since` (the stored cursor less [`LOOKBACK`] when
 /// `None` and `periodic`; everything when `None` otherwise), repairs, checks,
-/// and records the run; a periodic run also moves the cursor on.
+/// and records the run; a periodic run also moves the cursor on. A fact
+/// that cannot be recorded is named ([`UNRECORDABLE`]) and the walk goes on;
+/// the next run asks for that payment again.
 pub async fn run(
     pool: &PgPool,
     psp: &Psp,
@@ -77,95 +99,44 @@ pub async fn run(
         (None, false) => None,
     };
     let listed_at = store::now();
-    let mut report = ReconcileReport {
-        since,
-        ..ReconcileReport::default()
+    let mut walk = Walk {
+        report: ReconcileReport {
+            since,
+            ..ReconcileReport::default()
+        },
+        ..Walk::default()
     };
-    let mut seen: HashMap<String, Seen> = HashMap::new();
-    let (mut newest, mut unsettled): (Option<DateTime<Utc>>, Option<DateTime<Utc>>) = (None, None);
+    // The payments the last run could not record, wherever the cursor is now.
+    let mut again = vec![];
+    for id in store::reconcile::last_findings(pool, UNRECORDABLE).await? {
+        again.extend(psp.payment(&id).await?);
+    }
+    walk.page(pool, &again, false).await?;
     let mut cursor: Option<String> = None;
     loop {
         let page = psp.list_payments(since, cursor.as_deref(), PAGE).await?;
-        let ids: Vec<String> = page.data.iter().map(|p| p.id.clone()).collect();
-        let recorded = store::reconcile::recorded(pool, &ids).await?;
-        for payment in &page.data {
-            report.payments_seen += 1;
-            newest = newest.max(Some(payment.created_at));
-            let fact = payment.fact();
-            match fact.status {
-                PspStatus::Unknown(_) => {
-                    unsettled =
-                        Some(unsettled.map_or(payment.created_at, |u| u.min(payment.created_at)))
-                }
-                PspStatus::Failed => {
-                    if !recorded.contains_key(&payment.id) {
-                        learn(pool, &fact).await?;
-                    }
-                }
-                PspStatus::Succeeded => {
-                    report.succeeded += 1;
-                    let standing = payment.refunded_minor() < payment.amount_minor;
-                    let finding = match recorded.get(&payment.id) {
-                        None if !standing => Some(finding(
-                            "refunded_elsewhere",
-                            &payment.id,
-                            "refunded at the PSP, but soldonce never recorded the payment",
-                            false,
-                        )),
-                        None => match learn(pool, &fact).await? {
-                            Learned::Confirmed { order, .. } => Some(finding(
-                                "unrecorded_payment",
-                                &payment.id,
-                                &format!("confirmed order {} on it", order.id),
-                                true,
-                            )),
-                            Learned::RefundDecided(reason) => Some(finding(
-                                "unattached_payment",
-                                &payment.id,
-                                &format!("refund recorded ({})", reason.as_str()),
-                                true,
-                            )),
-                            _ => None,
-                        },
-                        Some(r) if r.disposition == "attached" && !standing => {
-                            let order = r.order_id.map(|o| o.to_string()).unwrap_or_default();
-                            Some(finding("attached_payment_refunded", &payment.id, &format!("order {order} is confirmed on it, but the PSP shows it refunded"), false))
-                        }
-                        Some(r) if r.refund_state.as_deref() == Some("succeeded") && standing => {
-                            Some(finding(
-                                "refund_missing",
-                                &payment.id,
-                                "recorded as refunded, but the PSP shows it standing",
-                                false,
-                            ))
-                        }
-                        Some(_) => None,
-                    };
-                    if let Some(f) = finding {
-                        if f.repaired {
-                            report.repaired += 1;
-                        }
-                        report.findings.push(f);
-                    }
-                    seen.insert(
-                        payment.id.clone(),
-                        Seen {
-                            standing,
-                            amount_minor: payment.amount_minor,
-                            currency: payment.currency.clone(),
-                        },
-                    );
-                }
-            }
-        }
+        let fresh: Vec<PspPayment> = page
+            .data
+            .into_iter()
+            .filter(|p| !walk.done.contains(&p.id))
+            .collect();
+        walk.page(pool, &fresh, true).await?;
         match (page.has_more, page.next_cursor) {
             (true, Some(next)) => cursor = Some(next),
             _ => break,
         }
     }
+    let Walk {
+        mut report,
+        seen,
+        newest,
+        unsettled,
+        ..
+    } = walk;
     check_confirmed(pool, since, listed_at, &seen, &mut report).await?;
     report.seconds = started.elapsed().as_secs_f64();
     let next_cursor = if periodic { unsettled.or(newest) } else { None };
+    store::reconcile::record_foreign(pool, &report.foreign).await?;
     store::reconcile::save_run(
         pool,
         next_cursor,
@@ -179,8 +150,148 @@ pub async fn run(
     metrics::counter!("soldonce_reconcile_repairs_total").increment(report.repaired);
     metrics::gauge!("soldonce_reconcile_findings")
         .set(report.findings.iter().filter(|f| !f.repaired).count() as f64);
+    metrics::gauge!("soldonce_reconcile_foreign_payments").set(report.foreign.len() as f64);
     metrics::histogram!("soldonce_reconcile_seconds").record(report.seconds);
     Ok(report)
+}
+
+impl Walk {
+    /// Checks one page of payments (`listed`: from the listing, so it moves the cursor).
+    async fn page(
+        &mut self,
+        pool: &PgPool,
+        payments: &[PspPayment],
+        listed: bool,
+    ) -> Result<(), ReconcileError> {
+        let ids: Vec<String> = payments.iter().map(|p| p.id.clone()).collect();
+        let recorded = store::reconcile::recorded(pool, &ids).await?;
+        let orders: Vec<Uuid> = payments.iter().filter_map(|p| p.fact().order_id).collect();
+        let states = store::reconcile::order_states(pool, &orders).await?;
+        for payment in payments {
+            self.done.insert(payment.id.clone());
+            self.report.payments_seen += 1;
+            let fact = payment.fact();
+            let state = fact.order_id.and_then(|o| states.get(&o));
+            if listed {
+                self.newest = self.newest.max(Some(payment.created_at));
+                if let PspStatus::Unknown(_) = fact.status {
+                    let at = payment.created_at;
+                    self.unsettled = Some(self.unsettled.map_or(at, |u| u.min(at)));
+                }
+            }
+            if state.is_none() && !recorded.contains_key(&payment.id) {
+                self.report.foreign.push(foreign(payment));
+                continue;
+            }
+            match fact.status {
+                PspStatus::Unknown(_) => {}
+                // A decline only ends a pending order: every other one was decided before.
+                PspStatus::Failed if state.is_some_and(|s| s != "payment_pending") => {}
+                PspStatus::Failed => {
+                    if let Err(e) = learn(pool, &fact).await {
+                        self.unrecordable(payment, &e);
+                    }
+                }
+                PspStatus::Succeeded => {
+                    self.report.succeeded += 1;
+                    let finding =
+                        match succeeded(pool, payment, &fact, recorded.get(&payment.id)).await {
+                            Ok(f) => f,
+                            Err(e) => Some(unrecordable(payment, &e)),
+                        };
+                    if let Some(f) = finding {
+                        if f.repaired {
+                            self.report.repaired += 1;
+                        }
+                        self.report.findings.push(f);
+                    }
+                    self.seen.insert(
+                        payment.id.clone(),
+                        Seen {
+                            standing: payment.refunded_minor() < payment.amount_minor,
+                            amount_minor: payment.amount_minor,
+                            currency: payment.currency.clone(),
+                        },
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn unrecordable(&mut self, payment: &PspPayment, e: &ReconcileError) {
+        self.report.findings.push(unrecordable(payment, e));
+    }
+}
+
+/// Records a succeeded payment of soldonce's if no path did; names what disagrees.
+async fn succeeded(
+    pool: &PgPool,
+    payment: &PspPayment,
+    fact: &store::payments::PaymentFact,
+    recorded: Option<&store::reconcile::Recorded>,
+) -> Result<Option<Finding>, ReconcileError> {
+    let standing = payment.refunded_minor() < payment.amount_minor;
+    Ok(match recorded {
+        None if !standing => Some(finding(
+            "refunded_elsewhere",
+            &payment.id,
+            "refunded at the PSP, but soldonce never recorded the payment",
+            false,
+        )),
+        None => match learn(pool, fact).await? {
+            Learned::Confirmed { order, .. } => Some(finding(
+                "unrecorded_payment",
+                &payment.id,
+                &format!("confirmed order {} on it", order.id),
+                true,
+            )),
+            Learned::RefundDecided(reason) => Some(finding(
+                "unattached_payment",
+                &payment.id,
+                &format!("refund recorded ({})", reason.as_str()),
+                true,
+            )),
+            _ => None,
+        },
+        Some(r) if r.disposition == "attached" && !standing => {
+            let order = r.order_id.map(|o| o.to_string()).unwrap_or_default();
+            Some(finding(
+                "attached_payment_refunded",
+                &payment.id,
+                &format!("order {order} is confirmed on it, but the PSP shows it refunded"),
+                false,
+            ))
+        }
+        Some(r) if r.refund_state.as_deref() == Some("succeeded") && standing => Some(finding(
+            "refund_missing",
+            &payment.id,
+            "recorded as refunded, but the PSP shows it standing",
+            false,
+        )),
+        Some(_) => None,
+    })
+}
+
+fn unrecordable(payment: &PspPayment, e: &ReconcileError) -> Finding {
+    tracing::error!(payment_id = %payment.id, error = %e, "reconciliation could not record a payment; going on");
+    finding(
+        UNRECORDABLE,
+        &payment.id,
+        &format!("could not be recorded: {e}"),
+        false,
+    )
+}
+
+fn foreign(payment: &PspPayment) -> ForeignPayment {
+    ForeignPayment {
+        payment_id: payment.id.clone(),
+        reference: payment.reference.clone(),
+        idempotency_key: payment.idempotency_key.clone(),
+        status: payment.status.clone(),
+        amount_minor: payment.amount_minor,
+        currency: payment.currency.clone(),
+    }
 }
 
 /// Every confirmed order placed in the window, and confirmed before the

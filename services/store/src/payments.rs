@@ -17,6 +17,23 @@ use uuid::Uuid;
 
 /// The payment id of a free order's settlement: no PSP holds it.
 pub const FREE_PREFIX: &str = "free:";
+/// What the idempotency key of every charge soldonce makes starts with (`pay:<order_id>`).
+pub const PAY_KEY_PREFIX: &str = "pay:";
+
+/// The order a PSP payment was made for, if soldonce made it: its
+/// idempotency key is `pay:<order_id>` and its reference that same order id.
+/// A shared PSP account also holds payments soldonce never made (a shop's
+/// point of sale, another system, another soldonce); their references may
+/// look like order ids, even name one of ours, so the reference alone
+/// proves nothing. The store then also requires the order to exist.
+pub fn own_order(reference: Option<&str>, idempotency_key: Option<&str>) -> Option<Uuid> {
+    let order: Uuid = reference?.parse().ok()?;
+    let key_names = idempotency_key?
+        .strip_prefix(PAY_KEY_PREFIX)?
+        .parse::<Uuid>()
+        .ok()?;
+    (key_names == order).then_some(order)
+}
 
 /// Which path learned a fact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +63,8 @@ impl Source {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PaymentFact {
     pub payment_id: String,
-    /// The order the PSP's reference names, if it names one.
+    /// The order soldonce made the payment for ([`own_order`]); `None` for
+    /// a payment soldonce did not make.
     pub order_id: Option<Uuid>,
     pub status: PspStatus,
     pub amount_minor: i64,
@@ -63,11 +81,15 @@ pub enum Learned {
     RefundDecided(RefundReason),
     /// A definite failure declined the order.
     Declined(Order),
-    /// Nothing new: the payment's disposition was decided before, or the
-    /// failure no longer applies.
+    /// Nothing new: the payment's disposition was decided before, the
+    /// failure no longer applies, or a free order's settlement came after
+    /// its order ended (no money to give back).
     AlreadyKnown,
     /// Not a clear answer: ask the PSP again by key. Nothing was changed.
     Unknown(String),
+    /// Not soldonce's payment: made without its key, or for an order it
+    /// does not hold. Nothing was recorded; it is never refunded.
+    Foreign,
 }
 
 /// Applies `fact` inside the caller's transaction, which the caller commits.
@@ -197,15 +219,12 @@ async fn learn_many_waiting(
                         _ => Learned::AlreadyKnown,
                     }
                 }
-                None => Learned::AlreadyKnown,
+                None => Learned::Foreign,
             },
+            PspStatus::Succeeded if order.is_none() => Learned::Foreign,
             PspStatus::Succeeded if !known.insert(fact.payment_id.clone()) => Learned::AlreadyKnown,
             PspStatus::Succeeded => match order {
-                None => {
-                    let reason = RefundReason::NoSuchOrder;
-                    payments.push(fact, None, Disposition::Refund(reason), *source);
-                    Learned::RefundDecided(reason)
-                }
+                None => Learned::Foreign,
                 Some(order) => {
                     let paid = |units_gone| Command::Paid {
                         fact: PaidFact {
@@ -221,7 +240,11 @@ async fn learn_many_waiting(
                     let units_gone = order.payment_would_reclaim()
                         && !crate::stock::covers(conn, &order.lines).await?;
                     let events = decide(order, paid(units_gone))?;
-                    if events.is_empty() {
+                    // A free order's settlement took no money: if it can no longer settle
+                    // its order (cancelled meanwhile), there is nothing to give back.
+                    let free_unsettled = fact.payment_id.starts_with(FREE_PREFIX)
+                        && matches!(events[..], [Event::RefundDecided { .. }]);
+                    if events.is_empty() || free_unsettled {
                         Learned::AlreadyKnown
                     } else {
                         let next = changes.order(Some(order), &events, meta)?;

@@ -1,7 +1,7 @@
 //! What reconciliation against the PSP's books needs from the database: the
 //! cursor of the periodic walk, each payment's recorded disposition, the
-//! confirmed orders to check, and the last run's findings (which the audit
-//! reports).
+//! confirmed orders to check, the last run's findings (which the audit
+//! reports) and the foreign payments it left alone.
 
 use crate::StoreError;
 use chrono::{DateTime, Utc};
@@ -53,6 +53,63 @@ pub async fn recorded(
         .into_iter()
         .map(|r| (r.payment_id.clone(), r))
         .collect())
+}
+
+/// The states of those of these orders that exist.
+pub async fn order_states(
+    pool: &PgPool,
+    order_ids: &[Uuid],
+) -> Result<HashMap<Uuid, String>, StoreError> {
+    let rows: Vec<(Uuid, String)> =
+        sqlx::query_as("SELECT id, state FROM orders WHERE id = ANY($1)")
+            .bind(order_ids)
+            .fetch_all(pool)
+            .await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// A PSP payment soldonce did not make, as reconciliation saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ForeignPayment {
+    pub payment_id: String,
+    pub reference: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub status: String,
+    pub amount_minor: i64,
+    pub currency: String,
+}
+
+/// Lists foreign payments (first and last seen); they are never touched.
+pub async fn record_foreign(pool: &PgPool, found: &[ForeignPayment]) -> Result<(), StoreError> {
+    if found.is_empty() {
+        return Ok(());
+    }
+    let col = |f: fn(&ForeignPayment) -> Option<&str>| found.iter().map(f).collect::<Vec<_>>();
+    let amounts: Vec<i64> = found.iter().map(|f| f.amount_minor).collect();
+    sqlx::query(
+        "INSERT INTO foreign_payments (payment_id, reference, idempotency_key, status, amount_minor, currency) \
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[]) \
+         ON CONFLICT (payment_id) DO UPDATE SET status = EXCLUDED.status, last_seen_at = now()",
+    )
+    .bind(col(|f| Some(f.payment_id.as_str())))
+    .bind(col(|f| f.reference.as_deref()))
+    .bind(col(|f| f.idempotency_key.as_deref()))
+    .bind(col(|f| Some(f.status.as_str())))
+    .bind(amounts)
+    .bind(col(|f| Some(f.currency.as_str())))
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// The subjects of the last run's findings of `kind`.
+pub async fn last_findings(pool: &PgPool, kind: &str) -> Result<Vec<String>, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT subject FROM reconcile_findings WHERE kind = $1 ORDER BY id")
+            .bind(kind)
+            .fetch_all(pool)
+            .await?,
+    )
 }
 
 /// One confirmed order and the payment it is confirmed on.
