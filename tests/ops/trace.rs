@@ -387,3 +387,90 @@ fn an_otlp_setting_soldonce_cannot_honour_is_one_line_naming_it_and_exit_2() {
         );
     }
 }
+
+/// A collector that accepts connections and never answers.
+async fn black_hole() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    tokio::spawn(async move {
+        let mut held = vec![];
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_never_answers_delays_no_order_and_no_stop() {
+    let endpoint = black_hole().await;
+    let mut env = vec![];
+    for service in [
+        "checkout",
+        "outbox-relay",
+        "payment-worker",
+        "fulfillment",
+        "expiry",
+        "psp-sim",
+    ] {
+        env.push((service, "OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.clone()));
+        env.push((service, "OTEL_BSP_SCHEDULE_DELAY", "50".to_owned()));
+    }
+    let mut system = System::start_with(SystemOptions {
+        env,
+        ..SystemOptions::default()
+    })
+    .await;
+    system.app.add_product("HOLE-1", 990, 20).await;
+    let mut ids = vec![];
+    for i in 0..10 {
+        let request = system
+            .app
+            .client
+            .post(format!("{}/v1/orders", system.url("checkout")))
+            .bearer_auth(&system.app.token)
+            .header("Idempotency-Key", format!("hole-{i}"))
+            .header(
+                "traceparent",
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            )
+            .json(&serde_json::json!({"lines": [{"sku": "HOLE-1", "quantity": 1}]}));
+        let placed = system.app.send(request).await;
+        assert_eq!(placed.status, 202, "{}", placed.body);
+        ids.push(placed.body["id"].as_str().expect("id").to_owned());
+    }
+    // Every order ends as without tracing: paid, shipped, delivered.
+    eventually(
+        "the ten orders delivered",
+        Duration::from_secs(60),
+        || async {
+            let delivered: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM shipments WHERE state = 'delivered' AND order_id::text = ANY($1)",
+        )
+        .bind(&ids)
+        .fetch_one(&system.app.pool)
+        .await
+        .ok()?;
+            (delivered == 10).then_some(())
+        },
+    )
+    .await;
+    let sold: i64 = sqlx::query_scalar("SELECT sold FROM stock WHERE sku = 'HOLE-1'")
+        .fetch_one(&system.app.pool)
+        .await
+        .expect("stock");
+    assert_eq!(sold, 10, "counted a second way: ten units sold");
+    // Stopping waits for the collector at most its flush bound, then exits cleanly.
+    for service in ["checkout", "payment-worker"] {
+        let started = std::time::Instant::now();
+        let code = system.terminate(service).await;
+        assert_eq!(code, Some(0), "{service} exits cleanly");
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "{service} stopped in {:?} with a collector that never answers",
+            started.elapsed()
+        );
+    }
+}

@@ -147,12 +147,26 @@ pub fn start(service: &'static str, exporting: Option<&Exporting>) -> Result<(),
     Ok(())
 }
 
-/// Exports what is still batched and stops (at the end of `main`).
+/// How long stopping waits for the collector to take the last spans: a
+/// collector that hangs never holds a stopping service past its grace.
+const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Exports what is still batched and stops (at the end of `main`), waiting
+/// at most [`FLUSH_TIMEOUT`].
 pub fn shutdown() {
-    if let Some(provider) = PROVIDER.get() {
-        if let Err(error) = provider.shutdown() {
-            tracing::warn!(%error, "flushing the last spans failed");
-        }
+    let Some(provider) = PROVIDER.get().cloned() else {
+        return;
+    };
+    let (done, flushed) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(provider.shutdown());
+    });
+    match flushed.recv_timeout(FLUSH_TIMEOUT) {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(%error, "flushing the last spans failed"),
+        Err(_) => tracing::warn!(
+            "the trace collector did not take the last spans within 2 s; they are dropped"
+        ),
     }
 }
 
