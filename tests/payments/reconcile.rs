@@ -70,6 +70,73 @@ async fn a_refund_already_made_at_the_psp_completes_the_compensation() {
     assert_audit_clean(&app).await;
 }
 
+/// Someone refunded part of a payment at the PSP's dashboard while soldonce
+/// owed the buyer the whole of it. That refund's webhook must not close the
+/// compensation: soldonce still owes the rest, and its own refund (of
+/// everything the payment still holds) gives it back, so the buyer ends with
+/// exactly the payment back, never less and never more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_refund_made_elsewhere_never_closes_the_compensation() {
+    let mut saga = Saga::start_with(SagaOptions {
+        worker: false,
+        ..SagaOptions::default()
+    })
+    .await;
+    let app = saga.app.clone();
+    app.add_product("MUG", 2500, 3).await;
+    let order = saga.order("MUG").await;
+    let cancel = app
+        .post_empty(&app.token, &format!("/v1/orders/{order}/cancel"))
+        .await;
+    assert_eq!(cancel.status, 200, "{}", cancel.body);
+    let payment = saga
+        .charge_directly(&order, 2500, "BRL", &format!("pay:{order}"))
+        .await;
+    let payment_id = payment["id"].as_str().expect("id").to_owned();
+    let decided = format!("SELECT count(*) FROM payments WHERE payment_id = '{payment_id}' AND refund_state = 'pending'");
+    app.wait_count("the refund to be decided", &decided, 1)
+        .await;
+    let request = app
+        .client
+        .post(format!("{}/v1/payments/{payment_id}/refunds", saga.psp_url))
+        .header("idempotency-key", "dashboard-partial-1")
+        .json(&serde_json::json!({ "amount_minor": 1000 }));
+    let partial = app.send(request).await;
+    assert_eq!(partial.status, 201, "{}", partial.body);
+    // Its webhook has been taken in (receipts are written after the refund is looked at).
+    app.wait_count(
+        "the partial refund's webhook to be received",
+        "SELECT count(*) FROM webhook_receipts WHERE event_type = 'refund.succeeded'",
+        1,
+    )
+    .await;
+    assert_eq!(
+        app.count(&decided).await,
+        1,
+        "a partial refund leaves the compensation owed"
+    );
+    saga.start_worker().await;
+    let done = format!("SELECT count(*) FROM payments WHERE payment_id = '{payment_id}' AND refund_state = 'succeeded'");
+    app.wait_count("soldonce's refund of the rest to complete it", &done, 1)
+        .await;
+    eventually(
+        "the order to be refunded",
+        Duration::from_secs(10),
+        || async { (state_of(&saga, &order).await == "refunded").then_some(()) },
+    )
+    .await;
+    // Counted at the PSP: the partial refund and soldonce's of the rest, the whole payment.
+    let refunds = psp_listing(&app, &saga.psp_url, "refunds").await;
+    let mut amounts: Vec<i64> = refunds
+        .iter()
+        .filter(|r| r["payment_id"] == payment_id.as_str())
+        .filter_map(|r| r["amount_minor"].as_i64())
+        .collect();
+    amounts.sort_unstable();
+    assert_eq!(amounts, vec![1000, 1500], "{refunds:?}");
+    assert_audit_clean(&app).await;
+}
+
 /// One payment whose fact the database refuses (here a trigger stands in
 /// for any such fault) is named, and the run records the others and moves
 /// its cursor; the next run, with the cursor past it, asks for it again.

@@ -210,10 +210,20 @@ pub(crate) async fn receive(
         && callback.data.status.as_deref() == Some("succeeded")
     {
         // Idempotent on its own: a refund is recorded once, whoever learns of it first.
-        if let Some(payment_id) = callback.data.payment_id.as_deref() {
+        // Only a refund of a stated amount can close a compensation (of that amount).
+        if let (Some(payment_id), Some(amount)) = (
+            callback.data.payment_id.as_deref(),
+            callback.data.amount_minor,
+        ) {
             let _slot = writing_slot(&state).await?;
-            store::compensations::complete(&state.pool, payment_id, &callback.data.id, "checkout")
-                .await?;
+            store::compensations::complete(
+                &state.pool,
+                payment_id,
+                &callback.data.id,
+                Some(amount),
+                "checkout",
+            )
+            .await?;
         }
     }
     let fact = callback

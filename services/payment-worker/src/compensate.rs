@@ -60,7 +60,9 @@ enum Outcome {
 async fn carry_out(pool: &PgPool, psp: &Psp, c: Compensation) -> Outcome {
     let outcome = match psp.refund_once(&c.payment_id, &c.refund_key()).await {
         Ok(refund) if refund.status == "succeeded" => {
-            match compensations::complete(pool, &c.payment_id, &refund.id, "payment-worker").await {
+            match compensations::complete(pool, &c.payment_id, &refund.id, None, "payment-worker")
+                .await
+            {
                 Ok(_) => {
                     tracing::info!(refund_id = %refund.id, reason = c.reason.as_deref().unwrap_or(""), "payment refunded");
                     Outcome::Refunded
@@ -115,7 +117,15 @@ async fn refunded_elsewhere(pool: &PgPool, psp: &Psp, c: &Compensation, why: &st
         .find(|r| r.status == "succeeded" && r.amount_minor == c.amount_minor);
     match whole {
         Some(refund) => {
-            match compensations::complete(pool, &c.payment_id, &refund.id, "payment-worker").await {
+            match compensations::complete(
+                pool,
+                &c.payment_id,
+                &refund.id,
+                Some(c.amount_minor),
+                "payment-worker",
+            )
+            .await
+            {
                 Ok(_) => {
                     tracing::info!(refund_id = %refund.id, "payment was refunded at the PSP without soldonce's key: recorded");
                     Outcome::Refunded

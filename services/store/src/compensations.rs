@@ -52,11 +52,16 @@ pub async fn claim_due(
 }
 
 /// Records that the PSP confirmed the refund, with the order's
-/// `order.refunded` event, in one transaction. `false` if it was recorded before.
+/// `order.refunded` event, in one transaction. `false` if it was recorded
+/// before, or if `amount_minor` is given and is not the compensation's whole
+/// amount (a partial refund made elsewhere never closes what soldonce still
+/// owes). `None`: soldonce's own refund of everything the payment still
+/// held, which leaves the buyer nothing owed whatever was refunded before.
 pub async fn complete(
     pool: &PgPool,
     payment_id: &str,
     refund_id: &str,
+    amount_minor: Option<i64>,
     source: &str,
 ) -> Result<bool, StoreError> {
     let mut tx = pool.begin().await?;
@@ -75,10 +80,11 @@ pub async fn complete(
     }
     let done = sqlx::query(
         "UPDATE payments SET refund_state = 'succeeded', refund_id = $2, refunded_at = now(), last_error = NULL, next_attempt_at = NULL \
-         WHERE payment_id = $1 AND refund_state = 'pending'",
+         WHERE payment_id = $1 AND refund_state = 'pending' AND ($3::bigint IS NULL OR amount_minor = $3)",
     )
     .bind(payment_id)
     .bind(refund_id)
+    .bind(amount_minor)
     .execute(&mut *tx)
     .await?;
     if done.rows_affected() == 0 {
