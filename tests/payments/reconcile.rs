@@ -15,12 +15,11 @@ async fn state_of(saga: &Saga, id: &str) -> String {
     view.body["state"].as_str().unwrap_or("").to_owned()
 }
 
-/// The PSP answers the refund `409 …:refund-exceeds-remaining`: someone
-/// refunded the whole payment at its dashboard. That refund is the
-/// compensation's: recorded, never asked again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refund_already_made_at_the_psp_completes_the_compensation() {
-    let mut saga = Saga::start_with(SagaOptions {
+/// A worker-less saga owing a refund: an order cancelled before its
+/// payment of 2,500 (made with soldonce's key) arrived; returns the saga,
+/// the order and the payment.
+async fn refund_owed() -> (Saga, String, String) {
+    let saga = Saga::start_with(SagaOptions {
         worker: false,
         ..SagaOptions::default()
     })
@@ -36,6 +35,16 @@ async fn a_refund_already_made_at_the_psp_completes_the_compensation() {
         .charge_directly(&order, 2500, "BRL", &format!("pay:{order}"))
         .await;
     let payment_id = payment["id"].as_str().expect("id").to_owned();
+    (saga, order, payment_id)
+}
+
+/// The PSP answers the refund `409 …:refund-exceeds-remaining`: someone
+/// refunded the whole payment at its dashboard. That refund is the
+/// compensation's: recorded, never asked again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_already_made_at_the_psp_completes_the_compensation() {
+    let (mut saga, order, payment_id) = refund_owed().await;
+    let app = saga.app.clone();
     // The webhook records the refund; nobody carries it out yet.
     let decided = format!("SELECT count(*) FROM payments WHERE payment_id = '{payment_id}' AND refund_state = 'pending'");
     app.wait_count("the refund to be decided", &decided, 1)
@@ -77,22 +86,8 @@ async fn a_refund_already_made_at_the_psp_completes_the_compensation() {
 /// exactly the payment back, never less and never more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partial_refund_made_elsewhere_never_closes_the_compensation() {
-    let mut saga = Saga::start_with(SagaOptions {
-        worker: false,
-        ..SagaOptions::default()
-    })
-    .await;
+    let (mut saga, order, payment_id) = refund_owed().await;
     let app = saga.app.clone();
-    app.add_product("MUG", 2500, 3).await;
-    let order = saga.order("MUG").await;
-    let cancel = app
-        .post_empty(&app.token, &format!("/v1/orders/{order}/cancel"))
-        .await;
-    assert_eq!(cancel.status, 200, "{}", cancel.body);
-    let payment = saga
-        .charge_directly(&order, 2500, "BRL", &format!("pay:{order}"))
-        .await;
-    let payment_id = payment["id"].as_str().expect("id").to_owned();
     let decided = format!("SELECT count(*) FROM payments WHERE payment_id = '{payment_id}' AND refund_state = 'pending'");
     app.wait_count("the refund to be decided", &decided, 1)
         .await;

@@ -186,21 +186,11 @@ impl Psp {
 
     /// The payment with this id, if the provider holds it.
     pub async fn payment(&self, payment_id: &str) -> Result<Option<PspPayment>, PspError> {
-        let response = self
-            .http
-            .get(format!("{}/v1/payments/{payment_id}", self.base))
-            .send()
-            .await
-            .map_err(|e| PspError::Retryable(e.to_string()))?;
-        match response.status().as_u16() {
-            404 => Ok(None),
-            200 => response
-                .json()
-                .await
-                .map(Some)
-                .map_err(|e| PspError::Retryable(e.to_string())),
-            _ => Err(classify(response).await),
-        }
+        get_optional(
+            self.http
+                .get(format!("{}/v1/payments/{payment_id}", self.base)),
+        )
+        .await
     }
 
     /// One page of payments created at or after `since`, oldest first.
@@ -238,22 +228,12 @@ impl Psp {
 
     /// The payment made with `key`, if any.
     pub async fn find_by_key(&self, key: &str) -> Result<Option<PspPayment>, PspError> {
-        let response = self
-            .http
-            .get(format!("{}/v1/payments", self.base))
-            .query(&[("idempotency_key", key)])
-            .send()
-            .await
-            .map_err(|e| PspError::Retryable(e.to_string()))?;
-        match response.status().as_u16() {
-            404 => Ok(None),
-            200 => response
-                .json()
-                .await
-                .map(Some)
-                .map_err(|e| PspError::Retryable(e.to_string())),
-            _ => Err(classify(response).await),
-        }
+        get_optional(
+            self.http
+                .get(format!("{}/v1/payments", self.base))
+                .query(&[("idempotency_key", key)]),
+        )
+        .await
     }
 
     async fn post<T: serde::de::DeserializeOwned>(
@@ -339,4 +319,23 @@ struct Problem {
     kind: String,
     #[serde(default)]
     detail: String,
+}
+
+/// A GET whose `404` means "none": the body on `200`, else the error.
+async fn get_optional<T: serde::de::DeserializeOwned>(
+    request: reqwest::RequestBuilder,
+) -> Result<Option<T>, PspError> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| PspError::Retryable(e.to_string()))?;
+    match response.status().as_u16() {
+        404 => Ok(None),
+        200 => response
+            .json()
+            .await
+            .map(Some)
+            .map_err(|e| PspError::Retryable(e.to_string())),
+        _ => Err(classify(response).await),
+    }
 }
