@@ -5,7 +5,9 @@
 //! every order ends in one terminal state; money adds up to the cent
 //! (captured − refunded = the totals of confirmed orders); every payment
 //! soldonce created at the PSP (its `pay:` key) is attached to its
-//! confirmed order or refunded in full; no confirmed order lacks one.
+//! confirmed order or refunded in full, and every authorization ended
+//! captured (its order shipped) or voided, never both; no confirmed order
+//! lacks one.
 
 use serde_json::Value;
 use soldonce_tests::TestApp;
@@ -29,6 +31,8 @@ pub struct Verdict {
     pub captured_minor: i64,
     pub refunded_minor: i64,
     pub confirmed_total_minor: i64,
+    /// Authorizations voided (canceled at the PSP): no money moved.
+    pub voided: usize,
     /// Payments on the PSP account soldonce did not create (left alone).
     pub foreign_payments: usize,
 }
@@ -37,9 +41,11 @@ pub struct Verdict {
 struct Payment<'a> {
     id: &'a str,
     order: Option<Uuid>,
+    /// What the PSP took: the captured amount.
     amount: i64,
     refunded: i64,
     succeeded: bool,
+    status: &'a str,
 }
 
 fn payment(p: &Value) -> Option<Payment<'_>> {
@@ -48,7 +54,9 @@ fn payment(p: &Value) -> Option<Payment<'_>> {
     Some(Payment {
         id: p["id"].as_str()?,
         order,
-        amount: p["amount_minor"].as_i64()?,
+        amount: p["amount_captured"]
+            .as_i64()
+            .or_else(|| p["amount_minor"].as_i64())?,
         refunded: p["refunds"]
             .as_array()
             .into_iter()
@@ -57,6 +65,7 @@ fn payment(p: &Value) -> Option<Payment<'_>> {
             .filter_map(|r| r["amount_minor"].as_i64())
             .sum(),
         succeeded: p["status"] == "succeeded",
+        status: p["status"].as_str()?,
     })
 }
 
@@ -96,6 +105,23 @@ pub async fn check(
     }
     verdict.orders = orders.len();
 
+    // Authorizations: each ended captured or voided; a void never settles an order.
+    for p in &payments {
+        let order = p.order.and_then(|o| orders.get(&o));
+        let settles = order.is_some_and(|o| {
+            o["state"] == "confirmed" && o["payment"]["psp_payment_id"].as_str() == Some(p.id)
+        });
+        match p.status {
+            "requires_capture" | "requires_action" | "processing" => {
+                faults.push(format!("payment {} never ended: {}", p.id, p.status));
+            }
+            "canceled" if settles => {
+                faults.push(format!("payment {} settles its order yet was voided", p.id));
+            }
+            "canceled" => verdict.voided += 1,
+            _ => {}
+        }
+    }
     // Money: what the PSP kept is what confirmed orders cost.
     for p in payments.iter().filter(|p| p.succeeded) {
         verdict.captured_minor += p.amount;

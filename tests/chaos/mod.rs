@@ -288,6 +288,10 @@ async fn in_flight(
             "SELECT count(*) FROM orders o LEFT JOIN shipments s ON s.order_id = o.id \
              WHERE o.state = 'confirmed' AND (s.state IS NULL OR s.state <> 'delivered')",
         ),
+        (
+            "captures owed",
+            "SELECT count(*) FROM orders WHERE state = 'confirmed' AND capture IN ('authorized', 'decided')",
+        ),
         ("outbox rows", "SELECT count(*) FROM outbox"),
     ] {
         figures.insert(what, app.count(sql).await);

@@ -16,6 +16,7 @@ pub struct Saga {
     psp_timeout: Duration,
     compensation_interval: Duration,
     reconcile_interval: Duration,
+    capture_at: payment_worker::psp::CaptureAt,
     relay: Option<tokio::sync::oneshot::Sender<()>>,
     /// The payment worker, fulfillment and expiry: stopped by [`Saga::stop_workers`].
     workers: Vec<tokio::sync::oneshot::Sender<()>>,
@@ -38,6 +39,8 @@ pub struct SagaOptions {
     /// How often the worker reconciles with the PSP (zero: never; tests
     /// mostly reconcile explicitly, so each run is seen).
     pub reconcile_interval: Duration,
+    /// When the worker's charges take the money (the product's default: at shipment).
+    pub capture_at: payment_worker::psp::CaptureAt,
 }
 
 impl Default for SagaOptions {
@@ -49,6 +52,7 @@ impl Default for SagaOptions {
             worker: true,
             compensation_interval: Duration::from_millis(100),
             reconcile_interval: Duration::ZERO,
+            capture_at: payment_worker::psp::CaptureAt::default(),
         }
     }
 }
@@ -100,6 +104,7 @@ impl Saga {
             psp_timeout: options.psp_timeout,
             compensation_interval: options.compensation_interval,
             reconcile_interval: options.reconcile_interval,
+            capture_at: options.capture_at,
             relay,
             workers: vec![],
             stops,
@@ -156,6 +161,7 @@ impl Saga {
             recorders: 8,
             compensation_interval: self.compensation_interval,
             reconcile_interval: self.reconcile_interval,
+            capture_at: self.capture_at,
             stream: bus::StreamSettings::default(),
         };
         let worker = payment_worker::Application::build(worker_settings)
@@ -196,7 +202,8 @@ impl Saga {
     }
 
     /// Waits until nothing is in flight: no order pending, every confirmed
-    /// order delivered, the outbox drained and every event in the stream.
+    /// order delivered and its payment captured, the outbox drained and
+    /// every event in the stream.
     pub async fn wait_quiescent(&self, within: Duration) {
         let js = bus::connect(&self.nats.url()).await.expect("nats");
         eventually("the saga to come to rest", within, || {
@@ -208,6 +215,7 @@ impl Saga {
                         "SELECT (SELECT count(*) FROM orders WHERE state = 'payment_pending') \
                               + (SELECT count(*) FROM orders o LEFT JOIN shipments s ON s.order_id = o.id \
                                  WHERE o.state = 'confirmed' AND (s.state IS NULL OR s.state <> 'delivered')) \
+                              + (SELECT count(*) FROM orders WHERE state = 'confirmed' AND capture IN ('authorized', 'decided')) \
                               + (SELECT count(*) FROM outbox)",
                     )
                     .await;

@@ -1,5 +1,6 @@
 mod audit;
 mod batch;
+mod capture;
 mod flow;
 mod free;
 mod keepalive;

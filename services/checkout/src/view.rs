@@ -16,6 +16,8 @@ pub struct LineView {
 /// The payment that settled the order, once there is one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PaymentView {
+    /// `authorized` (held, captured when the order ships), `succeeded`
+    /// (taken), or `refunded`.
     pub state: String,
     pub amount_minor: i64,
     pub psp_payment_id: String,
@@ -29,7 +31,8 @@ pub struct RefundView {
     pub currency: String,
     /// Why the payment could not settle the order, e.g. `cancelled`.
     pub reason: String,
-    /// `pending` until the PSP confirms the refund, then `refunded`.
+    /// `pending` until the PSP confirms the refund, then `refunded`; an
+    /// uncaptured authorization ends `voided` (nothing had been taken).
     pub state: String,
 }
 
@@ -86,10 +89,10 @@ impl From<&Order> for OrderView {
             currency: o.currency.to_string(),
             shipping: o.shipping.clone(),
             payment: o.payment.as_ref().map(|p| PaymentView {
-                state: if o.state == domain::OrderState::Refunded {
-                    "refunded"
-                } else {
-                    "succeeded"
+                state: match p.capture {
+                    _ if o.state == domain::OrderState::Refunded => "refunded",
+                    domain::Capture::Authorized | domain::Capture::Decided => "authorized",
+                    domain::Capture::Automatic | domain::Capture::Captured => "succeeded",
                 }
                 .into(),
                 amount_minor: p.amount_minor,
@@ -103,7 +106,12 @@ impl From<&Order> for OrderView {
                     amount_minor: r.amount_minor,
                     currency: r.currency.clone(),
                     reason: r.reason.as_str().to_owned(),
-                    state: if r.refunded { "refunded" } else { "pending" }.into(),
+                    state: match (r.refunded, r.void) {
+                        (false, _) => "pending",
+                        (true, false) => "refunded",
+                        (true, true) => "voided",
+                    }
+                    .into(),
                 })
                 .collect(),
             shipment: None,

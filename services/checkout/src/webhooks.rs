@@ -109,6 +109,9 @@ struct CallbackData {
     idempotency_key: Option<String>,
     #[serde(default)]
     failure_reason: Option<String>,
+    /// Set on a canceled authorization: why (`requested`, `abandoned`, `expired`).
+    #[serde(default)]
+    cancellation_reason: Option<String>,
     /// Set on refunds: the payment refunded.
     #[serde(default)]
     payment_id: Option<String>,
@@ -129,7 +132,12 @@ impl CallbackData {
             failure_reason: self
                 .failure_reason
                 .as_deref()
-                .map(|r| r.chars().take(200).collect()),
+                .map(|r| r.chars().take(200).collect())
+                .or_else(|| {
+                    self.cancellation_reason
+                        .as_deref()
+                        .map(|r| format!("canceled ({})", r.chars().take(64).collect::<String>()))
+                }),
         })
     }
 }
@@ -249,7 +257,7 @@ pub(crate) async fn receive(
     // progress are asked together, on one connection (`known.rs`).
     if let Some(fact) = fact
         .as_ref()
-        .filter(|f| f.status == domain::PspStatus::Succeeded)
+        .filter(|f| f.status.is_paid())
     {
         for look in 0..=LOOKS {
             if look > 0 {

@@ -18,7 +18,7 @@ pub mod stock;
 
 pub use money::{Currency, Money, MoneyError};
 pub use order::{
-    decide, evolve, fold, Command, DomainError, Event, Order, OrderLine, OrderState, PaymentRef,
+    decide, evolve, fold, Capture, Command, DomainError, Event, Order, OrderLine, OrderState, PaymentRef,
     PlaceOrder, Shipping,
 };
 pub use payment::{PaidFact, PspStatus, RefundReason, RefundRef};

@@ -73,6 +73,55 @@ pub struct Shipping {
 pub struct PaymentRef {
     pub payment_id: String,
     pub amount_minor: i64,
+    /// Where the money is: taken at once, or authorized and captured later.
+    #[serde(default)]
+    pub capture: Capture,
+}
+
+/// Whether an order's payment has taken the money yet. A payment made
+/// with automatic capture took it when it succeeded; an authorization
+/// (`CAPTURE_AT=shipment`) holds it until a capture is decided (when the
+/// order ships) and the PSP confirms it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Capture {
+    /// Captured by the PSP when the payment succeeded.
+    #[default]
+    Automatic,
+    /// Authorized; nothing taken yet.
+    Authorized,
+    /// The capture is decided and owed: the payment worker carries it out.
+    Decided,
+    /// The PSP confirmed the capture.
+    Captured,
+}
+
+impl Capture {
+    /// The projection's column value: `None` for [`Capture::Automatic`].
+    pub fn column(self) -> Option<&'static str> {
+        match self {
+            Capture::Automatic => None,
+            Capture::Authorized => Some("authorized"),
+            Capture::Decided => Some("decided"),
+            Capture::Captured => Some("captured"),
+        }
+    }
+
+    /// Reads the projection's column value.
+    pub fn from_column(value: Option<&str>) -> Option<Capture> {
+        match value {
+            None => Some(Capture::Automatic),
+            Some("authorized") => Some(Capture::Authorized),
+            Some("decided") => Some(Capture::Decided),
+            Some("captured") => Some(Capture::Captured),
+            Some(_) => None,
+        }
+    }
+}
+
+/// `skip_serializing_if` for flags that old events never carried.
+fn is_false(flag: &bool) -> bool {
+    !*flag
 }
 
 /// The state every event of one order folds into.
@@ -134,6 +183,14 @@ pub enum Command {
         payment_id: String,
         at: DateTime<Utc>,
     },
+    /// The order's goods left: capture its authorized payment, once.
+    DecideCapture { at: DateTime<Utc> },
+    /// The PSP confirmed the capture decided for this payment.
+    RecordCapture {
+        payment_id: String,
+        amount_minor: i64,
+        at: DateTime<Utc>,
+    },
 }
 
 /// Something that happened to an order. The serde tag is the event's stable
@@ -157,6 +214,11 @@ pub enum Event {
         payment_id: String,
         amount_minor: i64,
         reactivated: bool,
+        /// The payment is an authorization: the money is taken by a
+        /// capture when the order ships. Absent (false) on payments
+        /// captured at once, and on every event written before.
+        #[serde(default, skip_serializing_if = "is_false")]
+        uncaptured: bool,
         at: DateTime<Utc>,
     },
     #[serde(rename = "order.payment_failed.v1")]
@@ -177,11 +239,33 @@ pub enum Event {
         amount_minor: i64,
         currency: String,
         reason: RefundReason,
+        /// The payment is an uncaptured authorization: it is voided (no
+        /// money moved), not refunded.
+        #[serde(default, skip_serializing_if = "is_false")]
+        void: bool,
         at: DateTime<Utc>,
     },
-    /// The PSP confirmed a decided refund.
+    /// The PSP confirmed a decided refund (or void).
     #[serde(rename = "order.refunded.v1")]
     Refunded {
+        payment_id: String,
+        amount_minor: i64,
+        /// The authorization was voided: nothing had been taken.
+        #[serde(default, skip_serializing_if = "is_false")]
+        void: bool,
+        at: DateTime<Utc>,
+    },
+    /// The order shipped: its authorized payment is to be captured. Decided
+    /// before the PSP is called, once per order, so nothing can void it after.
+    #[serde(rename = "order.capture_decided.v1")]
+    CaptureDecided {
+        payment_id: String,
+        amount_minor: i64,
+        at: DateTime<Utc>,
+    },
+    /// The PSP confirmed the decided capture: the money is taken.
+    #[serde(rename = "order.captured.v1")]
+    Captured {
         payment_id: String,
         amount_minor: i64,
         at: DateTime<Utc>,
@@ -199,6 +283,8 @@ impl Event {
             Event::Expired { .. } => "order.expired.v1",
             Event::RefundDecided { .. } => "order.refund_decided.v1",
             Event::Refunded { .. } => "order.refunded.v1",
+            Event::CaptureDecided { .. } => "order.capture_decided.v1",
+            Event::Captured { .. } => "order.captured.v1",
         }
     }
 
@@ -216,7 +302,10 @@ impl Event {
             Event::PaymentFailed { .. } | Event::Cancelled { .. } | Event::Expired { .. } => {
                 Some(Movement::Release)
             }
-            Event::RefundDecided { .. } | Event::Refunded { .. } => None,
+            Event::RefundDecided { .. }
+            | Event::Refunded { .. }
+            | Event::CaptureDecided { .. }
+            | Event::Captured { .. } => None,
         }
     }
 
@@ -245,7 +334,9 @@ impl Event {
             | Event::Cancelled { at }
             | Event::Expired { at }
             | Event::RefundDecided { at, .. }
-            | Event::Refunded { at, .. } => *at,
+            | Event::Refunded { at, .. }
+            | Event::CaptureDecided { at, .. }
+            | Event::Captured { at, .. } => *at,
         }
     }
 }
@@ -272,6 +363,8 @@ pub enum DomainError {
     NotYetExpired(DateTime<Utc>),
     #[error("no refund was decided for payment {0}")]
     NoRefundDecided(String),
+    #[error("no capture was decided for payment {0}")]
+    NoCaptureDecided(String),
 }
 
 /// Decides which events a command produces against the current state.
@@ -327,6 +420,16 @@ fn decide_existing(order: &Order, command: Command) -> Result<Vec<Event>, Domain
         (_, Command::RecordRefund { payment_id, at }) => {
             payment::decide_refunded(order, &payment_id, at)
         }
+        (Confirmed, Command::DecideCapture { at }) => Ok(payment::decide_capture(order, at)),
+        (_, Command::DecideCapture { .. }) => illegal("capture the payment of"),
+        (
+            _,
+            Command::RecordCapture {
+                payment_id,
+                amount_minor,
+                at,
+            },
+        ) => payment::decide_captured(order, &payment_id, amount_minor, at),
         (
             PaymentPending,
             Command::FailPayment {
@@ -388,16 +491,26 @@ pub fn evolve(state: Option<Order>, event: &Event) -> Option<Order> {
         Event::Confirmed {
             payment_id,
             amount_minor,
+            uncaptured,
             ..
         } => {
             order.payment = Some(PaymentRef {
                 payment_id: payment_id.clone(),
                 amount_minor: *amount_minor,
+                capture: if *uncaptured {
+                    Capture::Authorized
+                } else {
+                    Capture::Automatic
+                },
             });
             OrderState::Confirmed
         }
         Event::RefundDecided { .. } | Event::Refunded { .. } => {
             payment::evolve_refund(&mut order, event);
+            order.state
+        }
+        Event::CaptureDecided { .. } | Event::Captured { .. } => {
+            payment::evolve_capture(&mut order, event);
             order.state
         }
         Event::PaymentFailed { .. } => OrderState::PaymentFailed,

@@ -55,6 +55,7 @@ fn paid_with(p: &str, amount_minor: i64, currency: &str) -> Command {
             payment_id: p.into(),
             amount_minor,
             currency: currency.into(),
+            captured: true,
             at: t(10),
         },
         units_gone: false,
@@ -71,6 +72,7 @@ fn refund_decided(p: &str, reason: RefundReason) -> Event {
         amount_minor: 2000,
         currency: "BRL".into(),
         reason,
+        void: false,
         at: t(10),
     }
 }
@@ -80,7 +82,30 @@ fn confirmed(p: &str) -> Event {
         payment_id: p.into(),
         amount_minor: 2000,
         reactivated: false,
+        uncaptured: false,
         at: t(10),
+    }
+}
+
+/// The PSP holds the order's total for a later capture (`requires_capture`).
+fn authorized(p: &str) -> Command {
+    match confirm(p) {
+        Command::Paid { fact, units_gone } => Command::Paid {
+            fact: PaidFact {
+                captured: false,
+                ..fact
+            },
+            units_gone,
+        },
+        other => other,
+    }
+}
+
+fn capture_decided(p: &str) -> Event {
+    Event::CaptureDecided {
+        payment_id: p.into(),
+        amount_minor: 2000,
+        at: t(20),
     }
 }
 
@@ -241,6 +266,7 @@ fn a_late_payment_reclaims_an_expired_order_but_a_cancel_is_final() {
             payment_id: "p".into(),
             amount_minor: 2000,
             currency: "BRL".into(),
+            captured: true,
             at: t(10),
         },
         units_gone: true,
@@ -407,4 +433,85 @@ fn the_version_counts_events() {
     let order = fold(&[placed(), Event::Cancelled { at: t(2) }]).expect("order");
     assert_eq!(order.version, 2);
     assert_eq!(order.updated_at, t(2));
+}
+
+#[test]
+fn an_authorization_confirms_and_is_captured_once_when_the_order_ships() {
+    let confirmed = given(vec![placed()]).when(authorized("p1")).expect("confirm");
+    assert!(matches!(
+        &confirmed[..],
+        [Event::Confirmed { uncaptured: true, .. }]
+    ));
+    let mut history = vec![placed(), confirmed[0].clone()];
+    let order = fold(&history).expect("order");
+    assert_eq!(order.state, OrderState::Confirmed);
+    assert_eq!(order.payment.as_ref().map(|p| p.capture), Some(Capture::Authorized));
+    // Recording a capture nobody decided is refused.
+    let record = Command::RecordCapture {
+        payment_id: "p1".into(),
+        amount_minor: 2000,
+        at: t(30),
+    };
+    assert_eq!(
+        given(history.clone()).when(record.clone()),
+        Err(DomainError::NoCaptureDecided("p1".into()))
+    );
+    let decide = Command::DecideCapture { at: t(20) };
+    assert_eq!(
+        given(history.clone()).when(decide.clone()),
+        Ok(vec![capture_decided("p1")])
+    );
+    history.push(capture_decided("p1"));
+    // Decided once: asking again decides nothing.
+    assert_eq!(given(history.clone()).when(decide.clone()), Ok(vec![]));
+    let captured = given(history.clone()).when(record.clone()).expect("captured");
+    assert_eq!(
+        captured,
+        vec![Event::Captured {
+            payment_id: "p1".into(),
+            amount_minor: 2000,
+            at: t(30)
+        }]
+    );
+    history.extend(captured);
+    assert_eq!(given(history.clone()).when(record), Ok(vec![]));
+    assert_eq!(given(history.clone()).when(decide), Ok(vec![]));
+    let order = fold(&history).expect("order");
+    assert_eq!(order.payment.map(|p| p.capture), Some(Capture::Captured));
+}
+
+#[test]
+fn a_payment_captured_at_once_needs_no_capture_and_a_pending_order_none_at_all() {
+    let history = vec![placed(), confirmed("p1")];
+    assert_eq!(
+        given(history).when(Command::DecideCapture { at: t(20) }),
+        Ok(vec![])
+    );
+    assert!(matches!(
+        given(vec![placed()]).when(Command::DecideCapture { at: t(20) }),
+        Err(DomainError::IllegalTransition { .. })
+    ));
+}
+
+#[test]
+fn an_authorization_that_cannot_settle_its_order_is_voided_and_the_order_keeps_its_state() {
+    let history = vec![placed(), Event::Cancelled { at: t(5) }];
+    let decided = given(history.clone()).when(authorized("p1")).expect("void");
+    assert!(matches!(
+        &decided[..],
+        [Event::RefundDecided { void: true, reason: RefundReason::Cancelled, .. }]
+    ));
+    let mut history = [history, decided].concat();
+    let voided = given(history.clone())
+        .when(Command::RecordRefund {
+            payment_id: "p1".into(),
+            at: t(30),
+        })
+        .expect("voided");
+    assert!(matches!(&voided[..], [Event::Refunded { void: true, .. }]));
+    history.extend(voided);
+    let order = fold(&history).expect("order");
+    assert_eq!(order.state, OrderState::Cancelled, "a void took no money back");
+    assert!(order.payment.is_none());
+    assert!(order.refunds.iter().all(|r| r.refunded && r.void));
 }

@@ -5,16 +5,21 @@
 //! Only `succeeded` confirms and only `failed` declines; every other status
 //! is an unknown outcome, resolved by asking the PSP by key.
 
-use crate::order::{DomainError, Event, Order, OrderState};
+use crate::order::{Capture, DomainError, Event, Order, OrderState};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 /// A payment's status as the PSP reported it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PspStatus {
-    /// The money was taken: the only status that confirms.
+    /// The money was taken.
     Succeeded,
-    /// A definite refusal: the only status that declines.
+    /// The money is held for a later capture (`requires_capture`): it
+    /// confirms like a success, and is captured when the order ships.
+    Authorized,
+    /// A definite refusal (`failed`), or an authorization that ended
+    /// without a capture (`canceled`: voided, abandoned, lapsed): the only
+    /// statuses that decline.
     Failed,
     /// Anything else (`processing`, an unknown word): ask again by key.
     Unknown(String),
@@ -25,9 +30,15 @@ impl PspStatus {
     pub fn parse(status: &str) -> PspStatus {
         match status {
             "succeeded" => PspStatus::Succeeded,
-            "failed" => PspStatus::Failed,
+            "requires_capture" => PspStatus::Authorized,
+            "failed" | "canceled" => PspStatus::Failed,
             other => PspStatus::Unknown(other.chars().take(64).collect()),
         }
+    }
+
+    /// Whether the payment settles an order: taken, or held for a capture.
+    pub fn is_paid(&self) -> bool {
+        matches!(self, PspStatus::Succeeded | PspStatus::Authorized)
     }
 }
 
@@ -38,6 +49,10 @@ pub struct PaidFact {
     pub amount_minor: i64,
     /// As the PSP spelled it; compared with the order's, never trusted.
     pub currency: String,
+    /// Whether the money was taken (`succeeded`) or only held for a capture
+    /// (`requires_capture`): a held payment that cannot settle its order is
+    /// voided, not refunded.
+    pub captured: bool,
     pub at: DateTime<Utc>,
 }
 
@@ -85,6 +100,9 @@ pub struct RefundRef {
     pub reason: RefundReason,
     /// Whether the PSP has confirmed the refund.
     pub refunded: bool,
+    /// An uncaptured authorization, voided rather than refunded.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub void: bool,
 }
 
 /// Decides what a succeeded payment does to `order`. `units_gone` says the
@@ -117,6 +135,7 @@ pub(crate) fn decide_paid(
             amount_minor: fact.amount_minor,
             currency: fact.currency.clone(),
             reason,
+            void: !fact.captured,
             at: fact.at,
         }])
     };
@@ -125,6 +144,7 @@ pub(crate) fn decide_paid(
             payment_id: fact.payment_id.clone(),
             amount_minor: fact.amount_minor,
             reactivated,
+            uncaptured: !fact.captured,
             at: fact.at,
         }])
     };
@@ -151,6 +171,7 @@ pub(crate) fn decide_refunded(
         Some(r) => Ok(vec![Event::Refunded {
             payment_id: r.payment_id.clone(),
             amount_minor: r.amount_minor,
+            void: r.void,
             at,
         }]),
         None => Err(DomainError::NoRefundDecided(payment_id.to_owned())),
@@ -165,6 +186,7 @@ pub(crate) fn evolve_refund(order: &mut Order, event: &Event) {
             amount_minor,
             currency,
             reason,
+            void,
             ..
         } => order.refunds.push(RefundRef {
             payment_id: payment_id.clone(),
@@ -172,7 +194,14 @@ pub(crate) fn evolve_refund(order: &mut Order, event: &Event) {
             currency: currency.clone(),
             reason: *reason,
             refunded: false,
+            void: *void,
         }),
+        // A voided authorization took nothing: the order keeps its state.
+        Event::Refunded { payment_id, void: true, .. } => {
+            if let Some(r) = order.refunds.iter_mut().find(|r| &r.payment_id == payment_id) {
+                r.refunded = true;
+            }
+        }
         Event::Refunded {
             payment_id,
             amount_minor,
@@ -191,6 +220,7 @@ pub(crate) fn evolve_refund(order: &mut Order, event: &Event) {
                     currency: order.currency.to_string(),
                     reason: RefundReason::UnitsGone,
                     refunded: true,
+                    void: false,
                 }),
             }
             if matches!(
@@ -201,8 +231,57 @@ pub(crate) fn evolve_refund(order: &mut Order, event: &Event) {
                 order.payment = Some(crate::order::PaymentRef {
                     payment_id: payment_id.clone(),
                     amount_minor: *amount_minor,
+                    capture: Capture::Automatic,
                 });
             }
+        }
+        _ => {}
+    }
+}
+
+/// The order's goods left: capture its authorized payment, once. Nothing to
+/// do for a payment captured at once, or a capture already decided.
+pub(crate) fn decide_capture(order: &Order, at: DateTime<Utc>) -> Vec<Event> {
+    match &order.payment {
+        Some(p) if p.capture == Capture::Authorized => vec![Event::CaptureDecided {
+            payment_id: p.payment_id.clone(),
+            amount_minor: p.amount_minor,
+            at,
+        }],
+        _ => vec![],
+    }
+}
+
+/// Records that the PSP confirmed the decided capture of `payment_id`.
+pub(crate) fn decide_captured(
+    order: &Order,
+    payment_id: &str,
+    amount_minor: i64,
+    at: DateTime<Utc>,
+) -> Result<Vec<Event>, DomainError> {
+    match &order.payment {
+        Some(p) if p.payment_id == payment_id && p.capture == Capture::Captured => Ok(vec![]),
+        Some(p) if p.payment_id == payment_id && p.capture == Capture::Decided => {
+            Ok(vec![Event::Captured {
+                payment_id: payment_id.to_owned(),
+                amount_minor,
+                at,
+            }])
+        }
+        _ => Err(DomainError::NoCaptureDecided(payment_id.to_owned())),
+    }
+}
+
+/// Folds a capture event into the order.
+pub(crate) fn evolve_capture(order: &mut Order, event: &Event) {
+    let Some(payment) = order.payment.as_mut() else {
+        return;
+    };
+    match event {
+        Event::CaptureDecided { .. } => payment.capture = Capture::Decided,
+        Event::Captured { amount_minor, .. } => {
+            payment.capture = Capture::Captured;
+            payment.amount_minor = *amount_minor;
         }
         _ => {}
     }

@@ -32,6 +32,14 @@ pub const SCHEMAS: &[(&str, &str)] = &[
         include_str!("../../../proto/events/order.refunded.v1.schema.json"),
     ),
     (
+        "order.capture_decided.v1",
+        include_str!("../../../proto/events/order.capture_decided.v1.schema.json"),
+    ),
+    (
+        "order.captured.v1",
+        include_str!("../../../proto/events/order.captured.v1.schema.json"),
+    ),
+    (
         "shipment.created.v1",
         include_str!("../../../proto/events/shipment.created.v1.schema.json"),
     ),

@@ -111,16 +111,22 @@ fn event() -> impl Strategy<Value = Event> {
                     }
                 }
             ),
-        (any::<String>(), any::<i64>(), any::<bool>(), instant()).prop_map(
-            |(payment_id, amount_minor, reactivated, at)| {
+        (
+            any::<String>(),
+            any::<i64>(),
+            any::<bool>(),
+            any::<bool>(),
+            instant()
+        )
+            .prop_map(|(payment_id, amount_minor, reactivated, uncaptured, at)| {
                 Event::Confirmed {
                     payment_id,
                     amount_minor,
                     reactivated,
+                    uncaptured,
                     at,
                 }
-            }
-        ),
+            }),
         (
             prop::option::of(any::<String>()),
             any::<String>(),
@@ -138,19 +144,36 @@ fn event() -> impl Strategy<Value = Event> {
             any::<i64>(),
             any::<String>(),
             reason(),
+            any::<bool>(),
             instant()
         )
-            .prop_map(|(payment_id, amount_minor, currency, reason, at)| {
+            .prop_map(|(payment_id, amount_minor, currency, reason, void, at)| {
                 Event::RefundDecided {
                     payment_id,
                     amount_minor,
                     currency,
                     reason,
+                    void,
                     at,
                 }
             }),
+        (any::<String>(), any::<i64>(), any::<bool>(), instant()).prop_map(
+            |(payment_id, amount_minor, void, at)| Event::Refunded {
+                payment_id,
+                amount_minor,
+                void,
+                at,
+            }
+        ),
         (any::<String>(), any::<i64>(), instant()).prop_map(|(payment_id, amount_minor, at)| {
-            Event::Refunded {
+            Event::CaptureDecided {
+                payment_id,
+                amount_minor,
+                at,
+            }
+        }),
+        (any::<String>(), any::<i64>(), instant()).prop_map(|(payment_id, amount_minor, at)| {
+            Event::Captured {
                 payment_id,
                 amount_minor,
                 at,

@@ -1,8 +1,10 @@
 //! fulfillment: consumes `order.confirmed`, creates exactly one shipment per
 //! order (a redelivery finds it), and advances shipments through a simulated
 //! warehouse — pending → picked → shipped → delivered — one step per
-//! `FULFILLMENT_STEP_DELAY`, each step an event on the bus. It must never
-//! ship an order that is not confirmed.
+//! `FULFILLMENT_STEP_DELAY`, each step an event on the bus. When a shipment
+//! ships, an order confirmed on an authorization has its capture decided
+//! (`order.capture_decided`; the payment worker carries it out). It must
+//! never ship an order that is not confirmed.
 //!
 //! Layout:
 //! - `lib.rs` — settings, the `order.confirmed` handler, the step loop
@@ -222,6 +224,12 @@ async fn advance(pool: PgPool, step_delay: Duration, mut stop: watch::Receiver<b
         match store::shipments::advance_due(&pool, step_delay, 500, "fulfillment").await {
             Ok(n) => metrics::counter!("soldonce_shipment_steps_total").increment(n),
             Err(e) => tracing::warn!(error = %e, "advancing shipments failed; retrying"),
+        }
+        // An authorized order whose goods left is captured: decided here, carried out by the
+        // payment worker. A sweep, so a crash between the two steps loses nothing.
+        match store::captures::decide_shipped(&pool, 500, "fulfillment").await {
+            Ok(n) => metrics::counter!("soldonce_captures_decided_total").increment(n as u64),
+            Err(e) => tracing::warn!(error = %e, "deciding captures failed; retrying"),
         }
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,

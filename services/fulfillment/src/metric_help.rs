@@ -12,4 +12,8 @@ pub const METRICS: &[Metric] = &[
         "soldonce_shipment_steps_total",
         "Steps shipments advanced through the warehouse.",
     ),
+    Metric::counter(
+        "soldonce_captures_decided_total",
+        "Captures decided because an order confirmed on an authorization shipped.",
+    ),
 ];

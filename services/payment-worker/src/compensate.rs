@@ -1,5 +1,6 @@
 //! Carrying out compensations: every refund soldonce decided is asked of the
-//! PSP with the stable key `refund:<payment_id>` until the PSP confirms it,
+//! PSP with the stable key `refund:<payment_id>` until the PSP confirms it
+//! (an uncaptured authorization is voided instead, `void:<payment_id>`),
 //! across restarts (the work lives in the database, claimed by lease, so N
 //! workers share it and a crashed worker's claims come back).
 
@@ -56,9 +57,59 @@ enum Outcome {
     Refused,
 }
 
-#[tracing::instrument(skip_all, fields(payment_id = %c.payment_id, order_id = ?c.order_id, attempt = c.attempts))]
+#[tracing::instrument(skip_all, fields(payment_id = %c.payment_id, order_id = ?c.order_id, attempt = c.attempts, method = %c.refund_method))]
 async fn carry_out(pool: &PgPool, psp: &Psp, c: Compensation) -> Outcome {
-    let outcome = match psp.refund_once(&c.payment_id, &c.refund_key()).await {
+    let outcome = if c.is_void() {
+        void(pool, psp, &c).await
+    } else {
+        refund(pool, psp, &c).await
+    };
+    let label = match outcome {
+        Outcome::Refunded => "refunded",
+        Outcome::Postponed => "postponed",
+        Outcome::Refused => "refused",
+    };
+    let kind = if c.is_void() { "void" } else { "refund" };
+    metrics::counter!("soldonce_compensations_total", "kind" => kind, "outcome" => label)
+        .increment(1);
+    outcome
+}
+
+/// Voids an uncaptured authorization: nothing was taken, nothing is given back.
+async fn void(pool: &PgPool, psp: &Psp, c: &Compensation) -> Outcome {
+    let payment = match psp.cancel_once(&c.payment_id, &c.refund_key()).await {
+        Ok(payment) => payment,
+        // Canceled already (lapsed, abandoned, voided at the dashboard) or captured: look.
+        Err(PspError::WrongState(why)) => match psp.payment(&c.payment_id).await {
+            Ok(Some(payment)) => payment,
+            Ok(None) => return refuse(pool, c, &format!("{why}; the PSP no longer holds the payment")).await,
+            Err(e) => return postpone(pool, c, &format!("{why}; looking it up: {e}")).await,
+        },
+        Err(PspError::Retryable(why)) => return postpone(pool, c, &why).await,
+        Err(e) => return refuse(pool, c, &format!("the PSP refused the void: {e}")).await,
+    };
+    match payment.status.as_str() {
+        "canceled" => match compensations::complete(pool, &c.payment_id, &payment.id, None, "payment-worker").await {
+            Ok(_) => {
+                tracing::info!(reason = c.reason.as_deref().unwrap_or(""), cancellation = payment.cancellation_reason.as_deref().unwrap_or(""), "authorization voided");
+                Outcome::Refunded
+            }
+            Err(e) => postpone(pool, c, &format!("recording the void: {e}")).await,
+        },
+        "succeeded" => {
+            let detail = format!(
+                "the authorization was captured ({} taken) before its void: the buyer is owed a refund a person must decide",
+                payment.amount_captured.unwrap_or(payment.amount_minor)
+            );
+            refuse(pool, c, &detail).await
+        }
+        other => postpone(pool, c, &format!("payment {} is {other}", payment.id)).await,
+    }
+}
+
+/// Refunds a payment whose money was taken.
+async fn refund(pool: &PgPool, psp: &Psp, c: &Compensation) -> Outcome {
+    match psp.refund_once(&c.payment_id, &c.refund_key()).await {
         Ok(refund) if refund.status == "succeeded" => {
             match compensations::complete(pool, &c.payment_id, &refund.id, None, "payment-worker")
                 .await
@@ -68,31 +119,23 @@ async fn carry_out(pool: &PgPool, psp: &Psp, c: Compensation) -> Outcome {
                     Outcome::Refunded
                 }
                 // The PSP refunded it; recording failed. The lease runs out and the same key replays the refund.
-                Err(e) => postpone(pool, &c, &format!("recording the refund: {e}")).await,
+                Err(e) => postpone(pool, c, &format!("recording the refund: {e}")).await,
             }
         }
         Ok(refund) => {
             postpone(
                 pool,
-                &c,
+                c,
                 &format!("refund {} is {}", refund.id, refund.status),
             )
             .await
         }
-        Err(PspError::Retryable(why)) => postpone(pool, &c, &why).await,
-        Err(PspError::NothingLeft(why)) => refunded_elsewhere(pool, psp, &c, &why).await,
-        Err(PspError::Refused(why)) => {
-            refuse(pool, &c, &format!("refused by the PSP: {why}")).await
+        Err(PspError::Retryable(why)) => postpone(pool, c, &why).await,
+        Err(PspError::NothingLeft(why)) => refunded_elsewhere(pool, psp, c, &why).await,
+        Err(PspError::Refused(why) | PspError::WrongState(why)) => {
+            refuse(pool, c, &format!("refused by the PSP: {why}")).await
         }
-    };
-    let label = match outcome {
-        Outcome::Refunded => "refunded",
-        Outcome::Postponed => "postponed",
-        Outcome::Refused => "refused",
-    };
-    metrics::counter!("soldonce_compensations_total", "kind" => "refund", "outcome" => label)
-        .increment(1);
-    outcome
+    }
 }
 
 /// The PSP has nothing left to refund: the payment was refunded without
@@ -163,7 +206,7 @@ async fn postpone(pool: &PgPool, c: &Compensation, why: &str) -> Outcome {
 }
 
 /// 250 ms doubling per attempt up to a minute, with up to 25 % jitter.
-fn backoff(attempts: i32) -> Duration {
+pub(crate) fn backoff(attempts: i32) -> Duration {
     let exp = u32::try_from(attempts.clamp(1, 16) - 1).unwrap_or(0);
     let base = Duration::from_millis(250)
         .saturating_mul(2u32.saturating_pow(exp))

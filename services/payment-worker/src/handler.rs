@@ -130,11 +130,18 @@ impl PayOrders {
                 metrics::counter!("soldonce_psp_outcome_unknown_total").increment(1);
                 HandleError::Transient(anyhow::anyhow!("payment outcome unknown for now: {why}"))
             }
-            PspError::Refused(why) | PspError::NothingLeft(why) => {
+            PspError::Refused(why) | PspError::NothingLeft(why) | PspError::WrongState(why) => {
                 HandleError::Permanent(format!("the PSP refused the charge request: {why}"))
             }
         })?;
         if let domain::PspStatus::Unknown(status) = &payment.fact().status {
+            if status == "requires_action" {
+                // 3-D Secure: the buyer must act. The PSP's webhook (or
+                // reconciliation) settles the order; expiry ends it if not.
+                metrics::counter!("soldonce_payments_awaiting_action_total").increment(1);
+                tracing::info!(%order_id, payment_id = %payment.id, trace_id = %delivery.trace_id(), "payment awaits the buyer's action");
+                return Ok(Charged::Nothing);
+            }
             // Not a clear answer: never release, ask again by key on redelivery.
             metrics::counter!("soldonce_psp_outcome_unknown_total").increment(1);
             return Err(HandleError::Transient(anyhow::anyhow!(

@@ -4,20 +4,24 @@
 //! available). It must never charge with a new key, and never release stock
 //! because a call timed out. It also owns the money's loose ends: it carries
 //! out every recorded compensation (a refund of a payment that cannot settle
-//! its order) until the PSP confirms it, and reconciles soldonce's books
-//! with the PSP's listing every `RECONCILE_INTERVAL`.
+//! its order, or the void of an authorization) until the PSP confirms it,
+//! captures every authorized order that shipped (`CAPTURE_AT=shipment`, the
+//! default), and reconciles soldonce's books with the PSP's listing every
+//! `RECONCILE_INTERVAL`.
 //!
 //! Layout:
 //! - `lib.rs` — settings and wiring
 //! - `handler.rs` — `order.placed`: charge once, learn the answer
 //! - `psp.rs` — the PSP client (keys, retries, lookups)
-//! - `compensate.rs` — refunds owed, carried out until the PSP confirms them
+//! - `compensate.rs` — refunds and voids owed, carried out until the PSP confirms them
+//! - `capture.rs` — captures owed (an authorized order shipped), likewise
 //! - `reconcile.rs` — the PSP's listing against soldonce's books
 //! - `metric_help.rs` — what each metric it records means
 //! - `main.rs` — `--check-config` and the run
 
 mod metric_help;
 pub use metric_help::METRICS;
+pub mod capture;
 pub mod compensate;
 mod handler;
 pub mod psp;
@@ -61,6 +65,9 @@ pub struct Settings {
     pub compensation_interval: Duration,
     /// `RECONCILE_INTERVAL`, default 60s; 0 turns periodic reconciliation off.
     pub reconcile_interval: Duration,
+    /// `CAPTURE_AT`, default `shipment`: charges are authorizations,
+    /// captured when the order ships; `confirmation` takes the money at once.
+    pub capture_at: psp::CaptureAt,
     pub stream: bus::StreamSettings,
 }
 
@@ -112,6 +119,11 @@ impl Settings {
                 "how often the PSP's payment listing is reconciled with the orders (0: off)",
             )
             .duration(Duration::from_secs(60))?,
+            capture_at: config::var(
+                "CAPTURE_AT",
+                "when an order's money is taken: shipment (authorize at checkout, capture as the order ships, void if it never does) or confirmation (at once)",
+            )
+            .parsed(psp::CaptureAt::Shipment)?,
             stream: bus::StreamSettings::from_env()?,
         })
     }
@@ -190,10 +202,11 @@ impl Application {
             &settings.psp_url,
             settings.psp_timeout,
             settings.psp_deadline,
-            // One connection kept for each order in hand, and the refunds'.
-            settings.concurrency + compensate::IN_FLIGHT,
+            // One connection kept for each order in hand, the refunds' and the captures'.
+            settings.concurrency + compensate::IN_FLIGHT + capture::IN_FLIGHT,
         )
-        .context("PSP client")?;
+        .context("PSP client")?
+        .capturing_at(settings.capture_at);
         let listener = app::bind(settings.addr).await?;
         Ok(Application {
             listener,
@@ -250,7 +263,8 @@ impl Application {
     }
 }
 
-/// Carries out due compensations every `interval` (at once again while a round finds work).
+/// Carries out due compensations and captures every `interval` (at once
+/// again while a round finds work).
 async fn compensation_loop(
     pool: sqlx::PgPool,
     psp: psp::Psp,
@@ -258,13 +272,21 @@ async fn compensation_loop(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     loop {
-        let busy = match compensate::run_due(&pool, &psp).await {
+        let refunds = match compensate::run_due(&pool, &psp).await {
             Ok(round) => round.refunded + round.postponed + round.refused > 0,
             Err(e) => {
                 tracing::warn!(error = %e, "compensation round failed; retrying");
                 false
             }
         };
+        let captures = match capture::run_due(&pool, &psp).await {
+            Ok(round) => round.busy(),
+            Err(e) => {
+                tracing::warn!(error = %e, "capture round failed; retrying");
+                false
+            }
+        };
+        let busy = refunds || captures;
         if *stop.borrow() {
             return;
         }

@@ -4,6 +4,30 @@ use platform::metric::Metric;
 
 /// The payment worker's own metrics: PSP calls, money, refunds, reconciliation.
 pub const METRICS: &[Metric] = &[
+    Metric::counter(
+        "soldonce_captures_total",
+        "Captures asked of the PSP (an authorized order shipped), by outcome (captured, postponed, refused).",
+    ),
+    Metric::gauge(
+        "soldonce_captures_outstanding",
+        "Captures decided and not yet confirmed by the PSP, refused ones included.",
+    ),
+    Metric::gauge(
+        "soldonce_captures_oldest_seconds",
+        "Age of the oldest capture outstanding, from its decision.",
+    ),
+    Metric::gauge(
+        "soldonce_authorizations_oldest_seconds",
+        "Age of the oldest authorization not yet captured (its order confirmed, not shipped); authorizations lapse, typically after 7 days.",
+    ),
+    Metric::counter(
+        "soldonce_payments_captured_minor_total",
+        "Money captured for shipped orders, in minor units of the currency, by currency (ISO 4217).",
+    ),
+    Metric::counter(
+        "soldonce_payments_awaiting_action_total",
+        "Charges answered requires_action (3-D Secure): the buyer must act before the order settles.",
+    ),
     Metric::histogram(
         "soldonce_psp_latency_seconds",
         "Duration of calls to the PSP.",

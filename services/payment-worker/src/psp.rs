@@ -1,5 +1,5 @@
 //! The payment provider client. One stable key per action (`pay:<order_id>`,
-//! `refund:<payment_id>`); only what is retryable is
+//! `refund:<payment_id>`, `capture:<payment_id>`, `void:<payment_id>`); only what is retryable is
 //! retried (connect error, timeout, 5xx, 429), with jittered exponential
 //! backoff under a total deadline. A timeout is an unknown outcome, resolved
 //! by asking the provider by key — never by charging with a new key.
@@ -24,6 +24,12 @@ pub struct PspPayment {
     pub idempotency_key: Option<String>,
     #[serde(default)]
     pub failure_reason: Option<String>,
+    /// Why an authorization ended uncaptured (`requested`, `abandoned`, `expired`).
+    #[serde(default)]
+    pub cancellation_reason: Option<String>,
+    /// How much the provider has taken (0 while only authorized).
+    #[serde(default)]
+    pub amount_captured: Option<i64>,
     pub created_at: chrono::DateTime<chrono::Utc>,
     #[serde(default)]
     pub refunds: Vec<PspRefund>,
@@ -41,7 +47,11 @@ impl PspPayment {
             status: domain::PspStatus::parse(&self.status),
             amount_minor: self.amount_minor,
             currency: self.currency.clone(),
-            failure_reason: self.failure_reason.clone(),
+            failure_reason: self.failure_reason.clone().or_else(|| {
+                self.cancellation_reason
+                    .as_ref()
+                    .map(|r| format!("canceled ({r})"))
+            }),
         }
     }
 
@@ -94,11 +104,48 @@ pub enum PspError {
     /// `…:refund-exceeds-remaining`). Not retryable; the caller looks.
     #[error("nothing left to refund: {0}")]
     NothingLeft(String),
+    /// The payment is not in a state the action applies to (a capture of
+    /// one captured or canceled already, a void of one captured: types
+    /// `…:payment-not-capturable`, `…:payment-not-cancelable`). Not
+    /// retryable; the caller looks at the payment.
+    #[error("not in a state for this: {0}")]
+    WrongState(String),
 }
 
 impl PspError {
     fn retryable(&self) -> bool {
         matches!(self, PspError::Retryable(_))
+    }
+}
+
+/// When an order's money is taken (`CAPTURE_AT`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CaptureAt {
+    /// Authorize at checkout, capture when the order ships: a cancel or a
+    /// payment that cannot settle its order before then is a void.
+    #[default]
+    Shipment,
+    /// Take the money as the payment succeeds.
+    Confirmation,
+}
+
+impl std::fmt::Display for CaptureAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CaptureAt::Shipment => "shipment",
+            CaptureAt::Confirmation => "confirmation",
+        })
+    }
+}
+
+impl std::str::FromStr for CaptureAt {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "shipment" => Ok(CaptureAt::Shipment),
+            "confirmation" => Ok(CaptureAt::Confirmation),
+            other => Err(format!("must be shipment or confirmation, not {other:?}")),
+        }
     }
 }
 
@@ -108,6 +155,7 @@ pub struct Psp {
     http: reqwest::Client,
     base: String,
     deadline: Duration,
+    capture_at: CaptureAt,
 }
 
 impl Psp {
@@ -129,7 +177,13 @@ impl Psp {
             http,
             base: base.trim_end_matches('/').to_owned(),
             deadline,
+            capture_at: CaptureAt::default(),
         })
+    }
+
+    /// The same client, making charges that capture at `capture_at`.
+    pub fn capturing_at(self, capture_at: CaptureAt) -> Self {
+        Psp { capture_at, ..self }
     }
 
     fn backoff(&self) -> ExponentialBuilder {
@@ -152,7 +206,11 @@ impl Psp {
         trace: Option<(&str, Option<&str>)>,
     ) -> Result<PspPayment, PspError> {
         let key = format!("pay:{order_id}");
-        let body = serde_json::json!({ "amount_minor": amount_minor, "currency": currency, "reference": order_id.to_string() });
+        let capture_method = match self.capture_at {
+            CaptureAt::Shipment => "manual",
+            CaptureAt::Confirmation => "automatic",
+        };
+        let body = serde_json::json!({ "amount_minor": amount_minor, "currency": currency, "reference": order_id.to_string(), "capture_method": capture_method });
         (|| async {
             match self
                 .post(&format!("{}/v1/payments", self.base), &key, &body, trace)
@@ -181,6 +239,29 @@ impl Psp {
     /// caller owns retrying (a compensation is retried across restarts).
     pub async fn refund_once(&self, payment_id: &str, key: &str) -> Result<PspRefund, PspError> {
         let url = format!("{}/v1/payments/{payment_id}/refunds", self.base);
+        self.post(&url, key, &serde_json::json!({}), None).await
+    }
+
+    /// Asks once to capture an authorized payment with a stable `key`
+    /// (`amount_minor`: all of it when `None`); the caller owns retrying.
+    pub async fn capture_once(
+        &self,
+        payment_id: &str,
+        key: &str,
+        amount_minor: Option<i64>,
+    ) -> Result<PspPayment, PspError> {
+        let url = format!("{}/v1/payments/{payment_id}/capture", self.base);
+        let body = match amount_minor {
+            Some(amount) => serde_json::json!({ "amount_minor": amount }),
+            None => serde_json::json!({}),
+        };
+        self.post(&url, key, &body, None).await
+    }
+
+    /// Asks once to void (cancel) an uncaptured authorization with a stable
+    /// `key`; the caller owns retrying.
+    pub async fn cancel_once(&self, payment_id: &str, key: &str) -> Result<PspPayment, PspError> {
+        let url = format!("{}/v1/payments/{payment_id}/cancel", self.base);
         self.post(&url, key, &serde_json::json!({}), None).await
     }
 
@@ -308,6 +389,7 @@ async fn classify(response: reqwest::Response) -> PspError {
     match (status, problem.kind.rsplit(':').next().unwrap_or("")) {
         (409, "payment-processing") => PspError::Retryable(detail),
         (409, "refund-exceeds-remaining") => PspError::NothingLeft(detail),
+        (409, "payment-not-capturable" | "payment-not-cancelable") => PspError::WrongState(detail),
         _ => PspError::Refused(detail),
     }
 }

@@ -192,7 +192,7 @@ impl Walk {
                         self.unrecordable(payment, &e);
                     }
                 }
-                PspStatus::Succeeded => {
+                PspStatus::Succeeded | PspStatus::Authorized => {
                     self.report.succeeded += 1;
                     let finding =
                         match succeeded(pool, payment, &fact, recorded.get(&payment.id)).await {

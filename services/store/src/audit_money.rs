@@ -145,6 +145,25 @@ pub(crate) async fn check_open(
             format!("refund ({why}, {order}) {state} for {age:.0} s{error}"),
         );
     }
+    let captures: Vec<(String, Option<Uuid>, String, f64, Option<String>)> = sqlx::query_as(
+        "SELECT payment_id, order_id, capture_state, extract(epoch FROM now() - capture_decided_at)::float8, capture_error FROM payments \
+         WHERE capture_state IN ('pending', 'refused') AND (capture_state = 'refused' OR capture_decided_at <= now() - make_interval(secs => $1)) \
+         ORDER BY capture_decided_at LIMIT 1000",
+    )
+    .bind(options.compensation_grace.as_secs_f64())
+    .fetch_all(&mut *conn)
+    .await?;
+    for (payment, order, state, age, error) in captures {
+        let order = order.map_or("no order".into(), |o| format!("order {o}"));
+        let error = error
+            .map(|e| format!("; last error: {e}"))
+            .unwrap_or_default();
+        report.flag(
+            "capture_overdue",
+            payment,
+            format!("capture ({order}, shipped) {state} for {age:.0} s{error}"),
+        );
+    }
     let findings: Vec<(String, String, String)> =
         sqlx::query_as("SELECT kind, subject, detail FROM reconcile_findings WHERE NOT repaired ORDER BY id LIMIT 1000")
             .fetch_all(&mut *conn)

@@ -1,5 +1,7 @@
 //! Compensations: payments whose refund is decided (`payments` rows with
 //! disposition `refund`), carried out by one owner until the PSP confirms.
+//! An uncaptured authorization is voided instead (`refund_method` `void`,
+//! key `void:<payment_id>`): no money moved, none is given back.
 //! Claims are leases, so N owners share the work and a crashed owner's
 //! claims come back when their lease runs out; the refund's key is stable
 //! (`refund:<payment_id>`), so calling twice refunds once.
@@ -23,12 +25,20 @@ pub struct Compensation {
     pub reason: Option<String>,
     /// Attempts so far, this one included.
     pub attempts: i32,
+    /// `refund`, or `void` for an authorization never captured.
+    pub refund_method: String,
 }
 
 impl Compensation {
-    /// The PSP idempotency key of this refund: one refund per payment, ever.
+    /// Whether the payment is voided rather than refunded.
+    pub fn is_void(&self) -> bool {
+        self.refund_method == "void"
+    }
+
+    /// The PSP idempotency key of this refund (or void): one per payment, ever.
     pub fn refund_key(&self) -> String {
-        format!("refund:{}", self.payment_id)
+        let kind = if self.is_void() { "void" } else { "refund" };
+        format!("{kind}:{}", self.payment_id)
     }
 }
 
@@ -43,7 +53,7 @@ pub async fn claim_due(
          FROM (SELECT payment_id FROM payments WHERE refund_state = 'pending' AND next_attempt_at <= now() \
                ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED) due \
          WHERE p.payment_id = due.payment_id \
-         RETURNING p.payment_id, p.order_id, p.amount_minor, p.currency, p.reason, p.attempts",
+         RETURNING p.payment_id, p.order_id, p.amount_minor, p.currency, p.reason, p.attempts, p.refund_method",
     )
     .bind(limit)
     .bind(lease.as_secs_f64())

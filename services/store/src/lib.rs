@@ -30,6 +30,7 @@
 
 pub mod accounts;
 pub mod audit;
+pub mod captures;
 mod audit_delta;
 mod audit_frontier;
 mod audit_money;

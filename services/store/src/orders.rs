@@ -127,7 +127,8 @@ pub(crate) fn insert_projections_into<'q>(
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    let (mut created, mut updated, mut refunds) = (
+    let (mut created, mut updated, mut refunds, mut captures) = (
+        Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
@@ -153,6 +154,7 @@ pub(crate) fn insert_projections_into<'q>(
         created.push(o.created_at);
         updated.push(o.updated_at);
         refunds.push(serde_json::to_value(&o.refunds).map_err(corrupt)?);
+        captures.push(o.payment.as_ref().and_then(|p| p.capture.column()));
         for l in &o.lines {
             line_orders.push(o.id);
             skus.push(l.sku.as_str());
@@ -167,14 +169,14 @@ pub(crate) fn insert_projections_into<'q>(
         (s.bind(currencies)?, s.bind(totals)?, s.bind(shippings)?);
     let (payment_ids, paid, versions) = (s.bind(payment_ids)?, s.bind(paid)?, s.bind(versions)?);
     let (expires, created, updated) = (s.bind(expires)?, s.bind(created)?, s.bind(updated)?);
-    let refunds = s.bind(refunds)?;
+    let (refunds, captures) = (s.bind(refunds)?, s.bind(captures)?);
     let (line_orders, skus) = (s.bind(line_orders)?, s.bind(skus)?);
     let (quantities, prices) = (s.bind(quantities)?, s.bind(prices)?);
     s.cte(
         "placed",
         &format!(
-            "INSERT INTO orders (id, account_id, state, currency, total_minor, shipping, payment_id, paid_minor, version, expires_at, created_at, updated_at, refunds) \
-             SELECT * FROM unnest({ids}::uuid[], {accounts}::uuid[], {states}::text[], {currencies}::text[], {totals}::bigint[], {shippings}::jsonb[], {payment_ids}::text[], {paid}::bigint[], {versions}::int[], {expires}::timestamptz[], {created}::timestamptz[], {updated}::timestamptz[], {refunds}::jsonb[]) \
+            "INSERT INTO orders (id, account_id, state, currency, total_minor, shipping, payment_id, paid_minor, version, expires_at, created_at, updated_at, refunds, capture) \
+             SELECT * FROM unnest({ids}::uuid[], {accounts}::uuid[], {states}::text[], {currencies}::text[], {totals}::bigint[], {shippings}::jsonb[], {payment_ids}::text[], {paid}::bigint[], {versions}::int[], {expires}::timestamptz[], {created}::timestamptz[], {updated}::timestamptz[], {refunds}::jsonb[], {captures}::text[]) \
              ON CONFLICT (id) DO NOTHING RETURNING 1"
         ),
     );
@@ -215,6 +217,7 @@ pub(crate) fn update_projections<'q>(
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
+    let mut captures = Vec::with_capacity(n);
     for (version_before, o) in orders {
         ids.push(o.id);
         states.push(o.state.as_str());
@@ -223,19 +226,20 @@ pub(crate) fn update_projections<'q>(
         versions.push(o.version);
         times.push(o.updated_at);
         refunds.push(serde_json::to_value(&o.refunds).map_err(corrupt)?);
+        captures.push(o.payment.as_ref().and_then(|p| p.capture.column()));
         before.push(*version_before);
     }
     let s = statement;
     let (ids, states, payment_ids) = (s.bind(ids)?, s.bind(states)?, s.bind(payment_ids)?);
     let (paid, versions, times) = (s.bind(paid)?, s.bind(versions)?, s.bind(times)?);
-    let (refunds, before) = (s.bind(refunds)?, s.bind(before)?);
+    let (refunds, before, captures) = (s.bind(refunds)?, s.bind(before)?, s.bind(captures)?);
     s.cte(
         "updated",
         &format!(
             "UPDATE orders o SET state = x.state, payment_id = x.payment_id, paid_minor = x.paid, \
-                    version = x.version, updated_at = x.at, refunds = x.refunds \
-             FROM unnest({ids}::uuid[], {states}::text[], {payment_ids}::text[], {paid}::bigint[], {versions}::int[], {times}::timestamptz[], {refunds}::jsonb[], {before}::int[]) \
-                  AS x(id, state, payment_id, paid, version, at, refunds, before) \
+                    version = x.version, updated_at = x.at, refunds = x.refunds, capture = x.capture \
+             FROM unnest({ids}::uuid[], {states}::text[], {payment_ids}::text[], {paid}::bigint[], {versions}::int[], {times}::timestamptz[], {refunds}::jsonb[], {before}::int[], {captures}::text[]) \
+                  AS x(id, state, payment_id, paid, version, at, refunds, before, capture) \
              WHERE o.id = ANY({ids}::uuid[]) AND o.id = x.id AND o.version = x.before \
              RETURNING 1"
         ),
@@ -248,7 +252,7 @@ pub(crate) fn update_projections<'q>(
 macro_rules! select_orders {
     () => {
         "SELECT o.id, o.account_id, o.state, o.currency, o.total_minor, o.shipping, o.payment_id, o.paid_minor, \
-            o.version, o.expires_at, o.created_at, o.updated_at, o.refunds, \
+            o.version, o.expires_at, o.created_at, o.updated_at, o.refunds, o.capture, \
             (SELECT coalesce(jsonb_agg(jsonb_build_object('sku', l.sku, 'quantity', l.quantity, 'unit_price_minor', l.unit_price_minor) ORDER BY l.sku COLLATE \"C\"), '[]') \
                FROM order_lines l WHERE l.order_id = o.id) AS lines \
          FROM orders o"
@@ -280,6 +284,7 @@ pub(crate) struct OrderRow {
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
     refunds: serde_json::Value,
+    capture: Option<String>,
     lines: serde_json::Value,
 }
 
@@ -308,6 +313,8 @@ impl TryFrom<OrderRow> for Order {
             .transpose()
             .map_err(|_| corrupt("shipping"))?;
         let refunds = serde_json::from_value(r.refunds.clone()).map_err(|_| corrupt("refunds"))?;
+        let capture =
+            domain::Capture::from_column(r.capture.as_deref()).ok_or_else(|| corrupt("capture"))?;
         Ok(Order {
             id: r.id,
             account_id: r.account_id,
@@ -322,6 +329,7 @@ impl TryFrom<OrderRow> for Order {
             payment: r.payment_id.map(|payment_id| domain::order::PaymentRef {
                 payment_id,
                 amount_minor: r.paid_minor.unwrap_or_default(),
+                capture,
             }),
             refunds,
             version: r.version,

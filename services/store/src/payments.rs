@@ -174,9 +174,11 @@ async fn learn_many_waiting(
         .into_iter()
         .map(|o| (o.id, o))
         .collect();
+    // Successes and authorizations, and failures too: a `canceled` report
+    // of a payment already recorded is soldonce's own void coming back.
     let successes: Vec<&str> = facts
         .iter()
-        .filter(|(f, _, _)| f.status == PspStatus::Succeeded)
+        .filter(|(f, _, _)| f.status.is_paid() || f.status == PspStatus::Failed)
         .map(|(f, _, _)| f.payment_id.as_str())
         .collect();
     let mut known: HashSet<String> = if successes.is_empty() {
@@ -200,6 +202,9 @@ async fn learn_many_waiting(
         let order = fact.order_id.and_then(|id| orders.get(&id));
         let answer = match &fact.status {
             PspStatus::Unknown(status) => Learned::Unknown(status.clone()),
+            // Its disposition is decided: an authorization attached to a
+            // confirmed order that lapsed, or one soldonce voided itself.
+            PspStatus::Failed if known.contains(&fact.payment_id) => Learned::AlreadyKnown,
             PspStatus::Failed => match order {
                 Some(order) => {
                     let command = Command::FailPayment {
@@ -221,9 +226,13 @@ async fn learn_many_waiting(
                 }
                 None => Learned::Foreign,
             },
-            PspStatus::Succeeded if order.is_none() => Learned::Foreign,
-            PspStatus::Succeeded if !known.insert(fact.payment_id.clone()) => Learned::AlreadyKnown,
-            PspStatus::Succeeded => match order {
+            PspStatus::Succeeded | PspStatus::Authorized if order.is_none() => Learned::Foreign,
+            PspStatus::Succeeded | PspStatus::Authorized
+                if !known.insert(fact.payment_id.clone()) =>
+            {
+                Learned::AlreadyKnown
+            }
+            PspStatus::Succeeded | PspStatus::Authorized => match order {
                 None => Learned::Foreign,
                 Some(order) => {
                     let paid = |units_gone| Command::Paid {
@@ -231,6 +240,7 @@ async fn learn_many_waiting(
                             payment_id: fact.payment_id.clone(),
                             amount_minor: fact.amount_minor,
                             currency: fact.currency.clone(),
+                            captured: fact.status == PspStatus::Succeeded,
                             at,
                         },
                         units_gone,
@@ -256,8 +266,8 @@ async fn learn_many_waiting(
                                     reclaimed: *reactivated,
                                 },
                             ),
-                            [Event::RefundDecided { reason, .. }] => (
-                                Disposition::Refund(*reason),
+                            [Event::RefundDecided { reason, void, .. }] => (
+                                Disposition::Refund(*reason, *void),
                                 Learned::RefundDecided(*reason),
                             ),
                             other => {
@@ -307,7 +317,8 @@ fn decide(order: &Order, command: Command) -> Result<Vec<Event>, StoreError> {
 
 enum Disposition {
     Attached,
-    Refund(RefundReason),
+    /// Refunded, or voided (`true`) when only authorized.
+    Refund(RefundReason, bool),
 }
 
 /// Payments to record, one row each, inserted in one statement.
@@ -320,6 +331,7 @@ struct NewPayments<'a> {
     dispositions: Vec<&'static str>,
     reasons: Vec<Option<&'static str>>,
     sources: Vec<&'static str>,
+    methods: Vec<&'static str>,
 }
 
 impl<'a> NewPayments<'a> {
@@ -330,9 +342,13 @@ impl<'a> NewPayments<'a> {
         disposition: Disposition,
         source: Source,
     ) {
-        let (disposition, reason) = match disposition {
-            Disposition::Attached => ("attached", None),
-            Disposition::Refund(reason) => ("refund", Some(reason.as_str())),
+        let (disposition, reason, method) = match disposition {
+            Disposition::Attached => ("attached", None, "refund"),
+            Disposition::Refund(reason, void) => (
+                "refund",
+                Some(reason.as_str()),
+                if void { "void" } else { "refund" },
+            ),
         };
         self.ids.push(&fact.payment_id);
         self.orders.push(order_id);
@@ -341,6 +357,7 @@ impl<'a> NewPayments<'a> {
         self.dispositions.push(disposition);
         self.reasons.push(reason);
         self.sources.push(source.as_str());
+        self.methods.push(method);
     }
 
     /// Inserts the rows, as the first fragment of `statement`; returns the
@@ -361,12 +378,13 @@ impl<'a> NewPayments<'a> {
         );
         let (currencies, dispositions) = (s.bind(&self.currencies)?, s.bind(&self.dispositions)?);
         let (reasons, sources) = (s.bind(&self.reasons)?, s.bind(&self.sources)?);
+        let methods = s.bind(&self.methods)?;
         s.cte(
             "recorded",
             &format!(
-                "INSERT INTO payments (payment_id, order_id, amount_minor, currency, disposition, reason, learned_from, refund_state, next_attempt_at) \
-                 SELECT p, o, a, c, d, r, s, CASE WHEN d = 'refund' THEN 'pending' END, CASE WHEN d = 'refund' THEN now() END \
-                 FROM unnest({ids}::text[], {orders}::uuid[], {amounts}::bigint[], {currencies}::text[], {dispositions}::text[], {reasons}::text[], {sources}::text[]) AS t(p, o, a, c, d, r, s) \
+                "INSERT INTO payments (payment_id, order_id, amount_minor, currency, disposition, reason, learned_from, refund_state, next_attempt_at, refund_method) \
+                 SELECT p, o, a, c, d, r, s, CASE WHEN d = 'refund' THEN 'pending' END, CASE WHEN d = 'refund' THEN now() END, m \
+                 FROM unnest({ids}::text[], {orders}::uuid[], {amounts}::bigint[], {currencies}::text[], {dispositions}::text[], {reasons}::text[], {sources}::text[], {methods}::text[]) AS t(p, o, a, c, d, r, s, m) \
                  ON CONFLICT DO NOTHING RETURNING payment_id"
             ),
         );

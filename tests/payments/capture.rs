@@ -1,0 +1,241 @@
+//! Authorize at checkout, capture when the order ships (`CAPTURE_AT=shipment`,
+//! the default); a payment that cannot settle its order before then is
+//! voided, never refunded; 3-D Secure waits for the buyer. Counted in
+//! psp-sim's books and in soldonce's own rows.
+
+use soldonce_tests::app::Buckets;
+use soldonce_tests::eventually;
+use soldonce_tests::saga::{assert_audit_clean, Saga, SagaOptions};
+use std::time::Duration;
+
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// The one payment psp-sim holds for an order, once it reads `status`.
+async fn psp_payment_in(saga: &Saga, order_id: &str, status: &str) -> serde_json::Value {
+    eventually(
+        &format!("order {order_id}'s payment to be {status} at the PSP"),
+        SETTLE,
+        || async {
+            let payments = saga.psp_payments(order_id).await;
+            match &payments[..] {
+                [p] if p["status"] == status => Some(p.clone()),
+                _ => None,
+            }
+        },
+    )
+    .await
+}
+
+/// The order as checkout shows it.
+async fn view(saga: &Saga, order_id: &str) -> serde_json::Value {
+    saga.app
+        .get(&saga.app.token, &format!("/v1/orders/{order_id}"))
+        .await
+        .body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authorized_order_is_captured_once_when_it_ships_and_not_before() {
+    let mut saga = Saga::start_with(SagaOptions::default()).await;
+    saga.app.add_product("MUG", 2500, 10).await;
+    let mut ids = vec![];
+    for _ in 0..4 {
+        ids.push(saga.order("MUG").await);
+    }
+    for id in &ids {
+        assert_eq!(saga.settled_state(id, SETTLE).await, "confirmed");
+    }
+    // Confirmed on an authorization: units sold, nothing taken yet.
+    for id in &ids {
+        let held = psp_payment_in(&saga, id, "requires_capture").await;
+        assert_eq!(held["amount_captured"], 0, "{held}");
+        assert_eq!(held["capture_method"], "manual", "{held}");
+        assert_eq!(view(&saga, id).await["payment"]["state"], "authorized");
+    }
+    assert_eq!(
+        saga.app.buckets("MUG").await,
+        Buckets {
+            available: 6,
+            reserved: 0,
+            sold: 4
+        }
+    );
+    assert_eq!(
+        saga.app
+            .count("SELECT count(*) FROM orders WHERE capture = 'authorized'")
+            .await,
+        4
+    );
+    // The warehouse ships: each payment is captured, whole, exactly once.
+    saga.start_fulfillment(Duration::from_millis(50)).await;
+    for id in &ids {
+        let taken = psp_payment_in(&saga, id, "succeeded").await;
+        assert_eq!(taken["amount_captured"], 2500, "{taken}");
+        assert_eq!(taken["amount_minor"], 2500, "{taken}");
+    }
+    saga.wait_quiescent(SETTLE).await;
+    saga.app
+        .wait_count(
+            "every capture recorded",
+            "SELECT count(*) FROM payments WHERE capture_state = 'captured' AND captured_minor = 2500",
+            4,
+        )
+        .await;
+    assert_eq!(
+        saga.app
+            .count("SELECT count(*) FROM events WHERE type = 'order.capture_decided.v1'")
+            .await,
+        4,
+        "one capture decided per order"
+    );
+    assert_eq!(
+        saga.app
+            .count("SELECT count(*) FROM events WHERE type = 'order.captured.v1'")
+            .await,
+        4,
+        "one capture recorded per order"
+    );
+    for id in &ids {
+        let order = view(&saga, id).await;
+        assert_eq!(order["payment"]["state"], "succeeded", "{order}");
+        assert_eq!(order["shipment"]["state"], "delivered", "{order}");
+        assert_eq!(saga.psp_payments(id).await.len(), 1, "one payment per order");
+    }
+    assert_eq!(
+        saga.app
+            .count("SELECT count(*) FROM payments WHERE refund_state IS NOT NULL")
+            .await,
+        0,
+        "nothing voided or refunded"
+    );
+    assert_audit_clean(&saga.app).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capture_at_confirmation_takes_the_money_at_once() {
+    let saga = Saga::start_with(SagaOptions {
+        capture_at: payment_worker::psp::CaptureAt::Confirmation,
+        ..SagaOptions::default()
+    })
+    .await;
+    saga.app.add_product("MUG", 2500, 5).await;
+    let id = saga.order("MUG").await;
+    assert_eq!(saga.settled_state(&id, SETTLE).await, "confirmed");
+    let taken = psp_payment_in(&saga, &id, "succeeded").await;
+    assert_eq!(taken["capture_method"], "automatic", "{taken}");
+    assert_eq!(taken["amount_captured"], 2500, "{taken}");
+    assert_eq!(view(&saga, &id).await["payment"]["state"], "succeeded");
+    assert_eq!(
+        saga.app
+            .count("SELECT count(*) FROM orders WHERE capture IS NOT NULL")
+            .await,
+        0,
+        "nothing left to capture"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authorization_landing_after_a_cancel_is_voided_not_refunded() {
+    // The charge is still processing when the buyer cancels; it then authorizes.
+    let saga = Saga::start(
+        r#"{"processing_rate": 1.0, "processing_ms": 1500, "webhook_duplicates": 2, "webhook_reorder": true}"#,
+        Duration::from_secs(2),
+    )
+    .await;
+    saga.app.add_product("MUG", 2500, 5).await;
+    let id = saga.order("MUG").await;
+    psp_payment_in(&saga, &id, "processing").await;
+    let cancel = saga
+        .app
+        .post_empty(&saga.app.token, &format!("/v1/orders/{id}/cancel"))
+        .await;
+    assert_eq!(cancel.status, 200, "{}", cancel.body);
+    let voided = psp_payment_in(&saga, &id, "canceled").await;
+    assert_eq!(voided["cancellation_reason"], "requested", "{voided}");
+    assert_eq!(voided["amount_captured"], 0, "{voided}");
+    assert_eq!(voided["refunds"].as_array().map(Vec::len), Some(0), "{voided}");
+    let order = eventually("the void to be recorded", SETTLE, || async {
+        let order = view(&saga, &id).await;
+        (order["refunds"][0]["state"] == "voided").then_some(order)
+    })
+    .await;
+    assert_eq!(order["state"], "cancelled", "a void took nothing back: {order}");
+    assert_eq!(order["refunds"][0]["reason"], "cancelled", "{order}");
+    assert_eq!(
+        saga.app
+            .count("SELECT count(*) FROM payments WHERE refund_method = 'void' AND refund_state = 'succeeded'")
+            .await,
+        1
+    );
+    assert_eq!(
+        saga.app.buckets("MUG").await,
+        Buckets {
+            available: 5,
+            reserved: 0,
+            sold: 0
+        }
+    );
+    assert_audit_clean(&saga.app).await;
+}
+
+/// Acts as the buyer at psp-sim's 3-D Secure page.
+async fn buyer_acts(saga: &Saga, payment: &serde_json::Value, outcome: &str) {
+    let url = payment["next_action"]["url"]
+        .as_str()
+        .expect("a payment awaiting action names its URL");
+    let r = saga
+        .app
+        .send(
+            saga.app
+                .client
+                .post(url)
+                .json(&serde_json::json!({ "outcome": outcome })),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_d_secure_completed_confirms_and_abandoned_ends_the_order_with_nothing_taken() {
+    let mut saga = Saga::start(
+        r#"{"action_required_rate": 1.0, "webhook_duplicates": 3, "webhook_reorder": true}"#,
+        Duration::from_secs(2),
+    )
+    .await;
+    saga.app.add_product("MUG", 2500, 5).await;
+    let (done, abandoned) = (saga.order("MUG").await, saga.order("MUG").await);
+    let waiting = psp_payment_in(&saga, &done, "requires_action").await;
+    let left = psp_payment_in(&saga, &abandoned, "requires_action").await;
+    // The orders wait for the buyer, holding their units.
+    saga.wait_worker_idle(SETTLE).await;
+    for id in [&done, &abandoned] {
+        assert_eq!(view(&saga, id).await["state"], "payment_pending");
+    }
+    buyer_acts(&saga, &waiting, "succeeded").await;
+    buyer_acts(&saga, &left, "abandoned").await;
+    assert_eq!(saga.settled_state(&done, SETTLE).await, "confirmed");
+    assert_eq!(saga.settled_state(&abandoned, SETTLE).await, "payment_failed");
+    let gone = psp_payment_in(&saga, &abandoned, "canceled").await;
+    assert_eq!(gone["cancellation_reason"], "abandoned", "{gone}");
+    assert_eq!(gone["amount_captured"], 0, "{gone}");
+    saga.start_fulfillment(Duration::from_millis(50)).await;
+    let taken = psp_payment_in(&saga, &done, "succeeded").await;
+    assert_eq!(taken["amount_captured"], 2500, "{taken}");
+    saga.wait_quiescent(SETTLE).await;
+    assert_eq!(
+        saga.app.buckets("MUG").await,
+        Buckets {
+            available: 4,
+            reserved: 0,
+            sold: 1
+        }
+    );
+    assert_eq!(
+        saga.app
+            .count("SELECT count(*) FROM events WHERE type = 'order.confirmed.v1'")
+            .await,
+        1,
+        "duplicated, reordered webhooks confirmed once"
+    );
+    assert_audit_clean(&saga.app).await;
+}
