@@ -51,7 +51,7 @@ pub use settings::{Settings, SettingsError, WebhookTarget};
 use counters::Counters;
 use faults::FaultSwitch;
 use ledger::{JournalError, Ledger};
-use settlement::{SettlementQueue, Settler};
+use settlement::{Job, SettlementQueue, Settler};
 use webhook::{Deliverer, Dispatcher, WebhookQueue};
 
 /// Why the simulator could not start.
@@ -88,7 +88,7 @@ impl Application {
     /// Replays the journal (if any), binds the listener and wires state; nothing is served
     /// (and nothing settles) until [`Self::run_until_stopped`].
     pub async fn build(settings: Settings) -> Result<Self, BuildError> {
-        let ledger = match &settings.data_dir {
+        let mut ledger = match &settings.data_dir {
             Some(dir) => Ledger::open(dir)?,
             None => Ledger::default(),
         };
@@ -115,12 +115,13 @@ impl Application {
             }
             None => (WebhookQueue::disabled(), None),
         };
-        // Payments replayed still processing settle `processing_ms` after this start.
+        let public_url = match &settings.public_url {
+            Some(url) => url.to_string(),
+            None => format!("http://{local_addr}"),
+        };
+        ledger.set_public_url(&public_url);
         let (settlements, due) = SettlementQueue::channel();
-        let processing = Duration::from_millis(faults.current().processing_ms);
-        for payment_id in ledger.unsettled() {
-            settlements.schedule(payment_id, processing);
-        }
+        schedule_replayed(&ledger, &faults.current(), &settlements);
         let state = Arc::new(http::AppState::new(
             ledger,
             faults,
@@ -134,7 +135,7 @@ impl Application {
             stopped,
             Box::new({
                 let state = Arc::clone(&state);
-                move |payment_id| http::settle(&state, payment_id)
+                move |job| http::run_job(&state, job)
             }),
         );
         Ok(Self {
@@ -190,5 +191,28 @@ impl Application {
             tracing::error!(%error, "settlement timer ended abnormally");
         }
         served
+    }
+}
+
+/// Arms the timers of the books as replayed: payments still `processing` settle
+/// `processing_ms` after this start; authorizations lapse `authorization_ttl_ms` after they
+/// were given (at once if that is past), when that knob is set at this start.
+fn schedule_replayed(ledger: &Ledger, faults: &Faults, settlements: &SettlementQueue) {
+    let processing = Duration::from_millis(faults.processing_ms);
+    for payment_id in ledger.unsettled() {
+        settlements.schedule(Job::Settle(payment_id), processing);
+    }
+    if faults.authorization_ttl_ms == 0 {
+        return;
+    }
+    let ttl = chrono::TimeDelta::milliseconds(
+        i64::try_from(faults.authorization_ttl_ms).unwrap_or(i64::MAX),
+    );
+    let now = chrono::Utc::now();
+    for (payment_id, authorized_at) in ledger.awaiting_capture() {
+        let left = (authorized_at + ttl - now)
+            .to_std()
+            .unwrap_or(Duration::ZERO);
+        settlements.schedule(Job::Expire(payment_id), left);
     }
 }

@@ -110,10 +110,45 @@ impl ApiError {
                 "payment-not-found",
                 "Payment not found",
             ),
-            ApiError::Ledger(LedgerError::PaymentFailed(_)) => (
+            ApiError::Ledger(LedgerError::NotRefundable { .. }) => (
                 StatusCode::CONFLICT,
                 "payment-not-refundable",
                 "Payment cannot be refunded",
+            ),
+            ApiError::Ledger(LedgerError::NotCaptured { .. }) => (
+                StatusCode::CONFLICT,
+                "payment-not-captured",
+                "Payment not captured",
+            ),
+            ApiError::Ledger(LedgerError::NotCapturable { .. }) => (
+                StatusCode::CONFLICT,
+                "payment-not-capturable",
+                "Payment cannot be captured",
+            ),
+            ApiError::Ledger(LedgerError::CaptureExceedsAuthorized { .. }) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "capture-exceeds-authorized",
+                "Capture exceeds the amount authorized",
+            ),
+            ApiError::Ledger(LedgerError::NotCancelable { .. }) => (
+                StatusCode::CONFLICT,
+                "payment-not-cancelable",
+                "Payment cannot be canceled",
+            ),
+            ApiError::Ledger(LedgerError::NotAwaitingAction { .. }) => (
+                StatusCode::CONFLICT,
+                "payment-not-awaiting-action",
+                "Payment is not awaiting the buyer's action",
+            ),
+            ApiError::Ledger(LedgerError::NotDisputable { .. }) => (
+                StatusCode::CONFLICT,
+                "payment-not-disputable",
+                "Payment has nothing to dispute",
+            ),
+            ApiError::Ledger(LedgerError::DisputeExceedsRemaining { .. }) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "dispute-exceeds-remaining",
+                "Dispute exceeds the amount left",
             ),
             ApiError::Ledger(LedgerError::PaymentProcessing(_)) => (
                 StatusCode::CONFLICT,
@@ -188,6 +223,56 @@ mod tests {
             "urn:psp-sim:problem:payment-processing"
         );
         assert!(problem.detail.contains("pay_1"), "{}", problem.detail);
+    }
+
+    #[test]
+    fn each_refused_change_names_its_problem_and_the_status_it_met() {
+        use crate::model::PaymentStatus;
+        let cases = [
+            (
+                LedgerError::NotCapturable {
+                    payment_id: "pay_1".to_owned(),
+                    status: PaymentStatus::Succeeded,
+                },
+                409,
+                "payment-not-capturable",
+            ),
+            (
+                LedgerError::NotCancelable {
+                    payment_id: "pay_1".to_owned(),
+                    status: PaymentStatus::Canceled,
+                },
+                409,
+                "payment-not-cancelable",
+            ),
+            (
+                LedgerError::NotAwaitingAction {
+                    payment_id: "pay_1".to_owned(),
+                    status: PaymentStatus::Failed,
+                },
+                409,
+                "payment-not-awaiting-action",
+            ),
+            (
+                LedgerError::NotCaptured {
+                    payment_id: "pay_1".to_owned(),
+                    status: PaymentStatus::RequiresCapture,
+                },
+                409,
+                "payment-not-captured",
+            ),
+        ];
+        for (error, status, slug) in cases {
+            let problem = ApiError::Ledger(error).problem();
+            assert_eq!(problem.status, status);
+            assert_eq!(problem.problem_type, format!("urn:psp-sim:problem:{slug}"));
+            assert!(problem.detail.contains("pay_1 is "), "{}", problem.detail);
+        }
+        let too_much = LedgerError::CaptureExceedsAuthorized {
+            requested: 2,
+            authorized: 1,
+        };
+        assert_eq!(ApiError::Ledger(too_much).problem().status, 422);
     }
 
     #[test]
