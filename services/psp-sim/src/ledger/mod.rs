@@ -10,6 +10,9 @@ mod change;
 mod entry;
 pub mod journal;
 mod lifecycle;
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod lifecycle_tests;
 mod page;
 mod rules;
 #[cfg(test)]
