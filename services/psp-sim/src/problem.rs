@@ -100,71 +100,7 @@ impl ApiError {
                 "invalid-faults",
                 "Fault configuration refused",
             ),
-            ApiError::Ledger(LedgerError::KeyReused) => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "idempotency-key-reused",
-                "Idempotency key reused with a different request",
-            ),
-            ApiError::Ledger(LedgerError::PaymentNotFound(_)) => (
-                StatusCode::NOT_FOUND,
-                "payment-not-found",
-                "Payment not found",
-            ),
-            ApiError::Ledger(LedgerError::NotRefundable { .. }) => (
-                StatusCode::CONFLICT,
-                "payment-not-refundable",
-                "Payment cannot be refunded",
-            ),
-            ApiError::Ledger(LedgerError::NotCaptured { .. }) => (
-                StatusCode::CONFLICT,
-                "payment-not-captured",
-                "Payment not captured",
-            ),
-            ApiError::Ledger(LedgerError::NotCapturable { .. }) => (
-                StatusCode::CONFLICT,
-                "payment-not-capturable",
-                "Payment cannot be captured",
-            ),
-            ApiError::Ledger(LedgerError::CaptureExceedsAuthorized { .. }) => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "capture-exceeds-authorized",
-                "Capture exceeds the amount authorized",
-            ),
-            ApiError::Ledger(LedgerError::NotCancelable { .. }) => (
-                StatusCode::CONFLICT,
-                "payment-not-cancelable",
-                "Payment cannot be canceled",
-            ),
-            ApiError::Ledger(LedgerError::NotAwaitingAction { .. }) => (
-                StatusCode::CONFLICT,
-                "payment-not-awaiting-action",
-                "Payment is not awaiting the buyer's action",
-            ),
-            ApiError::Ledger(LedgerError::NotDisputable { .. }) => (
-                StatusCode::CONFLICT,
-                "payment-not-disputable",
-                "Payment has nothing to dispute",
-            ),
-            ApiError::Ledger(LedgerError::DisputeExceedsRemaining { .. }) => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "dispute-exceeds-remaining",
-                "Dispute exceeds the amount left",
-            ),
-            ApiError::Ledger(LedgerError::PaymentProcessing(_)) => (
-                StatusCode::CONFLICT,
-                "payment-processing",
-                "Payment is still processing",
-            ),
-            ApiError::Ledger(LedgerError::Storage(_)) => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "storage-failed",
-                "The books could not be written",
-            ),
-            ApiError::Ledger(LedgerError::ExceedsRemaining { .. }) => (
-                StatusCode::CONFLICT,
-                "refund-exceeds-remaining",
-                "Refund exceeds the amount left",
-            ),
+            ApiError::Ledger(error) => ledger_kind(error),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
             ApiError::MethodNotAllowed => (
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -188,6 +124,77 @@ impl ApiError {
             status: status.as_u16(),
             detail: self.to_string(),
         }
+    }
+}
+
+/// Status, slug and title of each refusal of the books.
+fn ledger_kind(error: &LedgerError) -> (StatusCode, &'static str, &'static str) {
+    match error {
+        LedgerError::KeyReused => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency-key-reused",
+            "Idempotency key reused with a different request",
+        ),
+        LedgerError::PaymentNotFound(_) => (
+            StatusCode::NOT_FOUND,
+            "payment-not-found",
+            "Payment not found",
+        ),
+        LedgerError::NotRefundable { .. } => (
+            StatusCode::CONFLICT,
+            "payment-not-refundable",
+            "Payment cannot be refunded",
+        ),
+        LedgerError::NotCaptured { .. } => (
+            StatusCode::CONFLICT,
+            "payment-not-captured",
+            "Payment not captured",
+        ),
+        LedgerError::NotCapturable { .. } => (
+            StatusCode::CONFLICT,
+            "payment-not-capturable",
+            "Payment cannot be captured",
+        ),
+        LedgerError::CaptureExceedsAuthorized { .. } => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "capture-exceeds-authorized",
+            "Capture exceeds the amount authorized",
+        ),
+        LedgerError::NotCancelable { .. } => (
+            StatusCode::CONFLICT,
+            "payment-not-cancelable",
+            "Payment cannot be canceled",
+        ),
+        LedgerError::NotAwaitingAction { .. } => (
+            StatusCode::CONFLICT,
+            "payment-not-awaiting-action",
+            "Payment is not awaiting the buyer's action",
+        ),
+        LedgerError::NotDisputable { .. } => (
+            StatusCode::CONFLICT,
+            "payment-not-disputable",
+            "Payment has nothing to dispute",
+        ),
+        LedgerError::DisputeExceedsRemaining { .. } => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "dispute-exceeds-remaining",
+            "Dispute exceeds the amount left",
+        ),
+        LedgerError::PaymentProcessing(_) => (
+            StatusCode::CONFLICT,
+            "payment-processing",
+            "Payment is still processing",
+        ),
+        LedgerError::Storage(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "storage-failed",
+            "The books could not be written",
+        ),
+        LedgerError::ExceedsRemaining { .. } => (
+            StatusCode::CONFLICT,
+            "refund-exceeds-remaining",
+            "Refund exceeds the amount left",
+        ),
     }
 }
 

@@ -266,3 +266,17 @@ async fn a_manual_processing_payment_settles_to_requires_capture() {
         .unwrap();
     assert_eq!(body["amount_captured"], 300);
 }
+
+#[tokio::test]
+async fn fail_first_answers_a_capture_503_and_captures_nothing() {
+    let app = TestApp::spawn().await;
+    let held = app.pay_manual("ord_fail_cap", 100).await;
+    app.put_faults(&json!({ "fail_first": 1 })).await;
+
+    let refused = problem(app.capture(&held.id, "cap:retry", None).await, 503).await;
+
+    assert_eq!(refused.problem_type, "urn:psp-sim:problem:injected-failure");
+    assert_eq!(app.payment(&held.id).await, held);
+    let captured = ok(app.capture(&held.id, "cap:retry", None).await).await;
+    assert_eq!(captured.amount_captured, 100);
+}
