@@ -94,6 +94,7 @@ impl Saga {
             }),
             faults: psp_sim::Faults::from_json(&options.faults).expect("faults"),
             data_dir: None,
+            public_url: None,
         };
         let (psp_url, stop) = spawn_psp_sim(psp_settings).await;
         stops.push(stop);

@@ -20,6 +20,7 @@ async fn the_psp_client_keeps_a_connection_alive_for_each_call_in_flight() {
         // Long enough that every call of a round is in flight at once.
         faults: psp_sim::Faults::from_json(r#"{"latency_ms": 100}"#).expect("faults"),
         data_dir: None,
+        public_url: None,
     })
     .await;
     let client = payment_worker::psp::Psp::new(

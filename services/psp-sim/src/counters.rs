@@ -4,7 +4,16 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::model::PaymentStatus;
+use crate::model::{CancellationReason, PaymentStatus};
+
+/// A keyed change to a payment, for counting replays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// `POST /v1/payments/{id}/capture`.
+    Capture,
+    /// `POST /v1/payments/{id}/cancel`.
+    Cancel,
+}
 
 /// A fault the simulator injected on purpose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,10 +32,12 @@ pub enum Fault {
     ReorderWebhooks,
     /// A payment that started as `processing` because of `processing_rate`.
     Processing,
+    /// A payment that started as `requires_action` because of `action_required_rate`.
+    ActionRequired,
 }
 
 impl Fault {
-    const ALL: [Fault; 7] = [
+    const ALL: [Fault; 8] = [
         Fault::FailFirst,
         Fault::Decline,
         Fault::LoseReply,
@@ -34,6 +45,7 @@ impl Fault {
         Fault::DuplicateWebhook,
         Fault::ReorderWebhooks,
         Fault::Processing,
+        Fault::ActionRequired,
     ];
 
     fn label(self) -> &'static str {
@@ -45,6 +57,7 @@ impl Fault {
             Fault::DuplicateWebhook => "duplicate_webhook",
             Fault::ReorderWebhooks => "reorder_webhooks",
             Fault::Processing => "processing",
+            Fault::ActionRequired => "action_required",
         }
     }
 }
@@ -57,6 +70,14 @@ pub struct Counters {
     payment_replays: AtomicU64,
     refunds: AtomicU64,
     refund_replays: AtomicU64,
+    capture_replays: AtomicU64,
+    cancel_replays: AtomicU64,
+    captures: AtomicU64,
+    captures_partial: AtomicU64,
+    cancels_requested: AtomicU64,
+    cancels_abandoned: AtomicU64,
+    cancels_expired: AtomicU64,
+    disputes: AtomicU64,
     webhooks_acknowledged: AtomicU64,
     webhooks_abandoned: AtomicU64,
     webhook_attempts_ok: AtomicU64,
@@ -74,13 +95,47 @@ fn read(counter: &AtomicU64) -> u64 {
 }
 
 impl Counters {
-    /// A payment reached this status: at creation, or when it settled from `processing`.
-    /// `processing` itself is no outcome, so it counts nothing here.
+    /// A payment reached this status: at creation, or on a later change. Only `succeeded`
+    /// and `failed` count here; cancellations count in [`Counters::payment_canceled`].
     pub fn payment_outcome(&self, status: PaymentStatus) {
         match status {
-            PaymentStatus::Processing => {}
             PaymentStatus::Succeeded => bump(&self.payments_succeeded, 1),
             PaymentStatus::Failed => bump(&self.payments_failed, 1),
+            PaymentStatus::RequiresAction
+            | PaymentStatus::Processing
+            | PaymentStatus::RequiresCapture
+            | PaymentStatus::Canceled => {}
+        }
+    }
+
+    /// A payment captured; `partial` when less than was authorized.
+    pub fn payment_captured(&self, partial: bool) {
+        bump(&self.captures, 1);
+        if partial {
+            bump(&self.captures_partial, 1);
+        }
+    }
+
+    /// A payment canceled, for this reason.
+    pub fn payment_canceled(&self, reason: CancellationReason) {
+        let counter = match reason {
+            CancellationReason::Requested => &self.cancels_requested,
+            CancellationReason::Abandoned => &self.cancels_abandoned,
+            CancellationReason::Expired => &self.cancels_expired,
+        };
+        bump(counter, 1);
+    }
+
+    /// A new dispute.
+    pub fn dispute_created(&self) {
+        bump(&self.disputes, 1);
+    }
+
+    /// A capture or cancel answered from an earlier key.
+    pub fn change_replayed(&self, change: Change) {
+        match change {
+            Change::Capture => bump(&self.capture_replays, 1),
+            Change::Cancel => bump(&self.cancel_replays, 1),
         }
     }
 
@@ -148,8 +203,11 @@ impl Counters {
             &[
                 ("resource=\"payment\"", read(&self.payment_replays)),
                 ("resource=\"refund\"", read(&self.refund_replays)),
+                ("resource=\"capture\"", read(&self.capture_replays)),
+                ("resource=\"cancel\"", read(&self.cancel_replays)),
             ],
         );
+        self.render_changes(&mut out);
         family(
             &mut out,
             "psp_sim_refunds_total",
@@ -199,6 +257,39 @@ impl Counters {
     }
 }
 
+impl Counters {
+    fn render_changes(&self, out: &mut String) {
+        family(
+            out,
+            "psp_sim_captures_total",
+            "Payments captured (requires_capture to succeeded), by whether all that was authorized was taken.",
+            &[
+                (
+                    "kind=\"full\"",
+                    read(&self.captures).saturating_sub(read(&self.captures_partial)),
+                ),
+                ("kind=\"partial\"", read(&self.captures_partial)),
+            ],
+        );
+        family(
+            out,
+            "psp_sim_cancellations_total",
+            "Payments canceled, by cancellation_reason.",
+            &[
+                ("reason=\"requested\"", read(&self.cancels_requested)),
+                ("reason=\"abandoned\"", read(&self.cancels_abandoned)),
+                ("reason=\"expired\"", read(&self.cancels_expired)),
+            ],
+        );
+        family(
+            out,
+            "psp_sim_disputes_total",
+            "Disputes opened.",
+            &[("", read(&self.disputes))],
+        );
+    }
+}
+
 fn family(out: &mut String, name: &str, help: &str, samples: &[(&str, u64)]) {
     // Writing to a String cannot fail.
     let _ = writeln!(out, "# HELP {name} {help}");
@@ -224,7 +315,23 @@ mod tests {
         counters.payment_outcome(PaymentStatus::Processing);
         counters.fault_injected(Fault::DuplicateWebhook, 2);
         counters.refund_created();
+        counters.payment_captured(true);
+        counters.payment_captured(false);
+        counters.payment_canceled(CancellationReason::Expired);
+        counters.dispute_created();
+        counters.change_replayed(Change::Cancel);
         let text = counters.render();
+        for sample in [
+            "psp_sim_captures_total{kind=\"full\"} 1\n",
+            "psp_sim_captures_total{kind=\"partial\"} 1\n",
+            "psp_sim_cancellations_total{reason=\"expired\"} 1\n",
+            "psp_sim_cancellations_total{reason=\"requested\"} 0\n",
+            "psp_sim_disputes_total 1\n",
+            "psp_sim_idempotent_replays_total{resource=\"cancel\"} 1\n",
+            "# HELP psp_sim_disputes_total Disputes opened.\n",
+        ] {
+            assert!(text.contains(sample), "{sample} in {text}");
+        }
         assert!(
             text.contains("psp_sim_payments_total{status=\"succeeded\"} 2\n"),
             "{text}"

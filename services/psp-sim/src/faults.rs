@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 
 /// Longest injected latency or webhook delay accepted, in milliseconds (ten minutes).
 pub const MAX_DELAY_MS: u64 = 600_000;
+/// Longest authorization accepted, in milliseconds (seven days, as Stripe holds a card's).
+pub const MAX_AUTHORIZATION_TTL_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 /// Most copies of one webhook accepted.
 pub const MAX_WEBHOOK_DUPLICATES: u32 = 100;
 
@@ -34,6 +36,12 @@ pub struct Faults {
     pub processing_rate: f64,
     /// How long a `processing` payment stays so before it settles.
     pub processing_ms: u64,
+    /// Share of new payments that start as `requires_action` (a 3-D Secure step the buyer
+    /// completes through `/action`), 0..=1; the decline and processing rolls skip them.
+    pub action_required_rate: f64,
+    /// How long a `requires_capture` payment stays so before its authorization lapses
+    /// (`canceled`, `expired`); 0 = never.
+    pub authorization_ttl_ms: u64,
 }
 
 impl Default for Faults {
@@ -49,6 +57,8 @@ impl Default for Faults {
             drop_webhook_rate: 0.0,
             processing_rate: 0.0,
             processing_ms: 1000,
+            action_required_rate: 0.0,
+            authorization_ttl_ms: 0,
         }
     }
 }
@@ -87,6 +97,7 @@ impl Faults {
             ("lose_reply_rate", self.lose_reply_rate),
             ("drop_webhook_rate", self.drop_webhook_rate),
             ("processing_rate", self.processing_rate),
+            ("action_required_rate", self.action_required_rate),
         ] {
             if !(0.0..=1.0).contains(&rate) {
                 return Err(out_of_range(field, "must be between 0 and 1", rate));
@@ -100,6 +111,13 @@ impl Faults {
             if ms > MAX_DELAY_MS {
                 return Err(out_of_range(field, "must be at most 600000", ms));
             }
+        }
+        if self.authorization_ttl_ms > MAX_AUTHORIZATION_TTL_MS {
+            return Err(out_of_range(
+                "authorization_ttl_ms",
+                "must be at most 604800000 (7 days)",
+                self.authorization_ttl_ms,
+            ));
         }
         if !(1..=MAX_WEBHOOK_DUPLICATES).contains(&self.webhook_duplicates) {
             return Err(out_of_range(
@@ -255,6 +273,33 @@ mod tests {
         );
         let faults = Faults::from_json(r#"{"processing_rate": 1, "processing_ms": 0}"#).unwrap();
         assert_eq!((faults.processing_rate, faults.processing_ms), (1.0, 0));
+    }
+
+    #[test]
+    fn action_and_authorization_knobs_are_checked_like_the_others() {
+        let defaults = Faults::default();
+        assert_eq!(
+            (defaults.action_required_rate, defaults.authorization_ttl_ms),
+            (0.0, 0)
+        );
+        let error = Faults::from_json(r#"{"action_required_rate": 1.01}"#).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "action_required_rate: must be between 0 and 1, got 1.01"
+        );
+        let error = Faults::from_json(r#"{"authorization_ttl_ms": 604800001}"#).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "authorization_ttl_ms: must be at most 604800000 (7 days), got 604800001"
+        );
+        let error = Faults::from_json(r#"{"authorization_ttl_ms": -1}"#).unwrap_err();
+        assert!(
+            error.to_string().starts_with("authorization_ttl_ms: "),
+            "{error}"
+        );
+        let week = r#"{"action_required_rate": 1, "authorization_ttl_ms": 604800000}"#;
+        let faults = Faults::from_json(week).unwrap();
+        assert_eq!(faults.authorization_ttl_ms, MAX_AUTHORIZATION_TTL_MS);
     }
 
     #[test]

@@ -1,24 +1,38 @@
 //! psp-sim: a fake payment service provider for soldonce's tests and demos. It is a real HTTP
-//! server with its own books: idempotent payments and refunds, lookups by key and by
-//! reference, paged listings by creation time for reconciliation (`GET /v1/payments`,
-//! `GET /v1/refunds`), Standard Webhooks-signed `payment.*` / `refund.*` webhooks retried
-//! until acknowledged, and fault knobs (declines, payments that stay `processing` for a while
-//! before they settle, latency, 503s, lost replies, dropped, duplicated, delayed and reordered
-//! webhooks) set from `PSP_FAULTS` or `PUT /admin/faults`.
+//! server with its own books, speaking the vocabulary of Stripe's PaymentIntents: a payment is
+//! `requires_action` (the buyer's 3-D Secure step, at `next_action.url`), `processing`,
+//! `requires_capture` (authorized with `capture_method: manual`), `succeeded`, `canceled` or
+//! `failed`. Idempotent payments, refunds, captures (full or partial) and cancels; the
+//! simulated buyer's `/action`; admin disputes that take captured money back; lookups by key
+//! and by reference, paged listings by creation time for reconciliation (`GET /v1/payments`,
+//! `GET /v1/refunds`); Standard Webhooks-signed webhooks, one per new status
+//! (`payment.requires_action`, `payment.requires_capture`, `payment.succeeded`,
+//! `payment.canceled`, `payment.failed`) plus `refund.succeeded` and `dispute.created`, retried
+//! until acknowledged; and fault knobs (declines, payments that stay `processing` for a while,
+//! payments that need the buyer, authorizations that lapse, latency, 503s, lost replies,
+//! dropped, duplicated, delayed and reordered webhooks) set from `PSP_FAULTS` or
+//! `PUT /admin/faults`. Like the provider it stands in for, it is never kinder: a change the
+//! payment's status does not allow is a 409 naming that status. Its wire contract is
+//! `proto/psp-sim.openapi.yaml`.
 //!
 //! The books live in memory, and with `PSP_SIM_DATA_DIR` also in a journal there
 //! (`ledger.jsonl`): every change is appended before it is answered and replayed at start,
-//! so the books (not pending webhooks) survive a restart or a kill. See [`ledger`].
+//! so the books (not pending webhooks) survive a restart or a kill; the timers (settling
+//! `processing` payments, lapsing authorizations) are re-armed from the books at start. See
+//! [`ledger`].
 //!
-//! It stands in for another company's system, so it must never depend on soldonce's crates,
-//! never persist anything outside its own data directory, and never be pointed at real money:
-//! it charges nothing.
+//! It stands in for another company's system, so it must never depend on soldonce's crates
+//! (only on `platform`, the shared runtime), never persist anything outside its own data
+//! directory, and never be pointed at real money: it charges nothing.
 //!
 //! Layout:
 //! - `lib.rs`, `settings.rs` — the server and its settings
-//! - `http/` — the API: payments, refunds, listings, admin, ops
-//! - `ledger/` — the books and their journal on disk
-//! - `model.rs`, `settlement.rs` — payments, refunds and how they settle
+//! - `http/` — the API: payments, refunds, capture and cancel, the buyer's action, listings,
+//!   admin (faults, disputes), ops; `http/changes.rs` counts and announces each change
+//! - `ledger/` — the books (`rules.rs`: which change each status allows; `lifecycle.rs`:
+//!   the changes after creation) and their journal on disk
+//! - `model/` — payments, refunds, disputes and the requests' bodies
+//! - `settlement.rs` — the timers: settling `processing` payments, lapsing authorizations
 //! - `faults.rs` — the fault knobs
 //! - `webhook/` — signed webhooks, delivered with retries
 //! - `signature.rs` — Standard Webhooks signatures
@@ -51,7 +65,7 @@ pub use settings::{Settings, SettingsError, WebhookTarget};
 use counters::Counters;
 use faults::FaultSwitch;
 use ledger::{JournalError, Ledger};
-use settlement::{SettlementQueue, Settler};
+use settlement::{Job, SettlementQueue, Settler};
 use webhook::{Deliverer, Dispatcher, WebhookQueue};
 
 /// Why the simulator could not start.
@@ -88,7 +102,7 @@ impl Application {
     /// Replays the journal (if any), binds the listener and wires state; nothing is served
     /// (and nothing settles) until [`Self::run_until_stopped`].
     pub async fn build(settings: Settings) -> Result<Self, BuildError> {
-        let ledger = match &settings.data_dir {
+        let mut ledger = match &settings.data_dir {
             Some(dir) => Ledger::open(dir)?,
             None => Ledger::default(),
         };
@@ -115,12 +129,13 @@ impl Application {
             }
             None => (WebhookQueue::disabled(), None),
         };
-        // Payments replayed still processing settle `processing_ms` after this start.
+        let public_url = match &settings.public_url {
+            Some(url) => url.to_string(),
+            None => format!("http://{local_addr}"),
+        };
+        ledger.set_public_url(&public_url);
         let (settlements, due) = SettlementQueue::channel();
-        let processing = Duration::from_millis(faults.current().processing_ms);
-        for payment_id in ledger.unsettled() {
-            settlements.schedule(payment_id, processing);
-        }
+        schedule_replayed(&ledger, &faults.current(), &settlements);
         let state = Arc::new(http::AppState::new(
             ledger,
             faults,
@@ -134,7 +149,7 @@ impl Application {
             stopped,
             Box::new({
                 let state = Arc::clone(&state);
-                move |payment_id| http::settle(&state, payment_id)
+                move |job| http::run_job(&state, job)
             }),
         );
         Ok(Self {
@@ -190,5 +205,28 @@ impl Application {
             tracing::error!(%error, "settlement timer ended abnormally");
         }
         served
+    }
+}
+
+/// Arms the timers of the books as replayed: payments still `processing` settle
+/// `processing_ms` after this start; authorizations lapse `authorization_ttl_ms` after they
+/// were given (at once if that is past), when that knob is set at this start.
+fn schedule_replayed(ledger: &Ledger, faults: &Faults, settlements: &SettlementQueue) {
+    let processing = Duration::from_millis(faults.processing_ms);
+    for payment_id in ledger.unsettled() {
+        settlements.schedule(Job::Settle(payment_id), processing);
+    }
+    if faults.authorization_ttl_ms == 0 {
+        return;
+    }
+    let ttl = chrono::TimeDelta::milliseconds(
+        i64::try_from(faults.authorization_ttl_ms).unwrap_or(i64::MAX),
+    );
+    let now = chrono::Utc::now();
+    for (payment_id, authorized_at) in ledger.awaiting_capture() {
+        let left = (authorized_at + ttl - now)
+            .to_std()
+            .unwrap_or(Duration::ZERO);
+        settlements.schedule(Job::Expire(payment_id), left);
     }
 }

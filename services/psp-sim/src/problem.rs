@@ -100,36 +100,7 @@ impl ApiError {
                 "invalid-faults",
                 "Fault configuration refused",
             ),
-            ApiError::Ledger(LedgerError::KeyReused) => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "idempotency-key-reused",
-                "Idempotency key reused with a different request",
-            ),
-            ApiError::Ledger(LedgerError::PaymentNotFound(_)) => (
-                StatusCode::NOT_FOUND,
-                "payment-not-found",
-                "Payment not found",
-            ),
-            ApiError::Ledger(LedgerError::PaymentFailed(_)) => (
-                StatusCode::CONFLICT,
-                "payment-not-refundable",
-                "Payment cannot be refunded",
-            ),
-            ApiError::Ledger(LedgerError::PaymentProcessing(_)) => (
-                StatusCode::CONFLICT,
-                "payment-processing",
-                "Payment is still processing",
-            ),
-            ApiError::Ledger(LedgerError::Storage(_)) => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "storage-failed",
-                "The books could not be written",
-            ),
-            ApiError::Ledger(LedgerError::ExceedsRemaining { .. }) => (
-                StatusCode::CONFLICT,
-                "refund-exceeds-remaining",
-                "Refund exceeds the amount left",
-            ),
+            ApiError::Ledger(error) => ledger_kind(error),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
             ApiError::MethodNotAllowed => (
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -153,6 +124,77 @@ impl ApiError {
             status: status.as_u16(),
             detail: self.to_string(),
         }
+    }
+}
+
+/// Status, slug and title of each refusal of the books.
+fn ledger_kind(error: &LedgerError) -> (StatusCode, &'static str, &'static str) {
+    match error {
+        LedgerError::KeyReused => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency-key-reused",
+            "Idempotency key reused with a different request",
+        ),
+        LedgerError::PaymentNotFound(_) => (
+            StatusCode::NOT_FOUND,
+            "payment-not-found",
+            "Payment not found",
+        ),
+        LedgerError::NotRefundable { .. } => (
+            StatusCode::CONFLICT,
+            "payment-not-refundable",
+            "Payment cannot be refunded",
+        ),
+        LedgerError::NotCaptured { .. } => (
+            StatusCode::CONFLICT,
+            "payment-not-captured",
+            "Payment not captured",
+        ),
+        LedgerError::NotCapturable { .. } => (
+            StatusCode::CONFLICT,
+            "payment-not-capturable",
+            "Payment cannot be captured",
+        ),
+        LedgerError::CaptureExceedsAuthorized { .. } => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "capture-exceeds-authorized",
+            "Capture exceeds the amount authorized",
+        ),
+        LedgerError::NotCancelable { .. } => (
+            StatusCode::CONFLICT,
+            "payment-not-cancelable",
+            "Payment cannot be canceled",
+        ),
+        LedgerError::NotAwaitingAction { .. } => (
+            StatusCode::CONFLICT,
+            "payment-not-awaiting-action",
+            "Payment is not awaiting the buyer's action",
+        ),
+        LedgerError::NotDisputable { .. } => (
+            StatusCode::CONFLICT,
+            "payment-not-disputable",
+            "Payment has nothing to dispute",
+        ),
+        LedgerError::DisputeExceedsRemaining { .. } => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "dispute-exceeds-remaining",
+            "Dispute exceeds the amount left",
+        ),
+        LedgerError::PaymentProcessing(_) => (
+            StatusCode::CONFLICT,
+            "payment-processing",
+            "Payment is still processing",
+        ),
+        LedgerError::Storage(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "storage-failed",
+            "The books could not be written",
+        ),
+        LedgerError::ExceedsRemaining { .. } => (
+            StatusCode::CONFLICT,
+            "refund-exceeds-remaining",
+            "Refund exceeds the amount left",
+        ),
     }
 }
 
@@ -188,6 +230,56 @@ mod tests {
             "urn:psp-sim:problem:payment-processing"
         );
         assert!(problem.detail.contains("pay_1"), "{}", problem.detail);
+    }
+
+    #[test]
+    fn each_refused_change_names_its_problem_and_the_status_it_met() {
+        use crate::model::PaymentStatus;
+        let cases = [
+            (
+                LedgerError::NotCapturable {
+                    payment_id: "pay_1".to_owned(),
+                    status: PaymentStatus::Succeeded,
+                },
+                409,
+                "payment-not-capturable",
+            ),
+            (
+                LedgerError::NotCancelable {
+                    payment_id: "pay_1".to_owned(),
+                    status: PaymentStatus::Canceled,
+                },
+                409,
+                "payment-not-cancelable",
+            ),
+            (
+                LedgerError::NotAwaitingAction {
+                    payment_id: "pay_1".to_owned(),
+                    status: PaymentStatus::Failed,
+                },
+                409,
+                "payment-not-awaiting-action",
+            ),
+            (
+                LedgerError::NotCaptured {
+                    payment_id: "pay_1".to_owned(),
+                    status: PaymentStatus::RequiresCapture,
+                },
+                409,
+                "payment-not-captured",
+            ),
+        ];
+        for (error, status, slug) in cases {
+            let problem = ApiError::Ledger(error).problem();
+            assert_eq!(problem.status, status);
+            assert_eq!(problem.problem_type, format!("urn:psp-sim:problem:{slug}"));
+            assert!(problem.detail.contains("pay_1 is "), "{}", problem.detail);
+        }
+        let too_much = LedgerError::CaptureExceedsAuthorized {
+            requested: 2,
+            authorized: 1,
+        };
+        assert_eq!(ApiError::Ledger(too_much).problem().status, 422);
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub struct Settings {
     /// `PSP_SIM_DATA_DIR`: where the books are journaled and replayed from at start; `None`
     /// keeps them in memory only.
     pub data_dir: Option<PathBuf>,
+    /// `PSP_SIM_PUBLIC_URL`: the base of `next_action` URLs (`<base>/v1/payments/{id}/action`);
+    /// `None` means `http://` and the bound address.
+    pub public_url: Option<Url>,
 }
 
 /// A webhook receiver and the secret its webhooks are signed with.
@@ -60,6 +63,9 @@ pub enum SettingsError {
     /// `PSP_FAULTS` is not a valid fault object.
     #[error("PSP_FAULTS: {0}")]
     Faults(FaultsError),
+    /// `PSP_SIM_PUBLIC_URL` is not an http(s) URL.
+    #[error("PSP_SIM_PUBLIC_URL: {0:?} is not an http:// or https:// URL")]
+    PublicUrl(String),
     /// `PSP_SIM_DATA_DIR` is not a directory psp-sim can create and write in.
     #[error("PSP_SIM_DATA_DIR: {value:?} is not a usable directory: {problem}")]
     DataDir {
@@ -79,6 +85,7 @@ impl SettingsError {
             SettingsError::MissingSecret | SettingsError::Secret(_) => "WEBHOOK_SECRET",
             SettingsError::Faults(_) => "PSP_FAULTS",
             SettingsError::DataDir { .. } => "PSP_SIM_DATA_DIR",
+            SettingsError::PublicUrl(_) => "PSP_SIM_PUBLIC_URL",
         }
     }
 
@@ -97,12 +104,13 @@ impl Default for Settings {
             webhook: None,
             faults: Faults::default(),
             data_dir: None,
+            public_url: None,
         }
     }
 }
 
 /// Every setting psp-sim reads, each with its meaning (`--help` lists them).
-pub const SETTINGS: [Var; 5] = [
+pub const SETTINGS: [Var; 6] = [
     config::var(
         "PSP_SIM_ADDR",
         "where psp-sim's API and /healthz /metrics listen; port 0 picks a free port",
@@ -121,6 +129,10 @@ pub const SETTINGS: [Var; 5] = [
     config::var(
         "PSP_SIM_DATA_DIR",
         "keeps psp-sim's books in ledger.jsonl there, so it can be killed and restarted (unset: memory only)",
+    ),
+    config::var(
+        "PSP_SIM_PUBLIC_URL",
+        "the base URL buyers reach psp-sim at, for next_action URLs (unset: http:// and the bound address)",
     ),
 ];
 
@@ -170,11 +182,15 @@ impl Settings {
         let data_dir = get("PSP_SIM_DATA_DIR")
             .map(|dir| usable_dir(dir.trim()))
             .transpose()?;
+        let public_url = get("PSP_SIM_PUBLIC_URL")
+            .map(|text| parse_public_url(text.trim()))
+            .transpose()?;
         Ok(Self {
             addr,
             webhook,
             faults,
             data_dir,
+            public_url,
         })
     }
 }
@@ -192,6 +208,13 @@ fn usable_dir(text: &str) -> Result<PathBuf, SettingsError> {
     std::fs::create_dir_all(path).map_err(|error| refuse(format!("cannot create it: {error}")))?;
     Journal::probe(path).map_err(|error| refuse(format!("cannot write in it: {error}")))?;
     Ok(path.to_path_buf())
+}
+
+fn parse_public_url(text: &str) -> Result<Url, SettingsError> {
+    match Url::parse(text) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => Ok(url),
+        _ => Err(SettingsError::PublicUrl(text.to_owned())),
+    }
 }
 
 fn parse_webhook_url(text: &str) -> Result<Url, SettingsError> {
@@ -229,6 +252,7 @@ mod tests {
         assert!(settings.webhook.is_none());
         assert_eq!(settings.faults, Faults::default());
         assert_eq!(settings.data_dir, None);
+        assert_eq!(settings.public_url, None);
         assert_eq!(
             Some(DEFAULT_ADDR.to_string().as_str()),
             SETTINGS[0].shown_default(),
@@ -286,6 +310,12 @@ mod tests {
         assert_eq!(
             message(&[("PSP_FAULTS", r#"{"chaos": 1}"#)]),
             "PSP_FAULTS: chaos: unknown field"
+        );
+        assert!(message(&[("PSP_SIM_PUBLIC_URL", "ftp://x")]).starts_with("PSP_SIM_PUBLIC_URL: "));
+        let public = settings(&[("PSP_SIM_PUBLIC_URL", "https://psp.example/")]).unwrap();
+        assert_eq!(
+            public.public_url.map(String::from).as_deref(),
+            Some("https://psp.example/")
         );
     }
 }

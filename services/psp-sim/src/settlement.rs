@@ -1,6 +1,7 @@
-//! Settling payments that started as `processing`: a background timer that, when each one
-//! falls due, asks the books to settle it, whether or not anyone is asking about it. If the
-//! books cannot be written then, it tries again a little later.
+//! The books' timers: settling payments that started as `processing`, and expiring
+//! authorizations not captured in time. A background timer that, when each job falls due,
+//! asks the books to do it, whether or not anyone is asking about the payment. If the books
+//! cannot be written then, it tries again a little later.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -12,7 +13,16 @@ use tokio::time::Instant;
 /// How long to wait before trying again to settle a payment the books could not record.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
-/// What became of one attempt to settle a payment.
+/// What the timer does to a payment when it falls due.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Job {
+    /// Settle a `processing` payment as rolled.
+    Settle(String),
+    /// Cancel a `requires_capture` payment as `expired`, if it still is.
+    Expire(String),
+}
+
+/// What became of one attempt to do a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Settled {
     /// Settled now, or nothing to settle (already settled, or unknown).
@@ -21,14 +31,14 @@ pub(crate) enum Settled {
     Retry,
 }
 
-/// Settles one payment by id.
-pub(crate) type SettleFn = Box<dyn Fn(&str) -> Settled + Send>;
+/// Does one job.
+pub(crate) type SettleFn = Box<dyn Fn(&Job) -> Settled + Send>;
 
-/// A payment to settle, and when.
+/// A job, and when.
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Due {
     at: Instant,
-    payment_id: String,
+    job: Job,
 }
 
 /// Where payments are put to be settled later.
@@ -44,14 +54,14 @@ impl SettlementQueue {
         (Self { sender }, incoming)
     }
 
-    /// Settles `payment_id` once `after` has passed.
-    pub(crate) fn schedule(&self, payment_id: String, after: Duration) {
+    /// Does `job` once `after` has passed.
+    pub(crate) fn schedule(&self, job: Job, after: Duration) {
         let due = Due {
             at: Instant::now() + after,
-            payment_id,
+            job,
         };
         if self.sender.send(due).is_err() {
-            tracing::warn!("the settlement timer has stopped; the payment settles after a restart");
+            tracing::warn!("the settlement timer has stopped; the job is done after a restart");
         }
     }
 }
@@ -105,10 +115,10 @@ impl Settler {
             let Some(Reverse(due)) = self.waiting.pop() else {
                 break;
             };
-            if (self.settle)(&due.payment_id) == Settled::Retry {
+            if (self.settle)(&due.job) == Settled::Retry {
                 self.waiting.push(Reverse(Due {
                     at: now + RETRY_PAUSE,
-                    payment_id: due.payment_id,
+                    job: due.job,
                 }));
             }
         }
@@ -135,7 +145,8 @@ mod tests {
         let failures = Arc::new(Mutex::new(1));
         let settle: SettleFn = Box::new({
             let settled = Arc::clone(&settled);
-            move |id| {
+            move |job| {
+                let (Job::Settle(id) | Job::Expire(id)) = job;
                 let mut failures = failures.lock().unwrap();
                 if id == "pay_b" && *failures > 0 {
                     *failures -= 1;
@@ -148,9 +159,9 @@ mod tests {
         let (stop_sender, stop) = watch::channel(false);
         let (queue, incoming) = SettlementQueue::channel();
         let settler = Settler::new(incoming, stop, settle);
-        queue.schedule("pay_a".to_owned(), Duration::from_millis(300));
-        queue.schedule("pay_b".to_owned(), Duration::from_millis(100));
-        queue.schedule("pay_c".to_owned(), Duration::from_millis(200));
+        queue.schedule(Job::Settle("pay_a".to_owned()), Duration::from_millis(300));
+        queue.schedule(Job::Settle("pay_b".to_owned()), Duration::from_millis(100));
+        queue.schedule(Job::Expire("pay_c".to_owned()), Duration::from_millis(200));
         let running = tokio::spawn(settler.run());
 
         // The clock is paused: these sleeps move virtual time, they wait for nothing.

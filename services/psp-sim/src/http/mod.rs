@@ -1,14 +1,19 @@
-//! The HTTP surface: routes, shared state, the latency fault applied to every `/v1` call, and
-//! what settling a `processing` payment does besides changing the books (counting and
-//! announcing it).
+//! The HTTP surface: routes, shared state, the latency fault applied to every `/v1` call; what
+//! a payment's change does besides the books is in `changes`.
 
+mod action;
 mod admin;
+mod capture;
+mod changes;
+mod disputes;
 mod listing;
 mod ops;
 mod payments;
 mod refunds;
 mod reply;
 mod request;
+
+pub(crate) use changes::run_job;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -21,12 +26,11 @@ use axum::routing::{get, post};
 use axum::Router;
 use tokio::sync::watch;
 
-use crate::counters::{Counters, Fault};
+use crate::counters::Counters;
 use crate::faults::FaultSwitch;
 use crate::ledger::Ledger;
-use crate::model::{Payment, PaymentStatus};
 use crate::problem::ApiError;
-use crate::settlement::{Settled, SettlementQueue};
+use crate::settlement::SettlementQueue;
 use crate::webhook::WebhookQueue;
 
 /// What every handler shares.
@@ -72,47 +76,6 @@ impl AppState {
 
 type SharedState = State<Arc<AppState>>;
 
-/// Counts and announces a payment's outcome, if it has one yet.
-fn payment_outcome(state: &AppState, payment: &Payment) {
-    state.counters.payment_outcome(payment.status);
-    if payment.status == PaymentStatus::Failed {
-        state.counters.fault_injected(Fault::Decline, 1);
-    }
-    let trace = state
-        .traces
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .remove(&payment.id);
-    state.webhooks.payment_outcome(payment, trace);
-}
-
-/// Remembers the trace a payment still `processing` was created under.
-fn remember_trace(state: &AppState, payment_id: &str, trace: crate::webhook::Trace) {
-    state
-        .traces
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert(payment_id.to_owned(), trace);
-}
-
-/// Settles a `processing` payment that fell due: journaled and applied, then counted and
-/// announced. Called by the settlement timer.
-pub(crate) fn settle(state: &AppState, payment_id: &str) -> Settled {
-    let settled = state.ledger().settle(payment_id, chrono::Utc::now());
-    match settled {
-        Ok(Some(payment)) => {
-            tracing::info!(payment_id, order_id = %payment.reference, status = ?payment.status, "payment settled");
-            payment_outcome(state, &payment);
-            Settled::Done
-        }
-        Ok(None) => Settled::Done,
-        Err(error) => {
-            tracing::error!(%error, payment_id, "could not settle the payment; will try again");
-            Settled::Retry
-        }
-    }
-}
-
 /// The start every money-moving POST shares: the `fail_first` fault, then
 /// the required `Idempotency-Key` (recorded on the current span).
 fn admit_keyed(
@@ -136,6 +99,9 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/payments", post(payments::create).get(payments::find))
         .route("/v1/payments/{id}", get(payments::show))
         .route("/v1/payments/{id}/refunds", post(refunds::create))
+        .route("/v1/payments/{id}/capture", post(capture::capture))
+        .route("/v1/payments/{id}/cancel", post(capture::cancel))
+        .route("/v1/payments/{id}/action", post(action::complete))
         .route("/v1/refunds", get(listing::refunds))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&state),
@@ -145,6 +111,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(ops::health))
         .route("/metrics", get(ops::metrics))
         .route("/admin/faults", get(admin::show).put(admin::replace))
+        .route("/admin/payments/{id}/dispute", post(disputes::create))
         .merge(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -14,12 +14,13 @@ use serde::{Deserialize, Serialize};
 
 use super::listing::ListQuery;
 use super::request::json_body;
-use super::{reply, SharedState};
+use super::{changes, reply, SharedState};
 use crate::counters::Fault;
 use crate::faults::roll;
 use crate::ledger::{Outcome, Recorded, Roll};
 use crate::model::{Payment, PaymentRequest, PaymentStatus};
 use crate::problem::ApiError;
+use crate::settlement::Job;
 
 /// `POST /v1/payments`: charges once per `Idempotency-Key`.
 #[tracing::instrument(skip_all, fields(idempotency_key, order_id, trace_id))]
@@ -49,6 +50,7 @@ pub(super) async fn create(
     let rolled = Roll {
         outcome: Outcome::declined_if(roll(faults.decline_rate)),
         processing: roll(faults.processing_rate),
+        action_required: roll(faults.action_required_rate),
     };
     let recorded = state.ledger().charge(&key, request, rolled, Utc::now())?;
     match &recorded {
@@ -60,7 +62,7 @@ pub(super) async fn create(
                 status = ?payment.status,
                 "payment created"
             );
-            super::remember_trace(
+            changes::remember_trace(
                 &state,
                 &payment.id,
                 (trace, hop.tracestate().map(str::to_owned)),
@@ -68,9 +70,13 @@ pub(super) async fn create(
             if payment.status == PaymentStatus::Processing {
                 state.counters.fault_injected(Fault::Processing, 1);
                 let after = Duration::from_millis(faults.processing_ms);
-                state.settlements.schedule(payment.id.clone(), after);
+                let job = Job::Settle(payment.id.clone());
+                state.settlements.schedule(job, after);
             } else {
-                super::payment_outcome(&state, payment);
+                if payment.status == PaymentStatus::RequiresAction {
+                    state.counters.fault_injected(Fault::ActionRequired, 1);
+                }
+                changes::payment_changed(&state, payment);
             }
         }
         Recorded::Replayed(_) => state.counters.payment_replayed(),

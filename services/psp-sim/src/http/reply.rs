@@ -23,13 +23,32 @@ pub(super) async fn recorded<T: Serialize>(
     faults: &Faults,
     recorded: Recorded<T>,
 ) -> Response {
+    answer(state, faults, recorded, StatusCode::CREATED).await
+}
+
+/// 200 for a change to an existing resource, new or replayed (as Stripe answers a capture or
+/// a cancel) — unless the reply is lost on purpose.
+pub(super) async fn changed<T: Serialize>(
+    state: &AppState,
+    faults: &Faults,
+    recorded: Recorded<T>,
+) -> Response {
+    answer(state, faults, recorded, StatusCode::OK).await
+}
+
+async fn answer<T: Serialize>(
+    state: &AppState,
+    faults: &Faults,
+    recorded: Recorded<T>,
+    created: StatusCode,
+) -> Response {
     if roll(faults.lose_reply_rate) {
         state.counters.fault_injected(Fault::LoseReply, 1);
         tracing::info!("reply lost on purpose; the effect stands");
         return lost_reply(state).await;
     }
     match recorded {
-        Recorded::Created(resource) => (StatusCode::CREATED, Json(resource)).into_response(),
+        Recorded::Created(resource) => (created, Json(resource)).into_response(),
         Recorded::Replayed(resource) => (StatusCode::OK, Json(resource)).into_response(),
     }
 }

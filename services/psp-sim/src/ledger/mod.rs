@@ -1,24 +1,32 @@
-//! The simulator's books: payments and refunds with their idempotency keys, indexed by
-//! reference and by creation time. Event-sourced: every change is an [`Entry`] that is
+//! The simulator's books: payments, refunds and disputes with their idempotency keys, indexed
+//! by reference and by creation time. Which change each status allows is in `rules`; the
+//! changes after creation (capture, cancel, the buyer's action, expiry, disputes) in
+//! `lifecycle`. Event-sourced: every change is an [`Entry`] that is
 //! checked, appended to the [`Journal`] (when the books have one), and only then applied;
 //! replaying a journal's entries rebuilds the same books. Synchronous; randomness and time
 //! come in as arguments.
 
+mod change;
 mod entry;
 pub mod journal;
+mod lifecycle;
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod lifecycle_tests;
 mod page;
+mod rules;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::model::{
-    new_payment_id, new_refund_id, Payment, PaymentRequest, PaymentStatus, Refund, RefundRequest,
-    RefundStatus,
+    new_payment_id, new_refund_id, CaptureRequest, NextAction, NextActionType, Payment,
+    PaymentRequest, PaymentStatus, Refund, RefundRequest, RefundStatus,
 };
 
 pub use entry::{Entry, Inconsistent, Outcome};
@@ -43,13 +51,81 @@ pub enum LedgerError {
     /// No payment has this id.
     #[error("no payment has id {0}")]
     PaymentNotFound(String),
-    /// A failed payment took no money, so none can go back.
-    #[error("payment {0} failed; there is nothing to refund")]
-    PaymentFailed(String),
-    /// A processing payment has taken no money yet.
-    #[error("payment {0} is still processing; refund it once it has succeeded")]
+    /// A failed or canceled payment took no money and never will, so none can go back.
+    #[error("payment {payment_id} is {status}; there is nothing to refund")]
+    NotRefundable {
+        /// The payment.
+        payment_id: String,
+        /// Its status.
+        status: PaymentStatus,
+    },
+    /// A payment not captured (yet) has taken no money to give back.
+    #[error("payment {payment_id} is {status}: nothing is captured; refund it once captured")]
+    NotCaptured {
+        /// The payment.
+        payment_id: String,
+        /// Its status.
+        status: PaymentStatus,
+    },
+    /// A processing payment has taken no money yet and cannot be changed until it settles.
+    #[error("payment {0} is still processing; try again once it has settled")]
     PaymentProcessing(String),
-    /// The refund asks for more than is left.
+    /// Only a `requires_capture` payment can be captured.
+    #[error("payment {payment_id} is {status}; only a requires_capture payment can be captured")]
+    NotCapturable {
+        /// The payment.
+        payment_id: String,
+        /// Its status.
+        status: PaymentStatus,
+    },
+    /// The capture asks for more than was authorized.
+    #[error("capture of {requested} exceeds the {authorized} authorized")]
+    CaptureExceedsAuthorized {
+        /// Amount asked for.
+        requested: i64,
+        /// Amount authorized.
+        authorized: i64,
+    },
+    /// Only a `requires_action` or `requires_capture` payment can be canceled.
+    #[error(
+        "payment {payment_id} is {status}; only a requires_action or requires_capture \
+         payment can be canceled"
+    )]
+    NotCancelable {
+        /// The payment.
+        payment_id: String,
+        /// Its status.
+        status: PaymentStatus,
+    },
+    /// The buyer can only act on a `requires_action` payment.
+    #[error("payment {payment_id} is {status}; it is not awaiting the buyer's action")]
+    NotAwaitingAction {
+        /// The payment.
+        payment_id: String,
+        /// Its status.
+        status: PaymentStatus,
+    },
+    /// Only captured money that is neither refunded nor disputed can be disputed.
+    #[error("payment {payment_id} is {status} with {remaining} captured, not refunded and not disputed; nothing to dispute")]
+    NotDisputable {
+        /// The payment.
+        payment_id: String,
+        /// Its status.
+        status: PaymentStatus,
+        /// What is captured, not refunded and not disputed.
+        remaining: i64,
+    },
+    /// The dispute asks for more than is left.
+    #[error(
+        "dispute of {requested} exceeds the {remaining} captured, not refunded and not disputed"
+    )]
+    DisputeExceedsRemaining {
+        /// Amount asked for.
+        requested: i64,
+        /// Amount left.
+        remaining: i64,
+    },
+    /// The refund asks for more than is left (captured, less refunded and disputed).
     #[error("refund of {requested} exceeds the {remaining} left to refund")]
     ExceedsRemaining {
         /// Amount asked for.
@@ -69,6 +145,8 @@ pub struct Roll {
     pub outcome: Outcome,
     /// Whether it starts as `processing` and settles later.
     pub processing: bool,
+    /// Whether it starts as `requires_action` (then `outcome` and `processing` do not apply).
+    pub action_required: bool,
 }
 
 #[derive(Debug)]
@@ -78,6 +156,20 @@ struct RefundClaim {
     refund_id: String,
 }
 
+/// What a capture or cancel key was first used for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ChangeClaim {
+    payment_id: String,
+    change: KeyedChange,
+}
+
+/// A merchant's keyed change to a payment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum KeyedChange {
+    Capture(CaptureRequest),
+    Cancel,
+}
+
 /// Payments by id, with indexes by idempotency key, by reference and by creation time.
 #[derive(Debug, Default)]
 pub struct Ledger {
@@ -85,6 +177,14 @@ pub struct Ledger {
     payment_keys: HashMap<String, (PaymentRequest, String)>,
     references: HashMap<String, Vec<String>>,
     refund_keys: HashMap<String, RefundClaim>,
+    /// Capture and cancel keys (one namespace).
+    change_keys: HashMap<String, ChangeClaim>,
+    /// Payments `requires_capture`, and when each was authorized.
+    authorized: HashMap<String, DateTime<Utc>>,
+    /// Dispute ids.
+    disputes: HashSet<String>,
+    /// Where `next_action` URLs point: `<base>/v1/payments/{id}/action`.
+    public_url: Option<String>,
     /// Refund id → its payment's id and its place in that payment's refunds.
     refunds: HashMap<String, (String, usize)>,
     payment_order: BTreeSet<Position>,
@@ -145,28 +245,43 @@ impl Ledger {
                 .map(Recorded::Replayed)
                 .ok_or_else(|| LedgerError::PaymentNotFound(payment_id.clone()));
         }
-        let (status, failure_reason) = if roll.processing {
+        let method = request.capture_method;
+        let (status, failure_reason) = if roll.action_required {
+            (PaymentStatus::RequiresAction, None)
+        } else if roll.processing {
             (PaymentStatus::Processing, None)
         } else {
-            (roll.outcome.status(), roll.outcome.failure_reason())
+            (roll.outcome.status(method), roll.outcome.failure_reason())
+        };
+        let amount_captured = match status {
+            PaymentStatus::Succeeded => request.amount_minor,
+            _ => 0,
         };
         let payment = Payment {
             id: new_payment_id(),
             status,
+            capture_method: method,
             amount_minor: request.amount_minor,
+            amount_captured,
             currency: request.currency.clone(),
             reference: request.reference.clone(),
             idempotency_key: key.to_owned(),
             failure_reason,
+            cancellation_reason: None,
+            next_action: None,
             created_at: self.next_time(now),
             refunds: Vec::new(),
+            disputes: Vec::new(),
         };
+        let id = payment.id.clone();
         self.record(Entry::PaymentCreated {
-            payment: payment.clone(),
+            payment,
             request,
             outcome: roll.outcome,
         })?;
-        Ok(Recorded::Created(payment))
+        self.payment(&id)
+            .map(Recorded::Created)
+            .ok_or(LedgerError::PaymentNotFound(id))
     }
 
     /// Settles a `processing` payment as rolled at its creation, returning it settled; `None`
@@ -207,21 +322,7 @@ impl Ledger {
             .payments
             .get(payment_id)
             .ok_or_else(|| LedgerError::PaymentNotFound(payment_id.to_owned()))?;
-        match payment.status {
-            PaymentStatus::Succeeded => {}
-            PaymentStatus::Failed => return Err(LedgerError::PaymentFailed(payment_id.to_owned())),
-            PaymentStatus::Processing => {
-                return Err(LedgerError::PaymentProcessing(payment_id.to_owned()))
-            }
-        }
-        let remaining = remaining(payment);
-        let requested = request.amount_minor.unwrap_or(remaining);
-        if requested > remaining || requested < 1 {
-            return Err(LedgerError::ExceedsRemaining {
-                requested,
-                remaining,
-            });
-        }
+        let requested = rules::may_refund(payment, request.amount_minor)?;
         let refund = Refund {
             id: new_refund_id(),
             payment_id: payment_id.to_owned(),
@@ -237,9 +338,22 @@ impl Ledger {
         Ok(Recorded::Created(refund))
     }
 
-    /// The payment with this id.
+    /// Points `next_action` URLs at `base` (e.g. `http://127.0.0.1:8090`).
+    pub fn set_public_url(&mut self, base: &str) {
+        self.public_url = Some(base.trim_end_matches('/').to_owned());
+    }
+
+    /// The payment with this id, with its `next_action` while it awaits the buyer.
     pub fn payment(&self, id: &str) -> Option<Payment> {
-        self.payments.get(id).cloned()
+        let mut payment = self.payments.get(id)?.clone();
+        if payment.status == PaymentStatus::RequiresAction {
+            let base = self.public_url.as_deref().unwrap_or("");
+            payment.next_action = Some(NextAction {
+                action_type: NextActionType::RedirectToUrl,
+                url: format!("{base}/v1/payments/{id}/action"),
+            });
+        }
+        Some(payment)
     }
 
     /// The payment created with this idempotency key.
@@ -306,13 +420,4 @@ impl Ledger {
             _ => now,
         }
     }
-}
-
-/// What is left to refund; refunds never exceed the amount, so this never goes negative.
-fn remaining(payment: &Payment) -> i64 {
-    let refunded = payment
-        .refunds
-        .iter()
-        .fold(0_i64, |sum, r| sum.saturating_add(r.amount_minor));
-    payment.amount_minor.saturating_sub(refunded)
 }

@@ -1,21 +1,24 @@
 use super::*;
-use crate::model::FailureReason;
+use crate::model::{CaptureMethod, FailureReason};
 
 fn request(amount_minor: i64, reference: &str) -> PaymentRequest {
     PaymentRequest {
         amount_minor,
         currency: "BRL".to_owned(),
         reference: reference.to_owned(),
+        capture_method: CaptureMethod::Automatic,
     }
 }
 
 const PAID: Roll = Roll {
     outcome: Outcome::Succeeded,
     processing: false,
+    action_required: false,
 };
 const DECLINED: Roll = Roll {
     outcome: Outcome::Failed,
     processing: false,
+    action_required: false,
 };
 
 fn created<T: std::fmt::Debug>(recorded: Recorded<T>) -> T {
@@ -69,7 +72,13 @@ fn a_declined_charge_is_failed_with_a_reason() {
     assert_eq!(payment.status, PaymentStatus::Failed);
     assert_eq!(payment.failure_reason, Some(FailureReason::CardDeclined));
     let refund = ledger.refund(&payment.id, "r", RefundRequest::default(), Utc::now());
-    assert_eq!(refund, Err(LedgerError::PaymentFailed(payment.id)));
+    assert_eq!(
+        refund,
+        Err(LedgerError::NotRefundable {
+            payment_id: payment.id,
+            status: PaymentStatus::Failed
+        })
+    );
 }
 
 #[test]
@@ -140,6 +149,7 @@ fn a_processing_payment_cannot_be_refunded_until_it_settles_as_rolled() {
     let roll = Roll {
         outcome: Outcome::Failed,
         processing: true,
+        action_required: false,
     };
     let payment = charged_with(&mut ledger, "k", 100, roll);
     assert_eq!(payment.status, PaymentStatus::Processing);
@@ -226,6 +236,7 @@ fn replaying_the_entries_rebuilds_the_same_books() {
     let processing = Roll {
         outcome: Outcome::Succeeded,
         processing: true,
+        action_required: false,
     };
     let pending = charged_with(&mut ledger, "k2", 100, processing);
     let settling = charged_with(&mut ledger, "k3", 100, processing);

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use crate::model::{Payment, PaymentStatus, Refund};
+use crate::model::{Dispute, Payment, PaymentStatus, Refund};
 
 pub use deliver::{BuildClientError, Deliverer};
 pub use dispatch::Dispatcher;
@@ -20,32 +20,51 @@ pub use dispatch::Dispatcher;
 /// The kinds of event announced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventType {
-    /// A payment succeeded (at creation, or on settling from `processing`).
+    /// A payment awaits the buyer's 3-D Secure step.
+    #[serde(rename = "payment.requires_action")]
+    PaymentRequiresAction,
+    /// A payment was authorized and awaits its capture.
+    #[serde(rename = "payment.requires_capture")]
+    PaymentRequiresCapture,
+    /// A payment succeeded: its money was taken.
     #[serde(rename = "payment.succeeded")]
     PaymentSucceeded,
-    /// A payment failed (at creation, or on settling from `processing`).
+    /// A payment was canceled (requested, abandoned or expired).
+    #[serde(rename = "payment.canceled")]
+    PaymentCanceled,
+    /// A payment failed (declined, or authentication failed).
     #[serde(rename = "payment.failed")]
     PaymentFailed,
     /// A refund was created.
     #[serde(rename = "refund.succeeded")]
     RefundSucceeded,
+    /// A dispute was opened against a payment.
+    #[serde(rename = "dispute.created")]
+    DisputeCreated,
 }
 
 impl EventType {
     /// The wire name, e.g. `payment.succeeded`.
     pub fn as_str(self) -> &'static str {
         match self {
+            EventType::PaymentRequiresAction => "payment.requires_action",
+            EventType::PaymentRequiresCapture => "payment.requires_capture",
             EventType::PaymentSucceeded => "payment.succeeded",
+            EventType::PaymentCanceled => "payment.canceled",
             EventType::PaymentFailed => "payment.failed",
             EventType::RefundSucceeded => "refund.succeeded",
+            EventType::DisputeCreated => "dispute.created",
         }
     }
 
-    /// The event announcing a payment's outcome; `None` while it is `processing`.
+    /// The event announcing a payment's new status; `None` for `processing`.
     pub fn for_payment(status: PaymentStatus) -> Option<Self> {
         match status {
             PaymentStatus::Processing => None,
+            PaymentStatus::RequiresAction => Some(EventType::PaymentRequiresAction),
+            PaymentStatus::RequiresCapture => Some(EventType::PaymentRequiresCapture),
             PaymentStatus::Succeeded => Some(EventType::PaymentSucceeded),
+            PaymentStatus::Canceled => Some(EventType::PaymentCanceled),
             PaymentStatus::Failed => Some(EventType::PaymentFailed),
         }
     }
@@ -57,7 +76,8 @@ impl fmt::Display for EventType {
     }
 }
 
-/// A webhook body: `{"type", "timestamp", "data"}`, where data is a payment or a refund.
+/// A webhook body: `{"type", "timestamp", "data"}`, where data is a payment, a refund or a
+/// dispute.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WebhookPayload<T> {
     /// What happened.
@@ -65,7 +85,7 @@ pub struct WebhookPayload<T> {
     pub event_type: EventType,
     /// When it happened (RFC 3339).
     pub timestamp: DateTime<Utc>,
-    /// The payment or refund as it was then.
+    /// The payment, refund or dispute as it was then.
     pub data: T,
 }
 
@@ -133,10 +153,9 @@ impl WebhookQueue {
         )
     }
 
-    /// Announces a payment's outcome: when it is created, or when it settles from
-    /// `processing`; a payment still processing has none, so nothing is sent.
-    /// `trace` is the one the payment was created under.
-    pub fn payment_outcome(&self, payment: &Payment, trace: Option<Trace>) {
+    /// Announces a payment's new status: at creation, or on any later change; `processing`
+    /// is announced by nothing. `trace` is the one the change was asked under, if known.
+    pub fn payment_changed(&self, payment: &Payment, trace: Option<Trace>) {
         if let Some(event_type) = EventType::for_payment(payment.status) {
             self.publish(event_type, payment, trace, Some(&payment.reference));
         }
@@ -145,6 +164,11 @@ impl WebhookQueue {
     /// Announces a new refund.
     pub fn refund_created(&self, refund: &Refund) {
         self.publish(EventType::RefundSucceeded, refund, None, None);
+    }
+
+    /// Announces a new dispute.
+    pub fn dispute_created(&self, dispute: &Dispute) {
+        self.publish(EventType::DisputeCreated, dispute, None, None);
     }
 
     fn publish<T: Serialize>(

@@ -172,7 +172,9 @@ async fn faults_round_trip_through_the_admin_endpoint() {
         "webhook_reorder": true,
         "drop_webhook_rate": 0.5,
         "processing_rate": 0.75,
-        "processing_ms": 250
+        "processing_ms": 250,
+        "action_required_rate": 0.5,
+        "authorization_ttl_ms": 604_800_000
     });
 
     let response = app.put_faults(&wanted).await;

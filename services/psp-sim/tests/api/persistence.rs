@@ -1,5 +1,6 @@
 //! Books that survive a restart: with `PSP_SIM_DATA_DIR`, every change is journaled before it
-//! is answered and replayed at start, in-process and across a SIGKILL of the real binary.
+//! is answered and replayed at start, in-process and across a SIGKILL of the real binary
+//! (authorization timers: see `expiry`).
 
 use std::io::Write as _;
 use std::path::Path;
@@ -207,4 +208,72 @@ async fn the_books_survive_a_sigkill_of_the_real_binary() {
     let again = app.pay("pay:kill:pending", &body).await;
     assert_eq!(again.status(), 200);
     child.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn captures_cancels_actions_and_disputes_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Running::start(settings_in(dir.path(), Faults::default())).await;
+    let app = &first.app;
+    let part = || Some(json!({ "amount_minor": 400 }));
+    let captured = app.pay_manual("ord_cap", 1000).await;
+    assert_eq!(
+        app.capture(&captured.id, "cap:1", part()).await.status(),
+        200
+    );
+    let voided = app.pay_manual("ord_void", 500).await;
+    assert_eq!(app.cancel(&voided.id, "void:1").await.status(), 200);
+    let disputed: Payment = created(app.pay("pay:d", &payment_body(300, "ord_d")).await).await;
+    assert_eq!(app.dispute(&disputed.id, None).await.status(), 201);
+    app.put_faults(&json!({ "action_required_rate": 1.0 }))
+        .await;
+    let failed: Payment = created(app.pay("pay:3ds", &payment_body(200, "ord_3ds")).await).await;
+    assert_eq!(app.act(&failed.id, "failed").await.status(), 200);
+    let waiting: Payment = created(app.pay("pay:wait", &payment_body(200, "ord_w")).await).await;
+    let before = books(app).await;
+    first.stop().await;
+
+    let second = Running::start(settings_in(dir.path(), Faults::default())).await;
+    let app = &second.app;
+    // The books as they were, but for where next_action points (another port now).
+    let mut after = books(app).await;
+    let moved = after.0.iter_mut().find(|p| p.id == waiting.id).unwrap();
+    let url = moved
+        .next_action
+        .take()
+        .expect("still awaiting the buyer")
+        .url;
+    assert!(
+        url.ends_with(&format!("/v1/payments/{}/action", waiting.id)),
+        "{url}"
+    );
+    let mut expected = before;
+    expected
+        .0
+        .iter_mut()
+        .find(|p| p.id == waiting.id)
+        .unwrap()
+        .next_action = None;
+    assert_eq!(after, expected);
+    let captured = app.payment(&captured.id).await;
+    assert_eq!(
+        (captured.status, captured.amount_captured),
+        (PaymentStatus::Succeeded, 400)
+    );
+    assert_eq!(app.payment(&disputed.id).await.disputes.len(), 1);
+    // The keys replay; a second cancel under a new key is still refused.
+    let replay = app.capture(&captured.id, "cap:1", part()).await;
+    assert_eq!(replay.status(), 200);
+    assert_eq!(replay.json::<Payment>().await.unwrap(), captured);
+    assert_eq!(app.cancel(&voided.id, "void:1").await.status(), 200);
+    assert_eq!(app.cancel(&voided.id, "void:2").await.status(), 409);
+    // The buyer can still act on the payment that was waiting.
+    let done: Payment = app
+        .act(&waiting.id, "succeeded")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(done.status, PaymentStatus::Succeeded);
+    second.stop().await;
 }

@@ -68,6 +68,7 @@ impl TestApp {
             }),
             faults,
             data_dir: None,
+            public_url: None,
         };
         let (addr, app) = Self::build(settings).await;
         tokio::spawn(app.run_until_stopped(std::future::pending()));

@@ -245,3 +245,48 @@ async fn a_payments_webhook_continues_the_trace_its_charge_came_with() {
     let parsed = platform::trace::TraceParent::parse(&untraced).expect("a valid traceparent");
     assert_ne!(parsed.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
 }
+
+/// Every change of status sends exactly the webhook of its new status, once: a manual payment
+/// held, captured, refunded and disputed; another held then canceled; a third awaiting the
+/// buyer. Replays of each change send nothing more.
+#[tokio::test]
+async fn each_change_sends_the_one_webhook_of_its_new_status() {
+    let receiver = Receiver::start(0).await;
+    let app = TestApp::spawn_with(Faults::default(), Some(&receiver)).await;
+    let kept = app.pay_manual("ord_kept", 1000).await;
+    app.capture(&kept.id, "cap", None).await;
+    app.capture(&kept.id, "cap", None).await;
+    app.refund(&kept.id, "re", Some(json!({ "amount_minor": 100 })))
+        .await;
+    app.dispute(&kept.id, Some(json!({ "amount_minor": 100 })))
+        .await;
+    let voided = app.pay_manual("ord_voided", 1000).await;
+    app.cancel(&voided.id, "void").await;
+    app.cancel(&voided.id, "void").await;
+    app.put_faults(&json!({ "action_required_rate": 1.0 }))
+        .await;
+    app.pay("pay:ord_waiting", &payment_body(1, "ord_waiting"))
+        .await;
+
+    acknowledged(&app, 7).await;
+
+    let mut types: Vec<String> = receiver
+        .deliveries()
+        .iter()
+        .map(|d| d.payload().event_type.to_string())
+        .collect();
+    types.sort();
+    assert_eq!(
+        types,
+        [
+            "dispute.created",
+            "payment.canceled",
+            "payment.requires_action",
+            "payment.requires_capture",
+            "payment.requires_capture",
+            "payment.succeeded",
+            "refund.succeeded",
+        ]
+    );
+    receiver.deliveries().iter().for_each(assert_signed);
+}
