@@ -9,8 +9,12 @@
 //! it declined, is cancelled or expires; only an expired order comes back,
 //! reclaimed by a late succeeded payment; a payment is refunded only after
 //! a refund was decided for it, never the one an order stands on, each at
-//! most once; and no order stays pending. A trace the model could not
-//! produce is named with the step that broke it.
+//! most once (a void likewise, of an authorization the PSP then shows
+//! canceled); an order confirmed on an authorization has its capture
+//! decided and recorded once, on the payment it stands on, which the PSP
+//! then holds as succeeded — never both captured and voided; and no order
+//! stays pending. A trace the model could not produce is named with the
+//! step that broke it.
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -84,6 +88,8 @@ pub async fn read(nats_url: &str) -> BTreeMap<Uuid, Vec<Step>> {
 enum Psp {
     Succeeded,
     Failed,
+    /// Voided (or lapsed, or abandoned): nothing was taken.
+    Canceled,
     Other,
 }
 
@@ -102,6 +108,7 @@ pub fn check(
             let status = match p["status"].as_str()? {
                 "succeeded" => Psp::Succeeded,
                 "failed" => Psp::Failed,
+                "canceled" => Psp::Canceled,
                 _ => Psp::Other,
             };
             let refunded = p["refunds"]
@@ -138,6 +145,9 @@ fn replay(steps: &[Step], accepted: bool, psp: &HashMap<&str, (Psp, i64)>) -> Re
     let mut attached: Option<String> = None;
     let mut refund_decided: BTreeSet<String> = BTreeSet::new();
     let mut refunded: BTreeSet<String> = BTreeSet::new();
+    let mut voided: BTreeSet<String> = BTreeSet::new();
+    // The authorization the order stands on, then whether its capture was decided, and recorded.
+    let (mut uncaptured, mut capture_decided, mut captured) = (false, false, false);
     let at_psp = |p: &str| psp.get(p).map_or(Psp::Other, |s| s.0);
     for (n, step) in steps.iter().enumerate() {
         let payment = step.data["payment_id"].as_str().map(str::to_owned);
@@ -177,6 +187,7 @@ fn replay(steps: &[Step], accepted: bool, psp: &HashMap<&str, (Psp, i64)>) -> Re
                         "confirmed on payment {p}, already decided to be refunded"
                     ));
                 }
+                uncaptured = step.data["uncaptured"].as_bool().unwrap_or(false);
                 attached = Some(p);
                 State::Confirmed
             }
@@ -209,10 +220,32 @@ fn replay(steps: &[Step], accepted: bool, psp: &HashMap<&str, (Psp, i64)>) -> Re
                 if !refund_decided.contains(&p) {
                     return broke(&format!("payment {p} refunded with no refund decided"));
                 }
-                if !refunded.insert(p.clone()) {
+                if refunded.contains(&p) || voided.contains(&p) {
                     return broke(&format!("payment {p} refunded twice"));
                 }
+                if step.data["void"].as_bool().unwrap_or(false) {
+                    voided.insert(p);
+                } else {
+                    refunded.insert(p);
+                }
                 s
+            }
+            (State::Confirmed, "order.capture_decided") => {
+                if !uncaptured || capture_decided {
+                    return broke("a capture decided for no authorization, or twice");
+                }
+                if payment != attached {
+                    return broke("captures another payment than the one the order stands on");
+                }
+                capture_decided = true;
+                State::Confirmed
+            }
+            (State::Confirmed, "order.captured") => {
+                if !capture_decided || captured || payment != attached {
+                    return broke("captured with no capture decided, twice, or another payment");
+                }
+                captured = true;
+                State::Confirmed
             }
             (_, other) => return broke(&format!("{other} is not a move the model allows here")),
         };
@@ -222,6 +255,23 @@ fn replay(steps: &[Step], accepted: bool, psp: &HashMap<&str, (Psp, i64)>) -> Re
     }
     if state == State::Pending {
         return Err("never ended: still pending".into());
+    }
+    if state == State::Confirmed && uncaptured && !captured {
+        return Err("its authorization never ended captured".into());
+    }
+    if let Some(p) = attached.as_deref().filter(|_| captured) {
+        if at_psp(p) != Psp::Succeeded {
+            return Err(format!(
+                "payment {p} is captured in the trace, not at the PSP"
+            ));
+        }
+    }
+    for p in &voided {
+        if at_psp(p) != Psp::Canceled {
+            return Err(format!(
+                "payment {p} is voided in the trace, not at the PSP"
+            ));
+        }
     }
     for p in &refunded {
         match psp.get(p.as_str()) {
@@ -254,6 +304,7 @@ mod tests {
             json!({"id": "pay_ok", "status": "succeeded", "refunds": []}),
             json!({"id": "pay_late", "status": "succeeded", "refunds": [{"status": "succeeded", "amount_minor": 100}]}),
             json!({"id": "pay_no", "status": "failed", "refunds": []}),
+            json!({"id": "pay_void", "status": "canceled", "refunds": []}),
         ]
     }
 
@@ -287,6 +338,28 @@ mod tests {
         assert!(one(vec![
             placed(),
             step(2, "order.payment_failed", json!({"payment_id": "pay_no"}))
+        ])
+        .is_empty());
+        // Authorized, captured as it shipped; a late authorization voided.
+        assert!(one(vec![
+            placed(),
+            step(
+                2,
+                "order.confirmed",
+                json!({"payment_id": "pay_ok", "uncaptured": true})
+            ),
+            step(
+                3,
+                "order.refund_decided",
+                json!({"payment_id": "pay_void", "void": true})
+            ),
+            step(4, "order.capture_decided", json!({"payment_id": "pay_ok"})),
+            step(
+                5,
+                "order.refunded",
+                json!({"payment_id": "pay_void", "void": true})
+            ),
+            step(6, "order.captured", json!({"payment_id": "pay_ok"})),
         ])
         .is_empty());
     }
@@ -348,6 +421,47 @@ mod tests {
                 "not at the PSP",
             ),
             (vec![], "none of its events"),
+            (
+                vec![
+                    placed(),
+                    step(
+                        2,
+                        "order.confirmed",
+                        json!({"payment_id": "pay_ok", "uncaptured": true}),
+                    ),
+                ],
+                "never ended captured",
+            ),
+            (
+                vec![
+                    placed(),
+                    step(
+                        2,
+                        "order.confirmed",
+                        json!({"payment_id": "pay_ok", "uncaptured": true}),
+                    ),
+                    step(3, "order.capture_decided", json!({"payment_id": "pay_ok"})),
+                    step(4, "order.capture_decided", json!({"payment_id": "pay_ok"})),
+                ],
+                "twice",
+            ),
+            (
+                vec![
+                    placed(),
+                    step(2, "order.cancelled", json!({})),
+                    step(
+                        3,
+                        "order.refund_decided",
+                        json!({"payment_id": "pay_ok", "void": true}),
+                    ),
+                    step(
+                        4,
+                        "order.refunded",
+                        json!({"payment_id": "pay_ok", "void": true}),
+                    ),
+                ],
+                "voided in the trace, not at the PSP",
+            ),
         ];
         for (steps, named) in cases {
             let faults = one(steps);

@@ -281,42 +281,43 @@ async fn a_late_payment_whose_unit_was_resold_is_refunded_and_the_other_reclaims
     )
     .await;
     let second = saga.order("LAST").await;
-    // Both reservations lapse before their payments land: the first payment
-    // to arrive reclaims the unit, the other finds it gone and is refunded.
-    let states = eventually("both orders to end", Duration::from_secs(30), || async {
-        let mut states = vec![];
+    // Both reservations lapse before their payments land: the first
+    // authorization to arrive reclaims the unit, the other finds it gone and
+    // is voided (nothing was taken; the order stays expired).
+    let views = eventually("both orders to end", Duration::from_secs(30), || async {
+        let mut views = vec![];
         for id in [&first, &second] {
-            states.push(
-                app.get(&app.token, &format!("/v1/orders/{id}")).await.body["state"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_owned(),
-            );
+            views.push(app.get(&app.token, &format!("/v1/orders/{id}")).await.body);
         }
-        states
-            .iter()
-            .all(|s| s == "confirmed" || s == "refunded")
-            .then_some(states)
+        let ended = |v: &serde_json::Value| {
+            v["state"] == "confirmed"
+                || (v["state"] == "expired" && v["refunds"][0]["state"] == "voided")
+        };
+        views.iter().all(ended).then_some(views)
     })
     .await;
-    let mut sorted = states.clone();
-    sorted.sort();
+    let mut states: Vec<&str> = views.iter().filter_map(|v| v["state"].as_str()).collect();
+    states.sort_unstable();
     assert_eq!(
-        sorted,
-        ["confirmed", "refunded"],
-        "one reclaimed, one refunded"
+        states,
+        ["confirmed", "expired"],
+        "one reclaimed, one voided"
     );
-    let refunded = if states[0] == "refunded" {
+    let voided = if views[0]["state"] == "expired" {
         &first
     } else {
         &second
     };
-    let payments = saga.psp_payments(refunded).await;
+    let payments = saga.psp_payments(voided).await;
     assert_eq!(payments.len(), 1, "charged once");
+    assert_eq!(payments[0]["status"], "canceled", "voided at the PSP");
     assert_eq!(
-        payments[0]["refunds"].as_array().map(Vec::len),
-        Some(1),
-        "refunded once through the PSP"
+        (
+            payments[0]["amount_captured"].as_i64(),
+            payments[0]["refunds"].as_array().map(Vec::len)
+        ),
+        (Some(0), Some(0)),
+        "nothing taken, nothing refunded"
     );
     assert_eq!(
         app.buckets("LAST").await,
@@ -341,8 +342,9 @@ async fn payments_landing_around_the_ttl_end_confirmed_or_refunded_and_conserve_
     app.add_product("EDGE", 100, 200).await;
     let _expiry = spawn_expiry(&app.database_url, Duration::from_millis(50)).await;
     let ids = place_many(&app, "EDGE", 200).await;
-    // Each order's fate must match the PSP's books: a succeeded payment ends
-    // confirmed (directly or reactivated) or refunded; no payment, expired.
+    // Each order's fate must match the PSP's books: an authorization ends
+    // confirmed (directly or reactivated) or voided (the order expired); no
+    // payment, expired.
     // (Under load some orders lapse before the worker reaches them; those are
     // never charged.)
     let fates = eventually(
@@ -361,10 +363,10 @@ async fn payments_landing_around_the_ttl_end_confirmed_or_refunded_and_conserve_
             }))
             .await;
             for (state, payments) in books {
-                let paid = payments.iter().any(|p| p["status"] == "succeeded");
+                let status = payments.first().and_then(|p| p["status"].as_str());
                 let settled = matches!(
-                    (paid, state.as_str()),
-                    (true, "confirmed" | "refunded") | (false, "expired")
+                    (status, state.as_str()),
+                    (Some("requires_capture"), "confirmed") | (Some("canceled") | None, "expired")
                 );
                 if !settled || payments.len() > 1 {
                     return None;

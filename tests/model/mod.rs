@@ -1,6 +1,7 @@
 //! The protocol model (`services/domain/model/saga.pml`), checked with Spin:
 //! every interleaving of reserve, pay (lost, duplicated, reordered and late
-//! answers), cancel, expire, reclaim, refund and reconcile keeps the promise,
+//! answers, 3-D Secure), cancel, expire, reclaim, ship and capture, void,
+//! refund and reconcile keeps the promise,
 //! and the model does catch the bugs soldonce once had.
 
 use std::path::Path;
@@ -168,6 +169,25 @@ fn without_expiry_an_order_whose_answer_is_lost_never_ends_and_the_model_says_so
     assert!(
         verdict.counterexample.contains("!=PENDING"),
         "the counterexample ends with an order still pending:\n{}",
+        verdict.counterexample
+    );
+}
+
+#[test]
+fn compensating_an_authorization_with_a_refund_leaves_it_open_and_the_model_says_so() {
+    // Nothing was captured, so the PSP refuses the refund: the authorization never ends.
+    let verdict = check(&["REFUND_NOT_VOID"]);
+    assert!(
+        verdict.errors > 0,
+        "the open authorization went unnoticed:\n{}",
+        verdict.output
+    );
+    assert!(
+        verdict
+            .counterexample
+            .contains("a refund of an authorization, refused")
+            && verdict.counterexample.contains("psp[p]!=AUTH"),
+        "the counterexample ends with an authorization still open:\n{}",
         verdict.counterexample
     );
 }

@@ -260,7 +260,10 @@ async fn every_service_runs_on_a_tls_only_postgres_with_verify_full_and_pays_thr
                 .app
                 .get(&system.app.token, &format!("/v1/orders/{id}"))
                 .await;
-            (r.body["state"] == "confirmed" && r.body["shipment"]["state"] == "delivered")
+            // Delivered, and its authorization captured.
+            (r.body["state"] == "confirmed"
+                && r.body["shipment"]["state"] == "delivered"
+                && r.body["payment"]["state"] == "succeeded")
                 .then_some(r.body)
         },
     )
@@ -277,6 +280,7 @@ async fn every_service_runs_on_a_tls_only_postgres_with_verify_full_and_pays_thr
         .collect();
     assert_eq!(ours.len(), 1, "{books:?}");
     assert_eq!(ours[0]["status"], "succeeded");
+    assert_eq!(ours[0]["amount_captured"], order["total_minor"]);
     assert_eq!(order["payment"]["psp_payment_id"], ours[0]["id"]);
 
     // A certificate file that is not there is refused at start, naming the variable.

@@ -99,7 +99,11 @@ async fn an_authorized_order_is_captured_once_when_it_ships_and_not_before() {
         let order = view(&saga, id).await;
         assert_eq!(order["payment"]["state"], "succeeded", "{order}");
         assert_eq!(order["shipment"]["state"], "delivered", "{order}");
-        assert_eq!(saga.psp_payments(id).await.len(), 1, "one payment per order");
+        assert_eq!(
+            saga.psp_payments(id).await.len(),
+            1,
+            "one payment per order"
+        );
     }
     assert_eq!(
         saga.app
@@ -153,13 +157,20 @@ async fn an_authorization_landing_after_a_cancel_is_voided_not_refunded() {
     let voided = psp_payment_in(&saga, &id, "canceled").await;
     assert_eq!(voided["cancellation_reason"], "requested", "{voided}");
     assert_eq!(voided["amount_captured"], 0, "{voided}");
-    assert_eq!(voided["refunds"].as_array().map(Vec::len), Some(0), "{voided}");
+    assert_eq!(
+        voided["refunds"].as_array().map(Vec::len),
+        Some(0),
+        "{voided}"
+    );
     let order = eventually("the void to be recorded", SETTLE, || async {
         let order = view(&saga, &id).await;
         (order["refunds"][0]["state"] == "voided").then_some(order)
     })
     .await;
-    assert_eq!(order["state"], "cancelled", "a void took nothing back: {order}");
+    assert_eq!(
+        order["state"], "cancelled",
+        "a void took nothing back: {order}"
+    );
     assert_eq!(order["refunds"][0]["reason"], "cancelled", "{order}");
     assert_eq!(
         saga.app
@@ -214,7 +225,10 @@ async fn three_d_secure_completed_confirms_and_abandoned_ends_the_order_with_not
     buyer_acts(&saga, &waiting, "succeeded").await;
     buyer_acts(&saga, &left, "abandoned").await;
     assert_eq!(saga.settled_state(&done, SETTLE).await, "confirmed");
-    assert_eq!(saga.settled_state(&abandoned, SETTLE).await, "payment_failed");
+    assert_eq!(
+        saga.settled_state(&abandoned, SETTLE).await,
+        "payment_failed"
+    );
     let gone = psp_payment_in(&saga, &abandoned, "canceled").await;
     assert_eq!(gone["cancellation_reason"], "abandoned", "{gone}");
     assert_eq!(gone["amount_captured"], 0, "{gone}");

@@ -29,7 +29,9 @@ async fn the_psp_client_keeps_a_connection_alive_for_each_call_in_flight() {
         Duration::from_secs(20),
         AT_ONCE,
     )
-    .expect("psp client");
+    .expect("psp client")
+    // Charges that take the money at once, counted by psp-sim as succeeded.
+    .capturing_at(payment_worker::psp::CaptureAt::Confirmation);
 
     let mut accepted = vec![];
     let mut books = String::new();

@@ -135,9 +135,12 @@ async fn a_late_charge_is_refunded_exactly_once(ended: Ended, path: Path) {
         Duration::from_secs(900)
     };
     let worker = path == Path::Worker;
+    // Money taken at once, so the late charge is refunded (an authorization
+    // is voided instead: tests/payments/capture.rs).
     let mut saga = Saga::start_with(SagaOptions {
         ttl,
         worker,
+        capture_at: payment_worker::psp::CaptureAt::Confirmation,
         ..SagaOptions::default()
     })
     .await;

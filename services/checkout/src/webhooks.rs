@@ -255,10 +255,7 @@ pub(crate) async fn receive(
     // records (its reply was lost, the worker is down) is learned here
     // about 40 ms later than it could be. The looks of every webhook in
     // progress are asked together, on one connection (`known.rs`).
-    if let Some(fact) = fact
-        .as_ref()
-        .filter(|f| f.status.is_paid())
-    {
+    if let Some(fact) = fact.as_ref().filter(|f| f.status.is_paid()) {
         for look in 0..=LOOKS {
             if look > 0 {
                 tokio::time::sleep(LOOK_EVERY).await;

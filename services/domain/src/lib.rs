@@ -18,8 +18,8 @@ pub mod stock;
 
 pub use money::{Currency, Money, MoneyError};
 pub use order::{
-    decide, evolve, fold, Capture, Command, DomainError, Event, Order, OrderLine, OrderState, PaymentRef,
-    PlaceOrder, Shipping,
+    decide, evolve, fold, Capture, Command, DomainError, Event, Order, OrderLine, OrderState,
+    PaymentRef, PlaceOrder, Shipping,
 };
 pub use payment::{PaidFact, PspStatus, RefundReason, RefundRef};
 pub use stock::{Buckets, Movement, Quantity, Sku, StockError};

@@ -184,7 +184,9 @@ pub enum Command {
         at: DateTime<Utc>,
     },
     /// The order's goods left: capture its authorized payment, once.
-    DecideCapture { at: DateTime<Utc> },
+    DecideCapture {
+        at: DateTime<Utc>,
+    },
     /// The PSP confirmed the capture decided for this payment.
     RecordCapture {
         payment_id: String,

@@ -437,15 +437,23 @@ fn the_version_counts_events() {
 
 #[test]
 fn an_authorization_confirms_and_is_captured_once_when_the_order_ships() {
-    let confirmed = given(vec![placed()]).when(authorized("p1")).expect("confirm");
+    let confirmed = given(vec![placed()])
+        .when(authorized("p1"))
+        .expect("confirm");
     assert!(matches!(
         &confirmed[..],
-        [Event::Confirmed { uncaptured: true, .. }]
+        [Event::Confirmed {
+            uncaptured: true,
+            ..
+        }]
     ));
     let mut history = vec![placed(), confirmed[0].clone()];
     let order = fold(&history).expect("order");
     assert_eq!(order.state, OrderState::Confirmed);
-    assert_eq!(order.payment.as_ref().map(|p| p.capture), Some(Capture::Authorized));
+    assert_eq!(
+        order.payment.as_ref().map(|p| p.capture),
+        Some(Capture::Authorized)
+    );
     // Recording a capture nobody decided is refused.
     let record = Command::RecordCapture {
         payment_id: "p1".into(),
@@ -464,7 +472,9 @@ fn an_authorization_confirms_and_is_captured_once_when_the_order_ships() {
     history.push(capture_decided("p1"));
     // Decided once: asking again decides nothing.
     assert_eq!(given(history.clone()).when(decide.clone()), Ok(vec![]));
-    let captured = given(history.clone()).when(record.clone()).expect("captured");
+    let captured = given(history.clone())
+        .when(record.clone())
+        .expect("captured");
     assert_eq!(
         captured,
         vec![Event::Captured {
@@ -499,7 +509,11 @@ fn an_authorization_that_cannot_settle_its_order_is_voided_and_the_order_keeps_i
     let decided = given(history.clone()).when(authorized("p1")).expect("void");
     assert!(matches!(
         &decided[..],
-        [Event::RefundDecided { void: true, reason: RefundReason::Cancelled, .. }]
+        [Event::RefundDecided {
+            void: true,
+            reason: RefundReason::Cancelled,
+            ..
+        }]
     ));
     let mut history = [history, decided].concat();
     let voided = given(history.clone())
@@ -511,7 +525,11 @@ fn an_authorization_that_cannot_settle_its_order_is_voided_and_the_order_keeps_i
     assert!(matches!(&voided[..], [Event::Refunded { void: true, .. }]));
     history.extend(voided);
     let order = fold(&history).expect("order");
-    assert_eq!(order.state, OrderState::Cancelled, "a void took no money back");
+    assert_eq!(
+        order.state,
+        OrderState::Cancelled,
+        "a void took no money back"
+    );
     assert!(order.payment.is_none());
     assert!(order.refunds.iter().all(|r| r.refunded && r.void));
 }

@@ -197,8 +197,16 @@ pub(crate) fn evolve_refund(order: &mut Order, event: &Event) {
             void: *void,
         }),
         // A voided authorization took nothing: the order keeps its state.
-        Event::Refunded { payment_id, void: true, .. } => {
-            if let Some(r) = order.refunds.iter_mut().find(|r| &r.payment_id == payment_id) {
+        Event::Refunded {
+            payment_id,
+            void: true,
+            ..
+        } => {
+            if let Some(r) = order
+                .refunds
+                .iter_mut()
+                .find(|r| &r.payment_id == payment_id)
+            {
                 r.refunded = true;
             }
         }

@@ -78,7 +78,12 @@ async fn carry_out(pool: &PgPool, psp: &Psp, c: Capture) -> Outcome {
         Err(PspError::WrongState(why)) => match psp.payment(&c.payment_id).await {
             Ok(Some(payment)) => settle(pool, &c, &payment).await,
             Ok(None) => {
-                refuse(pool, &c, &format!("{why}; the PSP no longer holds the payment")).await
+                refuse(
+                    pool,
+                    &c,
+                    &format!("{why}; the PSP no longer holds the payment"),
+                )
+                .await
             }
             Err(e) => postpone(pool, &c, &format!("{why}; looking it up: {e}")).await,
         },

@@ -82,20 +82,35 @@ async fn void(pool: &PgPool, psp: &Psp, c: &Compensation) -> Outcome {
         // Canceled already (lapsed, abandoned, voided at the dashboard) or captured: look.
         Err(PspError::WrongState(why)) => match psp.payment(&c.payment_id).await {
             Ok(Some(payment)) => payment,
-            Ok(None) => return refuse(pool, c, &format!("{why}; the PSP no longer holds the payment")).await,
+            Ok(None) => {
+                return refuse(
+                    pool,
+                    c,
+                    &format!("{why}; the PSP no longer holds the payment"),
+                )
+                .await
+            }
             Err(e) => return postpone(pool, c, &format!("{why}; looking it up: {e}")).await,
         },
         Err(PspError::Retryable(why)) => return postpone(pool, c, &why).await,
         Err(e) => return refuse(pool, c, &format!("the PSP refused the void: {e}")).await,
     };
     match payment.status.as_str() {
-        "canceled" => match compensations::complete(pool, &c.payment_id, &payment.id, None, "payment-worker").await {
-            Ok(_) => {
-                tracing::info!(reason = c.reason.as_deref().unwrap_or(""), cancellation = payment.cancellation_reason.as_deref().unwrap_or(""), "authorization voided");
-                Outcome::Refunded
+        "canceled" => {
+            match compensations::complete(pool, &c.payment_id, &payment.id, None, "payment-worker")
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(
+                        reason = c.reason.as_deref().unwrap_or(""),
+                        cancellation = payment.cancellation_reason.as_deref().unwrap_or(""),
+                        "authorization voided"
+                    );
+                    Outcome::Refunded
+                }
+                Err(e) => postpone(pool, c, &format!("recording the void: {e}")).await,
             }
-            Err(e) => postpone(pool, c, &format!("recording the void: {e}")).await,
-        },
+        }
         "succeeded" => {
             let detail = format!(
                 "the authorization was captured ({} taken) before its void: the buyer is owed a refund a person must decide",

@@ -18,6 +18,9 @@ type Overdue = (
     Option<String>,
 );
 
+/// A capture not carried out: payment, order, capture state, age in seconds, last error.
+type OverdueCapture = (String, Option<Uuid>, String, f64, Option<String>);
+
 /// Every check over every order, or (with `only`) over those orders and
 /// their payments; open compensations and reconciliation findings are
 /// always checked whole (both are read by index).
@@ -145,7 +148,7 @@ pub(crate) async fn check_open(
             format!("refund ({why}, {order}) {state} for {age:.0} s{error}"),
         );
     }
-    let captures: Vec<(String, Option<Uuid>, String, f64, Option<String>)> = sqlx::query_as(
+    let captures: Vec<OverdueCapture> = sqlx::query_as(
         "SELECT payment_id, order_id, capture_state, extract(epoch FROM now() - capture_decided_at)::float8, capture_error FROM payments \
          WHERE capture_state IN ('pending', 'refused') AND (capture_state = 'refused' OR capture_decided_at <= now() - make_interval(secs => $1)) \
          ORDER BY capture_decided_at LIMIT 1000",

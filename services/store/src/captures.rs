@@ -16,8 +16,32 @@ use chrono::{DateTime, Utc};
 use domain::Command;
 use events::Metadata;
 use sqlx::PgPool;
+use std::collections::HashMap;
 use std::time::Duration;
 use uuid::Uuid;
+
+/// Metadata for what `source` records on these orders of its own accord:
+/// the saga's correlation, on each order's own trace (that of its first
+/// event), so a capture shows in the buyer's trace like every other step.
+async fn on_order_traces(
+    conn: &mut sqlx::PgConnection,
+    source: &str,
+    ids: &[Uuid],
+) -> Result<HashMap<Uuid, Metadata>, StoreError> {
+    let rows: Vec<(Uuid, Option<String>, Option<String>)> = sqlx::query_as(
+        "SELECT stream_id, metadata->>'traceparent', metadata->>'tracestate' FROM events WHERE stream_id = ANY($1) AND version = 1",
+    )
+    .bind(ids)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, parent, state)| {
+            let meta = Metadata::from_request(source, id, parent).with_tracestate(state);
+            (id, meta)
+        })
+        .collect())
+}
 
 /// One capture to carry out.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -55,6 +79,7 @@ pub async fn decide_shipped(pool: &PgPool, limit: i64, source: &str) -> Result<u
         return Ok(0);
     }
     let found = orders::load_many_locking(&mut tx, &ids, Waiting::Wait).await?;
+    let metas = on_order_traces(&mut tx, source, &ids).await?;
     let at = crate::now();
     let mut changes = Changes::new();
     let mut payments: Vec<String> = Vec::with_capacity(found.len());
@@ -64,7 +89,10 @@ pub async fn decide_shipped(pool: &PgPool, limit: i64, source: &str) -> Result<u
         if events.is_empty() {
             continue;
         }
-        let meta = Metadata::spontaneous(source, order.id);
+        let meta = metas
+            .get(&order.id)
+            .cloned()
+            .unwrap_or_else(|| Metadata::spontaneous(source, order.id));
         changes.order(Some(order), &events, &meta)?;
         if let Some(payment) = &order.payment {
             payments.push(payment.payment_id.clone());
@@ -128,15 +156,16 @@ pub async fn complete(
     let Some(order_id) = order_id else {
         return Ok(false);
     };
-    let meta = Metadata::spontaneous(source, order_id);
+    let meta = on_order_traces(&mut tx, source, &[order_id])
+        .await?
+        .remove(&order_id)
+        .unwrap_or_else(|| Metadata::spontaneous(source, order_id));
     let at = crate::now();
     // The order row first, as every path locks it.
-    match orders::transition_in(&mut tx, order_id, None, &meta, |_| {
-        Command::RecordCapture {
-            payment_id: payment_id.to_owned(),
-            amount_minor: captured_minor,
-            at,
-        }
+    match orders::transition_in(&mut tx, order_id, None, &meta, |_| Command::RecordCapture {
+        payment_id: payment_id.to_owned(),
+        amount_minor: captured_minor,
+        at,
     })
     .await?
     {

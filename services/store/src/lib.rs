@@ -30,11 +30,11 @@
 
 pub mod accounts;
 pub mod audit;
-pub mod captures;
 mod audit_delta;
 mod audit_frontier;
 mod audit_money;
 mod audit_runs;
+pub mod captures;
 pub mod catalog;
 pub mod clock;
 pub mod compensations;
