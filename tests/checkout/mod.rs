@@ -2,5 +2,6 @@ mod bad_input;
 mod coalesce;
 mod flash_sale;
 mod idempotency;
+mod isolation;
 mod limits;
 mod orders;

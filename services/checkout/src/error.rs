@@ -19,6 +19,9 @@ pub enum ApiError {
     Malformed(String),
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// One field of the request is invalid: the problem names it (`field`).
+    #[error("invalid request: {why}")]
+    InvalidField { field: String, why: String },
     #[error("unsupported media type")]
     UnsupportedMediaType,
     #[error("payload too large")]
@@ -106,6 +109,13 @@ impl ApiError {
                 "Invalid request",
                 why.clone(),
             ),
+            ApiError::InvalidField { field, why } => Problem::new(
+                S::UNPROCESSABLE_ENTITY,
+                "invalid-request",
+                "Invalid request",
+                why.clone(),
+            )
+            .with("field", field.as_str()),
             ApiError::UnsupportedMediaType => Problem::new(
                 S::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported-media-type",

@@ -22,7 +22,11 @@ pub const METRICS: &[Metric] = &[
     ),
     Metric::counter(
         "soldonce_checkout_group_retries_total",
-        "Group transactions run again, by reason (stale_stock, isolated, deadlock).",
+        "Group transactions run again, by reason (stale_stock; bisected: a placement failed in the database and the group was run again without it; isolated: no single culprit, one placement per transaction; deadlock).",
+    ),
+    Metric::counter(
+        "soldonce_checkout_isolated_placements_total",
+        "Placements that failed in the database on their own (a constraint, a trigger, a bad row): each answered with an error while the rest of its group committed.",
     ),
     Metric::counter(
         "soldonce_token_lookups_total",

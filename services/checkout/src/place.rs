@@ -44,6 +44,7 @@ pub(crate) async fn place_order(
         Ok((_, label)) => *label,
         Err(
             ApiError::Invalid(_)
+            | ApiError::InvalidField { .. }
             | ApiError::Malformed(_)
             | ApiError::TooLarge
             | ApiError::UnsupportedMediaType,
@@ -136,10 +137,16 @@ pub(crate) async fn place_group(ctx: &Context, drafts: &[Draft]) -> Vec<Answer> 
                     metrics::counter!("soldonce_checkout_group_retries_total", "reason" => "stale_stock")
                         .increment(1);
                 }
+                if report.bisected {
+                    metrics::counter!("soldonce_checkout_group_retries_total", "reason" => "bisected")
+                        .increment(1);
+                }
                 if report.isolated {
                     metrics::counter!("soldonce_checkout_group_retries_total", "reason" => "isolated")
                         .increment(1);
                 }
+                metrics::counter!("soldonce_checkout_isolated_placements_total")
+                    .increment(report.failed_alone as u64);
                 if report.transient_retries > 0 {
                     metrics::counter!("soldonce_checkout_group_retries_total", "reason" => "deadlock")
                         .increment(u64::from(report.transient_retries));
