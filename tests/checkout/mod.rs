@@ -1,5 +1,6 @@
 mod bad_input;
 mod coalesce;
+mod connections;
 mod flash_sale;
 mod idempotency;
 mod isolation;

@@ -54,6 +54,9 @@ pub enum ApiError {
     KeyReused,
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    /// A placement waited for a lane past the deadline: nothing was reserved.
+    #[error("overloaded: waited {0:?} for a placing lane")]
+    Overloaded(std::time::Duration),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -221,6 +224,15 @@ impl ApiError {
                 "Service unavailable",
                 "the database is busy or unreachable; retry with the same Idempotency-Key",
             ),
+            ApiError::Overloaded(waited) => Problem::new(
+                S::SERVICE_UNAVAILABLE,
+                "overloaded",
+                "Overloaded",
+                format!(
+                    "the order waited {} ms for its turn and was not placed (nothing is reserved); retry with the same Idempotency-Key",
+                    waited.as_millis()
+                ),
+            ),
             ApiError::Internal(_) => Problem::new(
                 S::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -260,7 +272,7 @@ impl IntoResponse for ApiError {
             ApiError::Unauthorized(_) => {
                 h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
-            ApiError::Unavailable(_) => {
+            ApiError::Unavailable(_) | ApiError::Overloaded(_) => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             ApiError::RateLimited(secs) => {

@@ -6,7 +6,7 @@ use platform::metric::Metric;
 pub const METRICS: &[Metric] = &[
     Metric::counter(
         "soldonce_checkout_requests_total",
-        "Placement requests answered, by outcome (placed, out_of_stock, replayed, key_in_flight, key_mismatch, limit, invalid, unavailable, error, head_too_large).",
+        "Placement requests answered, by outcome (placed, out_of_stock, replayed, key_in_flight, key_mismatch, limit, invalid, unavailable, overloaded, error, head_too_large).",
     ),
     Metric::histogram(
         "soldonce_checkout_group_size",
@@ -27,6 +27,10 @@ pub const METRICS: &[Metric] = &[
     Metric::counter(
         "soldonce_checkout_isolated_placements_total",
         "Placements that failed in the database on their own (a constraint, a trigger, a bad row): each answered with an error while the rest of its group committed.",
+    ),
+    Metric::counter(
+        "soldonce_checkout_queue_deadline_total",
+        "Placements answered 503 (overloaded) after waiting CHECKOUT_QUEUE_DEADLINE for a lane, nothing reserved.",
     ),
     Metric::counter(
         "soldonce_token_lookups_total",

@@ -55,6 +55,7 @@ pub(crate) async fn place_order(
         Err(ApiError::KeyInFlight) => "key_in_flight",
         Err(ApiError::KeyReused) => "key_mismatch",
         Err(ApiError::Unavailable(_)) => "unavailable",
+        Err(ApiError::Overloaded(_)) => "overloaded",
         Err(_) => "error",
     };
     metrics::counter!("soldonce_checkout_requests_total", "outcome" => label).increment(1);
