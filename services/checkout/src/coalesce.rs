@@ -77,7 +77,7 @@ impl Placer {
                     Ok(Err(_)) => {
                         return Err(ApiError::Unavailable("checkout is shutting down".into()))
                     }
-                    Ok(Ok(())) => {}
+                    Ok(Ok(())) => queued_gauge().increment(1.0),
                 }
                 let left = deadline.saturating_sub(queued.elapsed());
                 if let Ok(answered) = tokio::time::timeout(left, &mut answer).await {
@@ -106,6 +106,11 @@ fn overloaded(queued: Instant) -> ApiError {
     ApiError::Overloaded(queued.elapsed())
 }
 
+/// Placements waiting in the queue for a lane.
+fn queued_gauge() -> metrics::Gauge {
+    metrics::gauge!("soldonce_checkout_queued_placements")
+}
+
 /// Whether a lane may place this draft: it was still waiting (not abandoned).
 fn take(fate: &AtomicU8) -> bool {
     fate.compare_exchange(WAITING, TAKEN, Ordering::SeqCst, Ordering::SeqCst)
@@ -120,17 +125,21 @@ async fn lane(ctx: Arc<Context>, queue: Arc<Mutex<mpsc::Receiver<Job>>>, max: us
         {
             let mut queue = queue.lock().await;
             while jobs.is_empty() {
-                match queue.recv().await {
-                    Some(job) if take(&job.2) => jobs.push(job),
-                    Some(_) => {}
-                    None => return,
+                let Some(job) = queue.recv().await else {
+                    return;
+                };
+                queued_gauge().decrement(1.0);
+                if take(&job.2) {
+                    jobs.push(job);
                 }
             }
             while jobs.len() < max {
-                match queue.try_recv() {
-                    Ok(job) if take(&job.2) => jobs.push(job),
-                    Ok(_) => {}
-                    Err(_) => break,
+                let Ok(job) = queue.try_recv() else {
+                    break;
+                };
+                queued_gauge().decrement(1.0);
+                if take(&job.2) {
+                    jobs.push(job);
                 }
             }
         }

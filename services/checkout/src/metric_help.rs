@@ -28,6 +28,10 @@ pub const METRICS: &[Metric] = &[
         "soldonce_checkout_isolated_placements_total",
         "Placements that failed in the database on their own (a constraint, a trigger, a bad row): each answered with an error while the rest of its group committed.",
     ),
+    Metric::gauge(
+        "soldonce_checkout_queued_placements",
+        "Placements waiting in the queue for a free lane.",
+    ),
     Metric::counter(
         "soldonce_checkout_queue_deadline_total",
         "Placements answered 503 (overloaded) after waiting CHECKOUT_QUEUE_DEADLINE for a lane, nothing reserved.",

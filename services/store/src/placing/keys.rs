@@ -19,14 +19,33 @@ const KEYS_SQL: &str = "SELECT t.i, k.fingerprint, k.status, k.response_body, k.
      FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS t(a, k, i) \
      JOIN idempotency_keys k ON k.account_id = t.a AND k.key = t.k";
 
+/// A key already stored: the request it was first used for, and its answer.
+#[derive(Debug, Clone)]
+pub(super) struct StoredKey {
+    pub fingerprint: Vec<u8>,
+    pub response: StoredResponse,
+}
+
+impl StoredKey {
+    /// What a request with `fingerprint` under this key hears.
+    pub(super) fn answer(&self, fingerprint: &[u8]) -> Claim {
+        if self.fingerprint == fingerprint {
+            Claim::Replay(self.response.clone())
+        } else {
+            Claim::Mismatch
+        }
+    }
+}
+
 /// Try-locks the keys of `which` (a lock held elsewhere: `InFlight`; never
 /// waits), then, in a statement of its own so it sees every commit made
-/// before the locks were taken, reads the keys already stored.
+/// before the locks were taken, reads the keys already stored: each claim,
+/// with the stored key it was answered from.
 pub(super) async fn claim(
     conn: &mut PgConnection,
     group: &[Placement<'_>],
     which: &[usize],
-) -> Result<Vec<Claim>, StoreError> {
+) -> Result<Vec<(Claim, Option<StoredKey>)>, StoreError> {
     let locks: Vec<i64> = which
         .iter()
         .map(|&i| idempotency::lock_id(&group[i].key))
@@ -37,12 +56,12 @@ pub(super) async fn claim(
     .bind(&locks)
     .fetch_all(&mut *conn)
     .await?;
-    let mut claims = vec![Claim::InFlight; which.len()];
+    let mut claims = vec![(Claim::InFlight, None); which.len()];
     let mut locked = Vec::new();
     for (i, got) in got {
         let at = usize::try_from(i - 1).map_err(|_| StoreError::Corrupt("ordinality".into()))?;
         if got && at < which.len() {
-            claims[at] = Claim::Claimed;
+            claims[at].0 = Claim::Claimed;
             locked.push(at);
         }
     }
@@ -66,17 +85,19 @@ pub(super) async fn claim(
             .ok()
             .and_then(|n| locked.get(n).copied())
             .ok_or_else(|| StoreError::Corrupt("ordinality".into()))?;
-        let p = &group[which[at]];
-        claims[at] = if fingerprint != p.key.fingerprint {
-            Claim::Mismatch
-        } else {
-            Claim::Replay(StoredResponse {
+        let stored = StoredKey {
+            fingerprint,
+            response: StoredResponse {
                 status: u16::try_from(status)
                     .map_err(|_| StoreError::Corrupt("idempotency status".into()))?,
                 body,
                 order_id,
-            })
+            },
         };
+        claims[at] = (
+            stored.answer(&group[which[at]].key.fingerprint),
+            Some(stored),
+        );
     }
     Ok(claims)
 }

@@ -265,10 +265,14 @@ async fn place_in(
     // 1. Claim the keys.
     let claims = keys::claim(conn, group, &firsts).await?;
     let mut candidates = Vec::with_capacity(firsts.len());
-    for (i, claim) in firsts.iter().copied().zip(claims) {
+    let mut stored = HashMap::new();
+    for (i, (claim, key)) in firsts.iter().copied().zip(claims) {
         match claim {
             Claim::Claimed => candidates.push(i),
             other => outcomes[i] = Some(PlaceOutcome::Claim(other)),
+        }
+        if let Some(key) = key {
+            stored.insert(i, key);
         }
     }
 
@@ -309,19 +313,16 @@ async fn place_in(
         break;
     }
 
-    // A repeated key hears what its first request's key now holds.
     for (i, first) in repeats {
-        let same_body = group[i].key.fingerprint == group[first].key.fingerprint;
-        let outcome = match (&outcomes[first], same_body) {
-            (_, false) => Claim::Mismatch,
-            (Some(PlaceOutcome::Placed), true) => Claim::Replay(group[first].accepted.clone()),
-            (Some(o @ (PlaceOutcome::OutOfStock(_) | PlaceOutcome::LimitReached(_))), true) => {
-                Claim::Replay(refusal(o))
-            }
-            (Some(PlaceOutcome::Claim(c)), true) => c.clone(),
-            (None, true) => Claim::InFlight,
-        };
-        outcomes[i] = Some(PlaceOutcome::Claim(outcome));
+        let heard = repeated(
+            group,
+            i,
+            first,
+            &outcomes[first],
+            stored.get(&first),
+            refusal,
+        );
+        outcomes[i] = Some(PlaceOutcome::Claim(heard));
     }
     Ok(Some(
         outcomes
@@ -333,6 +334,40 @@ async fn place_in(
             })
             .collect(),
     ))
+}
+
+/// What request `i`, repeating the key of the group's earlier request
+/// `first`, hears: what the key holds once the group commits, compared as a
+/// request arriving after the group would compare it — with the key's
+/// stored request (`stored`, when the key was stored before the group), or
+/// with `first`'s when the group stores it. A key in flight elsewhere, or
+/// whose request failed in the database (nothing stored), is in flight.
+fn repeated(
+    group: &[Placement<'_>],
+    i: usize,
+    first: usize,
+    outcome: &Option<PlaceOutcome>,
+    stored: Option<&keys::StoredKey>,
+    refusal: &impl Fn(&PlaceOutcome) -> StoredResponse,
+) -> Claim {
+    let fingerprint = &group[i].key.fingerprint;
+    let as_first = |answer: StoredResponse| {
+        keys::StoredKey {
+            fingerprint: group[first].key.fingerprint.to_vec(),
+            response: answer,
+        }
+        .answer(fingerprint)
+    };
+    match (outcome, stored) {
+        (Some(PlaceOutcome::Placed), _) => as_first(group[first].accepted.clone()),
+        (Some(o @ (PlaceOutcome::OutOfStock(_) | PlaceOutcome::LimitReached(_))), _) => {
+            as_first(refusal(o))
+        }
+        (Some(PlaceOutcome::Claim(Claim::Replay(_) | Claim::Mismatch)), Some(key)) => {
+            key.answer(fingerprint)
+        }
+        _ => Claim::InFlight,
+    }
 }
 
 /// Decides `candidates` in arrival order against what the accounts hold and
