@@ -6,4 +6,5 @@ mod keepalive;
 mod money;
 mod reconcile;
 mod shared;
+mod webhook_types;
 mod webhooks;

@@ -22,6 +22,9 @@ pub enum ApiError {
     /// One field of the request is invalid: the problem names it (`field`).
     #[error("invalid request: {why}")]
     InvalidField { field: String, why: String },
+    /// A PSP webhook whose status contradicts its event type.
+    #[error("webhook type {event_type} cannot carry status {status:?}")]
+    WebhookMismatch { event_type: String, status: String },
     #[error("unsupported media type")]
     UnsupportedMediaType,
     #[error("payload too large")]
@@ -119,6 +122,12 @@ impl ApiError {
                 why.clone(),
             )
             .with("field", field.as_str()),
+            ApiError::WebhookMismatch { event_type, status } => Problem::new(
+                S::BAD_REQUEST,
+                "webhook-type-mismatch",
+                "Webhook type and status disagree",
+                format!("a {event_type} event cannot carry the status {status:?}; nothing was changed"),
+            ),
             ApiError::UnsupportedMediaType => Problem::new(
                 S::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported-media-type",

@@ -54,7 +54,7 @@ pub const METRICS: &[Metric] = &[
     ),
     Metric::counter(
         "soldonce_webhooks_total",
-        "PSP webhooks accepted, by outcome (confirmed, refund_decided, declined, applied, unknown_status, duplicate, busy).",
+        "PSP webhooks received, by outcome (confirmed, refund_decided, declined, applied, unknown_status, duplicate, busy; mismatch: a status its type cannot carry, refused with 400).",
     ),
     Metric::counter(
         "soldonce_webhooks_rejected_total",
