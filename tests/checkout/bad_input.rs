@@ -94,3 +94,53 @@ async fn a_shipping_address_is_kept_with_the_order() {
     );
     assert_eq!(placed.body["currency"], "BRL");
 }
+
+/// A NUL (which PostgreSQL cannot store) or any other control character in
+/// an address field is the client's error: `422` naming the field, before
+/// anything reaches the database.
+#[tokio::test]
+async fn a_control_character_in_any_address_field_is_a_422_naming_it() {
+    let app = TestApp::spawn().await;
+    app.add_product("MUG", 2500, 10).await;
+    let address = json!({ "name": "Ana Silva", "line1": "Rua A, 1", "city": "Recife", "postal_code": "50000-000", "country": "BR" });
+    let mut sent = 0;
+    for field in ["name", "line1", "city", "postal_code", "country"] {
+        for bad in [
+            "\u{0}", "\n", "\t", "\u{1b}", "\u{7f}", "\u{85}", "\u{2028}",
+        ] {
+            let mut shipping = address.clone();
+            let clean = shipping[field].as_str().expect("text").to_owned();
+            let (head, tail) = clean.split_at(1);
+            shipping[field] = json!(format!("{head}{bad}{tail}"));
+            let body = json!({ "lines": [{ "sku": "MUG", "quantity": 1 }], "shipping": shipping });
+            let reply = app.place(&app.token, &format!("ctl-{sent}"), &body).await;
+            sent += 1;
+            reply.assert_problem(422);
+            assert_eq!(
+                reply.body["field"],
+                format!("shipping.{field}"),
+                "{bad:?} in {field}: {}",
+                reply.body
+            );
+        }
+    }
+    assert_eq!(sent, 35);
+    let untouched = Buckets {
+        available: 10,
+        reserved: 0,
+        sold: 0,
+    };
+    assert_eq!(app.buckets("MUG").await, untouched);
+    assert_eq!(app.ledger("MUG").await, untouched);
+    for table in ["orders", "events", "outbox", "idempotency_keys"] {
+        assert_eq!(
+            app.count(&format!("SELECT count(*) FROM {table}")).await,
+            0,
+            "{table}"
+        );
+    }
+    // The same address, printable, is placed.
+    let body = json!({ "lines": [{ "sku": "MUG", "quantity": 1 }], "shipping": address });
+    let placed = app.place(&app.token, "clean", &body).await;
+    assert_eq!(placed.status, 202, "{}", placed.body);
+}

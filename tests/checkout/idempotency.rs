@@ -191,3 +191,79 @@ async fn a_row_held_by_a_stuck_connection_is_a_503_to_retry_with_the_same_key() 
     assert_eq!(app.count("SELECT count(*) FROM orders").await, 1);
     assert_eq!(app.buckets("STUCK").await.reserved, 1);
 }
+
+/// Placements waiting for a lane in this test process (every checkout's).
+async fn queued(app: &TestApp) -> f64 {
+    soldonce_tests::metric_sample(&app.metrics().await, "soldonce_checkout_queued_placements")
+        .unwrap_or(0.0)
+}
+
+/// A key repeated inside one coalesced group is compared with the key's
+/// stored request, as if each request had come in a group of its own: after
+/// `K` was stored for body A, a group holding K with bodies B and A (in
+/// any order) answers every B 422 and every A the stored 202.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_repeated_in_one_group_is_compared_with_its_stored_request() {
+    let app = Arc::new(
+        TestApp::spawn_configured(
+            soldonce_tests::servers::fresh_database().await,
+            std::time::Duration::from_secs(900),
+            |s| s.coalesce.lanes = 1,
+        )
+        .await,
+    );
+    app.add_product("MUG", 2500, 100).await;
+    app.add_product("BLOCK", 100, 10).await;
+    let (a, b) = (one("MUG", 1), one("MUG", 2));
+    let stored = app.place(&app.token, "K", &a).await;
+    assert_eq!(stored.status, 202, "{}", stored.body);
+    for round in 0..3 {
+        // The only lane waits on a row another transaction holds, so the
+        // requests below queue up and are taken as one group.
+        let (held, pid) = app.hold_stock_row("BLOCK").await;
+        let blocker = {
+            let app = app.clone();
+            tokio::spawn(async move {
+                app.place(&app.token, &format!("block-{round}"), &one("BLOCK", 1))
+                    .await
+            })
+        };
+        app.wait_blocked_by(pid, "the lane to wait on BLOCK").await;
+        let before = queued(&app).await;
+        let racers: Vec<_> = (0..10)
+            .map(|i| {
+                let (app, body) = (app.clone(), if i % 2 == 0 { b.clone() } else { a.clone() });
+                tokio::spawn(async move { (i % 2 == 0, app.place(&app.token, "K", &body).await) })
+            })
+            .collect();
+        // Best effort (the gauge is the whole process's): give them time to queue.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            while queued(&app).await < before + 10.0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        held.rollback().await.expect("release BLOCK");
+        assert_eq!(blocker.await.expect("blocker").status, 202);
+        for racer in racers {
+            let (is_b, reply) = racer.await.expect("racer");
+            if is_b {
+                reply.assert_problem(422);
+                assert_eq!(
+                    reply.body["type"],
+                    "urn:soldonce:problem:idempotency-key-reused"
+                );
+            } else {
+                assert_eq!(reply.status, 202, "round {round}: {}", reply.body);
+                assert_eq!(reply.body["id"], stored.body["id"], "the stored order");
+                assert_eq!(reply.header("idempotent-replayed"), Some("true"));
+            }
+        }
+    }
+    assert_eq!(
+        app.count("SELECT count(*) FROM order_lines WHERE sku = 'MUG'")
+            .await,
+        1
+    );
+    assert_eq!(app.buckets("MUG").await.reserved, 1);
+}

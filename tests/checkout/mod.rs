@@ -1,6 +1,8 @@
 mod bad_input;
 mod coalesce;
+mod connections;
 mod flash_sale;
 mod idempotency;
+mod isolation;
 mod limits;
 mod orders;

@@ -102,6 +102,7 @@ impl TestApp {
             ops_addr: None,
             limits: checkout::Limits::unlimited(),
             coalesce: checkout::Coalesce::default(),
+            http: checkout::HttpLimits::default(),
         };
         configure(&mut settings);
         let app = checkout::Application::build(settings)

@@ -7,4 +7,5 @@ mod keepalive;
 mod money;
 mod reconcile;
 mod shared;
+mod webhook_types;
 mod webhooks;

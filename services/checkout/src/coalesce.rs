@@ -4,23 +4,38 @@
 //! group limit, so a lone request is placed at once and under load a group
 //! is whatever arrived while the lanes were busy. With coalescing off every
 //! request is a group of one, placed on the request's own task.
+//!
+//! A request waits for a lane at most `queue_deadline`: past it, it is
+//! answered `503` (`overloaded`, with `Retry-After`) and its draft is marked
+//! abandoned, so the lane that reaches it later skips it — nothing is
+//! reserved for an answer nobody waits for. Whichever of the two marks the
+//! draft first wins; a draft a lane took is always answered by the lane.
 
 use crate::error::ApiError;
 use crate::place::{self, Answer, Context, Draft};
 use crate::Coalesce;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-/// A draft, when it joined the queue, and where its answer goes.
-type Job = (Draft, Instant, oneshot::Sender<Answer>);
+/// A draft, when it joined the queue, whether it is still wanted, and where its answer goes.
+type Job = (Draft, Instant, Arc<AtomicU8>, oneshot::Sender<Answer>);
+
+/// A queued draft's fate: still waiting, taken by a lane, or abandoned by its request.
+const WAITING: u8 = 0;
+const TAKEN: u8 = 1;
+const ABANDONED: u8 = 2;
 
 /// Where a handler sends its draft.
 pub(crate) enum Placer {
     /// Every request on its own.
     Direct(Arc<Context>),
-    /// Requests queue for the lanes.
-    Coalesced(mpsc::Sender<Job>),
+    /// Requests queue for the lanes, each at most `deadline`.
+    Coalesced {
+        queue: mpsc::Sender<Job>,
+        deadline: Duration,
+    },
 }
 
 impl Placer {
@@ -35,7 +50,10 @@ impl Placer {
         for _ in 0..settings.lanes {
             tokio::spawn(lane(ctx.clone(), rx.clone(), settings.max_group));
         }
-        Placer::Coalesced(tx)
+        Placer::Coalesced {
+            queue: tx,
+            deadline: settings.queue_deadline,
+        }
     }
 
     /// Places one request: alone, or with the group it joins.
@@ -45,18 +63,58 @@ impl Placer {
                 .await
                 .pop()
                 .unwrap_or_else(|| Err(ApiError::Internal("no answer".into()))),
-            Placer::Coalesced(queue) => {
-                let (reply, answer) = oneshot::channel();
-                queue
-                    .send((draft, Instant::now(), reply))
-                    .await
-                    .map_err(|_| ApiError::Unavailable("checkout is shutting down".into()))?;
+            Placer::Coalesced { queue, deadline } => {
+                let (reply, mut answer) = oneshot::channel();
+                let fate = Arc::new(AtomicU8::new(WAITING));
+                let queued = Instant::now();
+                let sent = tokio::time::timeout(
+                    *deadline,
+                    queue.send((draft, queued, fate.clone(), reply)),
+                )
+                .await;
+                match sent {
+                    Err(_) => return Err(overloaded(queued)),
+                    Ok(Err(_)) => {
+                        return Err(ApiError::Unavailable("checkout is shutting down".into()))
+                    }
+                    Ok(Ok(())) => queued_gauge().increment(1.0),
+                }
+                let left = deadline.saturating_sub(queued.elapsed());
+                if let Ok(answered) = tokio::time::timeout(left, &mut answer).await {
+                    return answered.unwrap_or_else(|_| {
+                        Err(ApiError::Internal("the placing group failed".into()))
+                    });
+                }
+                if fate
+                    .compare_exchange(WAITING, ABANDONED, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+                {
+                    return Err(overloaded(queued));
+                }
+                // A lane took it in time: its answer (202 or not) is the answer.
                 answer
                     .await
                     .unwrap_or_else(|_| Err(ApiError::Internal("the placing group failed".into())))
             }
         }
     }
+}
+
+/// A request that waited too long for a lane.
+fn overloaded(queued: Instant) -> ApiError {
+    metrics::counter!("soldonce_checkout_queue_deadline_total").increment(1);
+    ApiError::Overloaded(queued.elapsed())
+}
+
+/// Placements waiting in the queue for a lane.
+fn queued_gauge() -> metrics::Gauge {
+    metrics::gauge!("soldonce_checkout_queued_placements")
+}
+
+/// Whether a lane may place this draft: it was still waiting (not abandoned).
+fn take(fate: &AtomicU8) -> bool {
+    fate.compare_exchange(WAITING, TAKEN, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok()
 }
 
 /// Takes the next group (blocking only for its first request) and places
@@ -66,14 +124,22 @@ async fn lane(ctx: Arc<Context>, queue: Arc<Mutex<mpsc::Receiver<Job>>>, max: us
         let mut jobs = Vec::new();
         {
             let mut queue = queue.lock().await;
-            match queue.recv().await {
-                Some(job) => jobs.push(job),
-                None => return,
+            while jobs.is_empty() {
+                let Some(job) = queue.recv().await else {
+                    return;
+                };
+                queued_gauge().decrement(1.0);
+                if take(&job.2) {
+                    jobs.push(job);
+                }
             }
             while jobs.len() < max {
-                match queue.try_recv() {
-                    Ok(job) => jobs.push(job),
-                    Err(_) => break,
+                let Ok(job) = queue.try_recv() else {
+                    break;
+                };
+                queued_gauge().decrement(1.0);
+                if take(&job.2) {
+                    jobs.push(job);
                 }
             }
         }
@@ -82,7 +148,7 @@ async fn lane(ctx: Arc<Context>, queue: Arc<Mutex<mpsc::Receiver<Job>>>, max: us
             let waited = metrics::histogram!("soldonce_checkout_queue_wait_seconds");
             let mut drafts = Vec::with_capacity(jobs.len());
             let mut replies = Vec::with_capacity(jobs.len());
-            for (draft, queued, reply) in jobs {
+            for (draft, queued, _, reply) in jobs {
                 waited.record(queued.elapsed().as_secs_f64());
                 drafts.push(draft);
                 replies.push(reply);

@@ -19,6 +19,12 @@ pub enum ApiError {
     Malformed(String),
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// One field of the request is invalid: the problem names it (`field`).
+    #[error("invalid request: {why}")]
+    InvalidField { field: String, why: String },
+    /// A PSP webhook whose status contradicts its event type.
+    #[error("webhook type {event_type} cannot carry status {status:?}")]
+    WebhookMismatch { event_type: String, status: String },
     #[error("unsupported media type")]
     UnsupportedMediaType,
     #[error("payload too large")]
@@ -51,6 +57,9 @@ pub enum ApiError {
     KeyReused,
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    /// A placement waited for a lane past the deadline: nothing was reserved.
+    #[error("overloaded: waited {0:?} for a placing lane")]
+    Overloaded(std::time::Duration),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -105,6 +114,19 @@ impl ApiError {
                 "invalid-request",
                 "Invalid request",
                 why.clone(),
+            ),
+            ApiError::InvalidField { field, why } => Problem::new(
+                S::UNPROCESSABLE_ENTITY,
+                "invalid-request",
+                "Invalid request",
+                why.clone(),
+            )
+            .with("field", field.as_str()),
+            ApiError::WebhookMismatch { event_type, status } => Problem::new(
+                S::BAD_REQUEST,
+                "webhook-type-mismatch",
+                "Webhook type and status disagree",
+                format!("a {event_type} event cannot carry the status {status:?}; nothing was changed"),
             ),
             ApiError::UnsupportedMediaType => Problem::new(
                 S::UNSUPPORTED_MEDIA_TYPE,
@@ -211,6 +233,15 @@ impl ApiError {
                 "Service unavailable",
                 "the database is busy or unreachable; retry with the same Idempotency-Key",
             ),
+            ApiError::Overloaded(waited) => Problem::new(
+                S::SERVICE_UNAVAILABLE,
+                "overloaded",
+                "Overloaded",
+                format!(
+                    "the order waited {} ms for its turn and was not placed (nothing is reserved); retry with the same Idempotency-Key",
+                    waited.as_millis()
+                ),
+            ),
             ApiError::Internal(_) => Problem::new(
                 S::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -250,7 +281,7 @@ impl IntoResponse for ApiError {
             ApiError::Unauthorized(_) => {
                 h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
-            ApiError::Unavailable(_) => {
+            ApiError::Unavailable(_) | ApiError::Overloaded(_) => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             ApiError::RateLimited(secs) => {

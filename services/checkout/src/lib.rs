@@ -38,6 +38,7 @@ pub mod webhooks;
 pub use webhooks::Secrets;
 
 pub use limits::Limits;
+pub use platform::http::HttpLimits;
 pub use view::OrderView;
 
 use anyhow::Context;
@@ -101,6 +102,8 @@ pub struct Settings {
     pub limits: Limits,
     /// How placements are grouped into transactions (see [`Coalesce`]).
     pub coalesce: Coalesce,
+    /// Connection limits of the API and ops ports (`HTTP_*`, see [`HttpLimits`]).
+    pub http: HttpLimits,
 }
 
 /// Coalesced reservations: concurrent placements are gathered and committed
@@ -116,6 +119,10 @@ pub struct Coalesce {
     /// `CHECKOUT_COALESCE_LANES`, default 4: groups in flight at once (each
     /// holds one connection); the next group forms while they run.
     pub lanes: usize,
+    /// `CHECKOUT_QUEUE_DEADLINE`, default 5 s: how long a placement may wait
+    /// for a lane; past it the request is answered `503` with `Retry-After`
+    /// and nothing is reserved.
+    pub queue_deadline: Duration,
 }
 
 impl Default for Coalesce {
@@ -124,6 +131,7 @@ impl Default for Coalesce {
             enabled: true,
             max_group: 256,
             lanes: 4,
+            queue_deadline: Duration::from_secs(5),
         }
     }
 }
@@ -185,10 +193,22 @@ impl Coalesce {
                 "must be between 1 and 64",
             ));
         }
+        let queue_deadline = config::var(
+            "CHECKOUT_QUEUE_DEADLINE",
+            "how long a placement may wait for a free lane; past it 503 with Retry-After, nothing reserved",
+        )
+        .duration(d.queue_deadline)?;
+        if queue_deadline.is_zero() {
+            return Err(ConfigError::new(
+                "CHECKOUT_QUEUE_DEADLINE",
+                "must be longer than zero",
+            ));
+        }
         Ok(Coalesce {
             enabled,
             max_group,
             lanes,
+            queue_deadline,
         })
     }
 }
@@ -241,6 +261,7 @@ impl Settings {
                 .transpose()?,
             limits: Limits::from_env()?,
             coalesce: Coalesce::from_env()?,
+            http: HttpLimits::from_env()?,
         })
     }
 }
@@ -274,6 +295,8 @@ pub struct Application {
     router: Router,
     /// The operations endpoints' own listener and readiness check, when apart.
     ops: Option<(TcpListener, ReadinessCheck)>,
+    /// Connection limits of both ports.
+    http: HttpLimits,
 }
 
 impl Application {
@@ -329,6 +352,7 @@ impl Application {
             listener,
             router,
             ops,
+            http: settings.http,
         })
     }
 
@@ -347,7 +371,10 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let mut app = App::new().serve("api server", self.listener, self.router);
+        let mut app =
+            App::new()
+                .http_limits(self.http)
+                .serve("api server", self.listener, self.router);
         if let Some((listener, ready)) = self.ops {
             app = app.ops(listener, ready);
         }

@@ -6,7 +6,7 @@ use platform::metric::Metric;
 pub const METRICS: &[Metric] = &[
     Metric::counter(
         "soldonce_checkout_requests_total",
-        "Placement requests answered, by outcome (placed, out_of_stock, replayed, key_in_flight, key_mismatch, limit, invalid, unavailable, error, head_too_large).",
+        "Placement requests answered, by outcome (placed, out_of_stock, replayed, key_in_flight, key_mismatch, limit, invalid, unavailable, overloaded, error, head_too_large).",
     ),
     Metric::histogram(
         "soldonce_checkout_group_size",
@@ -22,7 +22,19 @@ pub const METRICS: &[Metric] = &[
     ),
     Metric::counter(
         "soldonce_checkout_group_retries_total",
-        "Group transactions run again, by reason (stale_stock, isolated, deadlock).",
+        "Group transactions run again, by reason (stale_stock; bisected: a placement failed in the database and the group was run again without it; isolated: no single culprit, one placement per transaction; deadlock).",
+    ),
+    Metric::counter(
+        "soldonce_checkout_isolated_placements_total",
+        "Placements that failed in the database on their own (a constraint, a trigger, a bad row): each answered with an error while the rest of its group committed.",
+    ),
+    Metric::gauge(
+        "soldonce_checkout_queued_placements",
+        "Placements waiting in the queue for a free lane.",
+    ),
+    Metric::counter(
+        "soldonce_checkout_queue_deadline_total",
+        "Placements answered 503 (overloaded) after waiting CHECKOUT_QUEUE_DEADLINE for a lane, nothing reserved.",
     ),
     Metric::counter(
         "soldonce_token_lookups_total",
@@ -42,7 +54,7 @@ pub const METRICS: &[Metric] = &[
     ),
     Metric::counter(
         "soldonce_webhooks_total",
-        "PSP webhooks accepted, by outcome (confirmed, refund_decided, declined, applied, unknown_status, duplicate, busy).",
+        "PSP webhooks received, by outcome (confirmed, refund_decided, declined, applied, unknown_status, duplicate, busy; mismatch: a status its type cannot carry, refused with 400).",
     ),
     Metric::counter(
         "soldonce_webhooks_rejected_total",

@@ -44,6 +44,7 @@ pub(crate) async fn place_order(
         Ok((_, label)) => *label,
         Err(
             ApiError::Invalid(_)
+            | ApiError::InvalidField { .. }
             | ApiError::Malformed(_)
             | ApiError::TooLarge
             | ApiError::UnsupportedMediaType,
@@ -54,6 +55,7 @@ pub(crate) async fn place_order(
         Err(ApiError::KeyInFlight) => "key_in_flight",
         Err(ApiError::KeyReused) => "key_mismatch",
         Err(ApiError::Unavailable(_)) => "unavailable",
+        Err(ApiError::Overloaded(_)) => "overloaded",
         Err(_) => "error",
     };
     metrics::counter!("soldonce_checkout_requests_total", "outcome" => label).increment(1);
@@ -136,10 +138,16 @@ pub(crate) async fn place_group(ctx: &Context, drafts: &[Draft]) -> Vec<Answer> 
                     metrics::counter!("soldonce_checkout_group_retries_total", "reason" => "stale_stock")
                         .increment(1);
                 }
+                if report.bisected {
+                    metrics::counter!("soldonce_checkout_group_retries_total", "reason" => "bisected")
+                        .increment(1);
+                }
                 if report.isolated {
                     metrics::counter!("soldonce_checkout_group_retries_total", "reason" => "isolated")
                         .increment(1);
                 }
+                metrics::counter!("soldonce_checkout_isolated_placements_total")
+                    .increment(report.failed_alone as u64);
                 if report.transient_retries > 0 {
                     metrics::counter!("soldonce_checkout_group_retries_total", "reason" => "deadlock")
                         .increment(u64::from(report.transient_retries));

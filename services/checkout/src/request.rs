@@ -1,5 +1,8 @@
 //! Parsing and validating `POST /v1/orders` bodies. Malformed JSON is a
-//! 400; well-formed JSON with unknown fields or bad values is a 422.
+//! 400; well-formed JSON with unknown fields or bad values is a 422. Every
+//! text field is checked here, before anything reaches the database: a
+//! control character (NUL above all, which PostgreSQL refuses) is a 422
+//! naming the field, never a failed statement.
 
 use crate::error::ApiError;
 use axum::body::Bytes;
@@ -130,16 +133,41 @@ fn check_shipping(s: &Shipping) -> Result<(), ApiError> {
         ("city", &s.city),
         ("postal_code", &s.postal_code),
     ] {
+        let field = format!("shipping.{name}");
+        if let Some((at, c)) = refused_char(value) {
+            return Err(ApiError::InvalidField {
+                why: format!(
+                    "{field} must be one line of printable text: U+{:04X} at character {at}",
+                    u32::from(c)
+                ),
+                field,
+            });
+        }
         if value.trim().is_empty() || value.chars().count() > 200 {
-            return Err(ApiError::Invalid(format!(
-                "shipping.{name} must be 1-200 characters"
-            )));
+            return Err(ApiError::InvalidField {
+                why: format!("{field} must be 1-200 characters"),
+                field,
+            });
         }
     }
+    // Two capital letters: no other character, control or not, gets through.
     if !(s.country.len() == 2 && s.country.bytes().all(|b| b.is_ascii_uppercase())) {
-        return Err(ApiError::Invalid(
-            "shipping.country must be an ISO 3166-1 alpha-2 code such as BR".into(),
-        ));
+        return Err(ApiError::InvalidField {
+            field: "shipping.country".into(),
+            why: "shipping.country must be an ISO 3166-1 alpha-2 code such as BR".into(),
+        });
     }
     Ok(())
+}
+
+/// The first character a one-line text field refuses, with its position:
+/// every control character (C0 — NUL, which PostgreSQL cannot store in
+/// text or `jsonb`, tab and line breaks among them — DEL and C1), and the
+/// Unicode line and paragraph separators. An address is printed on labels
+/// and shown to people; none of these belongs in one line of it.
+pub fn refused_char(value: &str) -> Option<(usize, char)> {
+    value
+        .chars()
+        .enumerate()
+        .find(|(_, c)| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'))
 }

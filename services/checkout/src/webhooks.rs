@@ -142,6 +142,78 @@ impl CallbackData {
     }
 }
 
+/// The statuses each event type may carry. A type not listed keeps
+/// today's reading (`None`): the table only refuses what it knows to be
+/// contradictory, such as a `payment.refunded` saying `succeeded` (which a
+/// `payment.*` reading would otherwise take for a success).
+fn statuses_for(event_type: &str) -> Option<&'static [&'static str]> {
+    Some(match event_type {
+        "payment.succeeded" => &["succeeded"],
+        "payment.failed" => &["failed"],
+        "payment.processing" => &["processing"],
+        "payment.requires_action" => &["requires_action"],
+        "payment.requires_capture" => &["requires_capture"],
+        "payment.canceled" => &["canceled"],
+        "payment.refunded" => &["refunded"],
+        "refund.succeeded" => &["succeeded"],
+        "refund.failed" => &["failed"],
+        _ => return None,
+    })
+}
+
+/// Whether a callback's status is one its type may carry (a callback with
+/// no status, or of a type not in the table, is read as before).
+fn consistent(callback: &Callback) -> bool {
+    match (
+        statuses_for(&callback.event_type),
+        callback.data.status.as_deref(),
+    ) {
+        (Some(allowed), Some(status)) => allowed.contains(&status),
+        _ => true,
+    }
+}
+
+/// A webhook whose status contradicts its type: its receipt is recorded
+/// (so it is on file, and a repeat is recognised), nothing else changes,
+/// and the PSP hears `400`.
+async fn mismatched(
+    state: &AppState,
+    trace: &crate::logging::RequestTrace,
+    order_id: Option<Uuid>,
+    webhook_id: &str,
+    callback: &Callback,
+) -> ApiError {
+    let event_type: String = callback.event_type.chars().take(64).collect();
+    let status: String = callback
+        .data
+        .status
+        .as_deref()
+        .unwrap_or("")
+        .chars()
+        .take(64)
+        .collect();
+    metrics::counter!("soldonce_webhooks_total", "outcome" => "mismatch").increment(1);
+    tracing::warn!(
+        order_id = order_id.map(tracing::field::display),
+        trace_id = trace.trace_id(),
+        webhook_id,
+        event_type,
+        status,
+        "webhook's status contradicts its type: refused, receipt kept"
+    );
+    let recorded = async {
+        let _slot = writing_slot(state).await?;
+        let mut tx = state.pool.begin().await.map_err(store::StoreError::from)?;
+        store::payments::record_webhook(&mut tx, webhook_id, &event_type, order_id).await?;
+        tx.commit().await.map_err(store::StoreError::from)?;
+        Ok::<_, ApiError>(())
+    };
+    match recorded.await {
+        Ok(()) => ApiError::WebhookMismatch { event_type, status },
+        Err(e) => e,
+    }
+}
+
 fn reject(reason: &'static str) -> ApiError {
     metrics::counter!("soldonce_webhooks_rejected_total", "reason" => reason).increment(1);
     ApiError::Unauthorized(reason)
@@ -214,6 +286,9 @@ pub(crate) async fn receive(
         .reference
         .as_deref()
         .and_then(|r| r.parse::<Uuid>().ok());
+    if !consistent(&callback) {
+        return Err(mismatched(&state, &trace, order_id, &webhook_id, &callback).await);
+    }
     if callback.event_type == "refund.succeeded"
         && callback.data.status.as_deref() == Some("succeeded")
     {

@@ -4,6 +4,7 @@
 //! failure as the run's result (so `main` exits 1 on it, 0 otherwise). It
 //! must never return while a task it started is still running.
 
+use crate::http::HttpLimits;
 use crate::ops::{self, ReadinessCheck};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -81,6 +82,7 @@ impl<E: Into<TaskError> + Send + 'static> Outcome for Result<(), E> {
 pub struct App {
     stop: watch::Sender<bool>,
     tasks: Vec<(&'static str, Task)>,
+    http: HttpLimits,
 }
 
 impl Default for App {
@@ -95,7 +97,15 @@ impl App {
         App {
             stop: watch::Sender::new(false),
             tasks: Vec::new(),
+            http: HttpLimits::default(),
         }
+    }
+
+    /// The connection limits of the servers added after this (default:
+    /// [`HttpLimits::default`]).
+    pub fn http_limits(mut self, limits: HttpLimits) -> Self {
+        self.http = limits;
+        self
     }
 
     /// Serves `/healthz`, `/readyz` (answered by `ready`) and `/metrics` on `listener`.
@@ -103,15 +113,13 @@ impl App {
         self.serve("ops server", listener, ops::router(ready))
     }
 
-    /// Serves `router` on `listener`; requests in flight when the service
-    /// stops are finished first.
+    /// Serves `router` on `listener` within the connection limits
+    /// ([`crate::http`]); requests in flight when the service stops are
+    /// finished first.
     pub fn serve(self, name: &'static str, listener: TcpListener, router: axum::Router) -> Self {
-        self.task(name, move |mut stop| async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await
+        let limits = self.http;
+        self.task(name, move |stop| {
+            crate::http::serve(listener, router, limits, stop)
         })
     }
 

@@ -7,6 +7,7 @@
 //! Layout:
 //! - `app.rs` — the runner: ops server, tasks, shutdown, join
 //! - `config.rs` — settings from the environment, each declared with its meaning
+//! - `http.rs` — serving a port with connection hygiene (timeouts, a connection cap)
 //! - `metric.rs` — each metric declared with its meaning (`# HELP`)
 //! - `otel.rs` — OpenTelemetry traces: one span per hop an order crosses
 //! - `ops.rs` — `/healthz`, `/readyz` (combined checks), `/metrics`
@@ -18,6 +19,7 @@
 
 pub mod app;
 pub mod config;
+pub mod http;
 pub mod metric;
 pub mod ops;
 pub mod otel;

@@ -9,7 +9,7 @@
 //! Layout:
 //! - `write.rs` — the one write path: `Changes` gathered, then `commit`
 //! - `journal.rs` — events with their outbox rows, appended in one statement
-//! - `placing.rs` — placing orders, a whole group per transaction (coalesced reservations)
+//! - `placing/` — placing orders, a whole group per transaction (coalesced reservations); a failing placement fails alone
 //! - `orders.rs` — the orders projection; transitions
 //! - `expiring.rs` — overdue reservations released on the database's clock, a bad row set aside
 //! - `shipments.rs` — the shipments projection; create, advance

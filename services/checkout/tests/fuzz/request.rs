@@ -18,8 +18,14 @@ fn is_sku(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
+/// One line of printable text: no control character (C0, DEL, C1), no
+/// line or paragraph separator, not blank, at most 200 characters.
 fn is_address_field(s: &str) -> bool {
-    !s.trim().is_empty() && s.chars().count() <= 200
+    !s.trim().is_empty()
+        && s.chars().count() <= 200
+        && !s
+            .chars()
+            .any(|c| c.is_control() || c == '\u{2028}' || c == '\u{2029}')
 }
 
 fn is_country(s: &str) -> bool {
@@ -75,7 +81,8 @@ fn quantity() -> impl Strategy<Value = i64> {
 
 fn address_field() -> impl Strategy<Value = String> + Clone {
     prop_oneof![
-        8 => "[^\\s]{1,40}",
+        8 => "[^\\s\\p{Cc}]{1,40}",
+        2 => "[^\\s]{0,8}[\\x00-\\x1f\\x7f\\u{80}-\\u{9f}\\u{2028}\\u{2029}][^\\s]{0,8}",
         1 => Just(String::new()),
         1 => Just(" \t\u{a0}".to_owned()),
         1 => Just("x".repeat(200)),
@@ -105,7 +112,10 @@ fn shipping(
 }
 
 fn valid_shipping() -> impl Strategy<Value = Option<Shipping>> {
-    prop::option::of(shipping("[^\\s]{1,40}( [^\\s]{1,40})?", "[A-Z]{2}"))
+    prop::option::of(shipping(
+        "[^\\s\\p{Cc}]{1,40}( [^\\s\\p{Cc}]{1,40})?",
+        "[A-Z]{2}",
+    ))
 }
 
 /// `n` distinct valid SKUs in random order, each with a valid quantity.

@@ -302,6 +302,7 @@ impl RunningCheckout {
             webhook_secrets: None,
             limits: checkout::Limits::unlimited(),
             coalesce,
+            http: checkout::HttpLimits::default(),
         };
         let app = checkout::Application::build(settings)
             .await

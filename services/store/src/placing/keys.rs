@@ -1,0 +1,150 @@
+//! The idempotency keys of a placing group: claimed (try-locked, then
+//! read) before anything is decided, and written with their final answers
+//! in the group's statement.
+
+use super::Placement;
+use crate::idempotency::{self, Claim, KeyedRequest, StoredResponse};
+use crate::write::Statement;
+use crate::StoreError;
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+/// The stored responses of idempotency keys (`$1` accounts, `$2` keys,
+/// pairwise), each with its 1-based position. Run unprepared, planned at
+/// each call on the table as it is then, as the inbox's look-up is (see
+/// `inbox::SEEN_SQL`): a generic plan made while the table was small
+/// hashes every stored key (a sequential scan), where a plan that sees the
+/// arrays probes the key's index once per key.
+const KEYS_SQL: &str = "SELECT t.i, k.fingerprint, k.status, k.response_body, k.order_id \
+     FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS t(a, k, i) \
+     JOIN idempotency_keys k ON k.account_id = t.a AND k.key = t.k";
+
+/// A key already stored: the request it was first used for, and its answer.
+#[derive(Debug, Clone)]
+pub(super) struct StoredKey {
+    pub fingerprint: Vec<u8>,
+    pub response: StoredResponse,
+}
+
+impl StoredKey {
+    /// What a request with `fingerprint` under this key hears.
+    pub(super) fn answer(&self, fingerprint: &[u8]) -> Claim {
+        if self.fingerprint == fingerprint {
+            Claim::Replay(self.response.clone())
+        } else {
+            Claim::Mismatch
+        }
+    }
+}
+
+/// Try-locks the keys of `which` (a lock held elsewhere: `InFlight`; never
+/// waits), then, in a statement of its own so it sees every commit made
+/// before the locks were taken, reads the keys already stored: each claim,
+/// with the stored key it was answered from.
+pub(super) async fn claim(
+    conn: &mut PgConnection,
+    group: &[Placement<'_>],
+    which: &[usize],
+) -> Result<Vec<(Claim, Option<StoredKey>)>, StoreError> {
+    let locks: Vec<i64> = which
+        .iter()
+        .map(|&i| idempotency::lock_id(&group[i].key))
+        .collect();
+    let got: Vec<(i64, bool)> = sqlx::query_as(
+        "SELECT i, pg_try_advisory_xact_lock(l) FROM unnest($1::bigint[]) WITH ORDINALITY AS t(l, i)",
+    )
+    .bind(&locks)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut claims = vec![(Claim::InFlight, None); which.len()];
+    let mut locked = Vec::new();
+    for (i, got) in got {
+        let at = usize::try_from(i - 1).map_err(|_| StoreError::Corrupt("ordinality".into()))?;
+        if got && at < which.len() {
+            claims[at].0 = Claim::Claimed;
+            locked.push(at);
+        }
+    }
+    if locked.is_empty() {
+        return Ok(claims);
+    }
+    let accounts: Vec<Uuid> = locked
+        .iter()
+        .map(|&a| group[which[a]].key.account_id)
+        .collect();
+    let keys: Vec<&str> = locked.iter().map(|&a| group[which[a]].key.key).collect();
+    type Stored = (i64, Vec<u8>, i16, serde_json::Value, Option<Uuid>);
+    let stored: Vec<Stored> = sqlx::query_as(KEYS_SQL)
+        .persistent(false)
+        .bind(&accounts)
+        .bind(&keys)
+        .fetch_all(&mut *conn)
+        .await?;
+    for (i, fingerprint, status, body, order_id) in stored {
+        let at = usize::try_from(i - 1)
+            .ok()
+            .and_then(|n| locked.get(n).copied())
+            .ok_or_else(|| StoreError::Corrupt("ordinality".into()))?;
+        let stored = StoredKey {
+            fingerprint,
+            response: StoredResponse {
+                status: u16::try_from(status)
+                    .map_err(|_| StoreError::Corrupt("idempotency status".into()))?,
+                body,
+                order_id,
+            },
+        };
+        claims[at] = (
+            stored.answer(&group[which[at]].key.fingerprint),
+            Some(stored),
+        );
+    }
+    Ok(claims)
+}
+
+/// Keys with their final answers, inserted in one statement.
+#[derive(Default)]
+pub(super) struct StoredKeys<'a> {
+    accounts: Vec<Uuid>,
+    keys: Vec<&'a str>,
+    fingerprints: Vec<Vec<u8>>,
+    statuses: Vec<i16>,
+    bodies: Vec<serde_json::Value>,
+    orders: Vec<Option<Uuid>>,
+}
+
+impl<'a> StoredKeys<'a> {
+    pub(super) fn push(&mut self, key: &KeyedRequest<'a>, answer: &StoredResponse) {
+        self.accounts.push(key.account_id);
+        self.keys.push(key.key);
+        self.fingerprints.push(key.fingerprint.to_vec());
+        self.statuses
+            .push(i16::try_from(answer.status).unwrap_or(500));
+        self.bodies.push(answer.body.clone());
+        self.orders.push(answer.order_id);
+    }
+
+    /// Inserts the keys, as the first fragment of `statement`.
+    pub(super) fn insert_into<'q>(
+        &'q self,
+        statement: &mut Statement<'q>,
+    ) -> Result<(), StoreError> {
+        if self.keys.is_empty() {
+            return Ok(());
+        }
+        let s = statement;
+        let (accounts, keys) = (s.bind(&self.accounts)?, s.bind(&self.keys)?);
+        let (fingerprints, statuses) = (s.bind(&self.fingerprints)?, s.bind(&self.statuses)?);
+        let (bodies, orders) = (s.bind(&self.bodies)?, s.bind(&self.orders)?);
+        s.cte(
+            "keyed",
+            &format!(
+                "INSERT INTO idempotency_keys (account_id, key, fingerprint, status, response_body, order_id) \
+                 SELECT * FROM unnest({accounts}::uuid[], {keys}::text[], {fingerprints}::bytea[], {statuses}::smallint[], {bodies}::jsonb[], {orders}::uuid[]) \
+                 RETURNING 1"
+            ),
+        );
+        s.in_order("keyed");
+        Ok(())
+    }
+}

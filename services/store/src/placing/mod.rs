@@ -1,0 +1,426 @@
+//! Placing orders, many per transaction (coalesced reservations). A hot
+//! SKU is one row, and PostgreSQL releases a row lock only after the
+//! commit's WAL flush: one order per transaction sells at most one order
+//! per flush. [`place`] commits a whole group of placements in one
+//! transaction instead — each SKU's row moved once for the group — with
+//! every per-order guarantee kept: each key is claimed or answered on its
+//! own, orders are served in arrival order, each all-or-nothing, and a
+//! refusal is stored under its key in the same transaction.
+//!
+//! The transaction, in lock order (so two groups never deadlock):
+//! 1. try-lock every key (never waits: a key another request holds is
+//!    `InFlight`), then read the keys already stored (replays, mismatches);
+//! 2. lock the accounts whose hold limits apply, in account order, and
+//!    read what they hold;
+//! 3. read the SKUs' available units, allocate in arrival order in memory;
+//! 4. write every key with its final answer, then the accepted orders on
+//!    the write path, stock last (one conditional statement for all SKUs).
+//!
+//! Step 3 reads without a lock; if another writer took the units since,
+//! step 4's conditional update fails and the group is redone reading the
+//! SKUs `FOR UPDATE` (in SKU order). A placement that fails in the database
+//! (a constraint, a trigger, a bad row) fails alone: the group is run again
+//! in a fresh transaction whose step 4 finds the failing placements by
+//! bisection under savepoints (`isolate.rs`), then writes every other
+//! placement in one statement and commits once. Only when bisection finds
+//! no culprit is the group retried one placement per transaction.
+
+mod holds;
+mod isolate;
+mod keys;
+
+use crate::idempotency::{Claim, KeyedRequest, StoredResponse};
+use crate::write::Written;
+use crate::StoreError;
+use domain::{Event, Order, Sku};
+use events::Metadata;
+use holds::Holds;
+use isolate::Write;
+use sqlx::{PgConnection, PgPool};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use uuid::Uuid;
+
+/// What became of a placement.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PlaceOutcome {
+    Placed,
+    OutOfStock(Sku),
+    Claim(Claim),
+    /// The account would hold more than a limit allows.
+    LimitReached(LimitReached),
+}
+
+/// Limits on what one account may hold, checked in the placing transaction
+/// under a per-account lock, so they hold across every checkout instance.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HoldLimits {
+    /// Units the account may hold in open reservations (0: no limit).
+    pub max_reserved_units: i64,
+    /// Per SKU: units the account may hold in pending or confirmed orders, ever.
+    pub per_account: Vec<(Sku, i64)>,
+}
+
+impl HoldLimits {
+    fn active(&self) -> bool {
+        self.max_reserved_units > 0 || !self.per_account.is_empty()
+    }
+}
+
+/// Which limit a placement would break.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LimitReached {
+    /// Units in open reservations: the account already holds `held` of `limit`.
+    ReservedUnits { limit: i64, held: i64 },
+    /// One SKU per account: the account already holds `held` of `limit`.
+    PerAccount { sku: Sku, limit: i64, held: i64 },
+}
+
+/// One order to place: its key, the answer stored if it is placed, the
+/// events that place it and their fold.
+#[derive(Debug, Clone)]
+pub struct Placement<'a> {
+    pub key: KeyedRequest<'a>,
+    pub accepted: StoredResponse,
+    /// The fold of `events`.
+    pub order: Order,
+    pub events: Vec<Event>,
+    pub meta: Metadata,
+    pub limits: HoldLimits,
+}
+
+/// How a group was committed, for the caller's metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupReport {
+    /// Transactions run (1 unless retried).
+    pub transactions: usize,
+    /// The unlocked read was stale: redone with the SKUs locked.
+    pub relocked: bool,
+    /// The group's statement failed: run again with its failing placements
+    /// found by bisection, the rest still committed together.
+    pub bisected: bool,
+    /// Bisection found no culprit: retried one placement per transaction.
+    pub isolated: bool,
+    /// Placements that failed in the database on their own (their
+    /// requests hear an error; the rest of the group did not).
+    pub failed_alone: usize,
+    /// Trial statements run under a savepoint to find failing placements.
+    pub probes: usize,
+    /// Transactions PostgreSQL aborted to break a deadlock, run again.
+    pub transient_retries: u32,
+}
+
+/// One outcome per placement, in the group's order: what became of it, or
+/// the database's error for a placement that failed alone.
+pub type Outcomes = Vec<Result<PlaceOutcome, StoreError>>;
+
+/// Places every order of `group` (in arrival order) in one transaction;
+/// one outcome per placement, in the same order. `refusal` renders the
+/// answer stored under the key of an order refused for stock or a limit.
+/// `Err` only when the database is unavailable, for the whole group.
+pub async fn place(
+    pool: &PgPool,
+    group: &[Placement<'_>],
+    refusal: impl Fn(&PlaceOutcome) -> StoredResponse,
+) -> Result<(Outcomes, GroupReport), StoreError> {
+    let mut report = GroupReport::default();
+    let error = match attempt(pool, group, &refusal, &mut report, false).await {
+        Ok(outcomes) => return Ok((outcomes, report)),
+        Err(e) if e.is_unavailable() => return Err(e),
+        Err(e) if group.len() == 1 => {
+            report.failed_alone = 1;
+            return Ok((vec![Err(e)], report));
+        }
+        Err(e) => e,
+    };
+    tracing::warn!(error = %error, size = group.len(), "group failed: finding the placements that fail");
+    report.bisected = true;
+    let error = match attempt(pool, group, &refusal, &mut report, true).await {
+        Ok(outcomes) => {
+            report.failed_alone = outcomes.iter().filter(|o| o.is_err()).count();
+            return Ok((outcomes, report));
+        }
+        Err(e) if e.is_unavailable() => return Err(e),
+        Err(e) => e,
+    };
+    tracing::warn!(error = %error, size = group.len(), "no single placement fails: placing the group one by one");
+    report.isolated = true;
+    let mut outcomes = Vec::with_capacity(group.len());
+    for one in group {
+        let single = attempt(
+            pool,
+            std::slice::from_ref(one),
+            &refusal,
+            &mut report,
+            false,
+        )
+        .await;
+        outcomes.push(single.and_then(|mut o| o.remove(0)));
+    }
+    report.failed_alone = outcomes.iter().filter(|o| o.is_err()).count();
+    Ok((outcomes, report))
+}
+
+/// How many times a transaction PostgreSQL aborted to break a deadlock is run again.
+const TRANSIENT_RETRIES: u32 = 3;
+
+/// [`attempt_once`], run again when PostgreSQL aborted it to break a
+/// deadlock or a serialization conflict (nothing of it was committed).
+async fn attempt(
+    pool: &PgPool,
+    group: &[Placement<'_>],
+    refusal: &impl Fn(&PlaceOutcome) -> StoredResponse,
+    report: &mut GroupReport,
+    bisect: bool,
+) -> Result<Outcomes, StoreError> {
+    let mut retries = 0;
+    loop {
+        match attempt_once(pool, group, refusal, report, bisect).await {
+            Err(e) if e.is_transient() && retries < TRANSIENT_RETRIES => {
+                retries += 1;
+                report.transient_retries += 1;
+                tracing::warn!(error = %e, size = group.len(), retries, "placement aborted by the database: running it again");
+            }
+            other => return other,
+        }
+    }
+}
+
+/// One try, then (if the unlocked read was stale) one with the SKUs locked.
+async fn attempt_once(
+    pool: &PgPool,
+    group: &[Placement<'_>],
+    refusal: &impl Fn(&PlaceOutcome) -> StoredResponse,
+    report: &mut GroupReport,
+    bisect: bool,
+) -> Result<Outcomes, StoreError> {
+    for lock_stock in [false, true] {
+        report.transactions += 1;
+        // Held past the commit: the confirmation reads this server's WAL position.
+        let mut conn = pool.acquire().await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let how = How { lock_stock, bisect };
+        let placed = match place_in(&mut tx, group, refusal, how, report).await {
+            Ok(placed) => placed,
+            Err(e) => {
+                // Roll back now, not when the pool next uses the connection:
+                // until then the aborted transaction still holds the group's
+                // key locks, and a run again would find its own keys in
+                // flight (409 to buyers whose keys are new).
+                let _ = tx.rollback().await;
+                return Err(e);
+            }
+        };
+        match placed {
+            Some(outcomes) => {
+                tx.commit().await?;
+                // No 202 (nor a replay of one) that a failover could take back.
+                crate::replication::confirm(&mut conn, "checkout").await?;
+                return Ok(outcomes);
+            }
+            None => {
+                tx.rollback().await?;
+                report.relocked = true;
+            }
+        }
+    }
+    Err(StoreError::Corrupt(
+        "stock ran short with the SKUs locked".into(),
+    ))
+}
+
+/// How a group's transaction runs.
+#[derive(Clone, Copy)]
+struct How {
+    /// Read the SKUs' rows `FOR UPDATE` (the unlocked read was stale).
+    lock_stock: bool,
+    /// Find failing placements by bisection instead of failing the group.
+    bisect: bool,
+}
+
+/// The group's transaction; `None` when the stock read was stale (roll
+/// back and retry with `lock_stock`).
+async fn place_in(
+    conn: &mut PgConnection,
+    group: &[Placement<'_>],
+    refusal: &impl Fn(&PlaceOutcome) -> StoredResponse,
+    how: How,
+    report: &mut GroupReport,
+) -> Result<Option<Outcomes>, StoreError> {
+    let mut outcomes: Vec<Option<PlaceOutcome>> = vec![None; group.len()];
+
+    // A key repeated inside the group: the first in arrival order claims it.
+    let mut first_of: HashMap<(Uuid, &str), usize> = HashMap::new();
+    let mut repeats = Vec::new();
+    let mut firsts = Vec::new();
+    for (i, p) in group.iter().enumerate() {
+        match first_of.get(&(p.key.account_id, p.key.key)) {
+            Some(&first) => repeats.push((i, first)),
+            None => {
+                first_of.insert((p.key.account_id, p.key.key), i);
+                firsts.push(i);
+            }
+        }
+    }
+
+    // 1. Claim the keys.
+    let claims = keys::claim(conn, group, &firsts).await?;
+    let mut candidates = Vec::with_capacity(firsts.len());
+    let mut stored = HashMap::new();
+    for (i, (claim, key)) in firsts.iter().copied().zip(claims) {
+        match claim {
+            Claim::Claimed => candidates.push(i),
+            other => outcomes[i] = Some(PlaceOutcome::Claim(other)),
+        }
+        if let Some(key) = key {
+            stored.insert(i, key);
+        }
+    }
+
+    // 2. What the limited accounts hold, under their locks.
+    let holds = Holds::read(conn, group, &candidates).await?;
+
+    // 3. Allocate in arrival order; 4. write (finding the failing placements).
+    let skus: BTreeSet<&str> = candidates
+        .iter()
+        .flat_map(|&i| group[i].order.lines.iter().map(|l| l.sku.as_str()))
+        .collect();
+    let remaining = holds::available(conn, &skus, how.lock_stock).await?;
+    let mut failed: HashMap<usize, StoreError> = HashMap::new();
+    loop {
+        let left: Vec<usize> = candidates
+            .iter()
+            .copied()
+            .filter(|i| !failed.contains_key(i))
+            .collect();
+        let (decided, writes) = allocate(group, &left, holds.clone(), remaining.clone(), refusal);
+        let written = if how.bisect {
+            match isolate::write_or_find(conn, group, &writes, report).await? {
+                Ok(written) => written,
+                Err(culprits) => {
+                    failed.extend(culprits);
+                    continue;
+                }
+            }
+        } else {
+            isolate::write(conn, group, &writes).await?
+        };
+        if let Written::StockShort(_) = written {
+            return Ok(None);
+        }
+        for (i, outcome) in decided {
+            outcomes[i] = Some(outcome);
+        }
+        break;
+    }
+
+    for (i, first) in repeats {
+        let heard = repeated(
+            group,
+            i,
+            first,
+            &outcomes[first],
+            stored.get(&first),
+            refusal,
+        );
+        outcomes[i] = Some(PlaceOutcome::Claim(heard));
+    }
+    Ok(Some(
+        outcomes
+            .into_iter()
+            .enumerate()
+            .map(|(i, o)| match failed.remove(&i) {
+                Some(e) => Err(e),
+                None => Ok(o.unwrap_or(PlaceOutcome::Claim(Claim::InFlight))),
+            })
+            .collect(),
+    ))
+}
+
+/// What request `i`, repeating the key of the group's earlier request
+/// `first`, hears: what the key holds once the group commits, compared as a
+/// request arriving after the group would compare it — with the key's
+/// stored request (`stored`, when the key was stored before the group), or
+/// with `first`'s when the group stores it. A key in flight elsewhere, or
+/// whose request failed in the database (nothing stored), is in flight.
+fn repeated(
+    group: &[Placement<'_>],
+    i: usize,
+    first: usize,
+    outcome: &Option<PlaceOutcome>,
+    stored: Option<&keys::StoredKey>,
+    refusal: &impl Fn(&PlaceOutcome) -> StoredResponse,
+) -> Claim {
+    let fingerprint = &group[i].key.fingerprint;
+    let as_first = |answer: StoredResponse| {
+        keys::StoredKey {
+            fingerprint: group[first].key.fingerprint.to_vec(),
+            response: answer,
+        }
+        .answer(fingerprint)
+    };
+    match (outcome, stored) {
+        (Some(PlaceOutcome::Placed), _) => as_first(group[first].accepted.clone()),
+        (Some(o @ (PlaceOutcome::OutOfStock(_) | PlaceOutcome::LimitReached(_))), _) => {
+            as_first(refusal(o))
+        }
+        (Some(PlaceOutcome::Claim(Claim::Replay(_) | Claim::Mismatch)), Some(key)) => {
+            key.answer(fingerprint)
+        }
+        _ => Claim::InFlight,
+    }
+}
+
+/// Decides `candidates` in arrival order against what the accounts hold and
+/// the units `remaining`: each one's outcome, and what the group writes.
+fn allocate(
+    group: &[Placement<'_>],
+    candidates: &[usize],
+    mut holds: Holds,
+    mut remaining: HashMap<String, i64>,
+    refusal: &impl Fn(&PlaceOutcome) -> StoredResponse,
+) -> (Vec<(usize, PlaceOutcome)>, Vec<Write>) {
+    let mut decided = Vec::with_capacity(candidates.len());
+    let mut writes = Vec::with_capacity(candidates.len());
+    for &i in candidates {
+        let p = &group[i];
+        let asked = units_per_sku(&p.order);
+        let outcome = match holds.refuse(p, &asked) {
+            Some(reached) => PlaceOutcome::LimitReached(reached),
+            None => match asked
+                .iter()
+                .find(|(sku, units)| remaining.get(sku.as_str()).copied().unwrap_or(0) < **units)
+            {
+                Some((sku, _)) => PlaceOutcome::OutOfStock((*sku).clone()),
+                None => PlaceOutcome::Placed,
+            },
+        };
+        if outcome == PlaceOutcome::Placed {
+            for (sku, units) in &asked {
+                if let Some(left) = remaining.get_mut(sku.as_str()) {
+                    *left -= units;
+                }
+            }
+            holds.add(p, &asked);
+            writes.push(Write {
+                at: i,
+                refused: None,
+            });
+        } else {
+            writes.push(Write {
+                at: i,
+                refused: Some(refusal(&outcome)),
+            });
+        }
+        decided.push((i, outcome));
+    }
+    (decided, writes)
+}
+
+/// Units an order asks for, per SKU, in SKU order.
+fn units_per_sku(order: &Order) -> BTreeMap<&Sku, i64> {
+    let mut asked = BTreeMap::new();
+    for l in &order.lines {
+        *asked.entry(&l.sku).or_insert(0) += l.quantity.get();
+    }
+    asked
+}
