@@ -9,6 +9,8 @@ use uuid::Uuid;
 
 /// The webhook secret tests sign with.
 pub const WEBHOOK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+/// The operators' admin token the test checkout runs with.
+pub const ADMIN_TOKEN: &str = "admin-token-for-tests-0123456789";
 
 /// A response, read whole.
 #[derive(Debug, Clone)]
@@ -103,6 +105,8 @@ impl TestApp {
             limits: checkout::Limits::unlimited(),
             coalesce: checkout::Coalesce::default(),
             http: checkout::HttpLimits::default(),
+            admin_token: Some(ADMIN_TOKEN.to_owned()),
+            action_extension: Duration::from_secs(600),
         };
         configure(&mut settings);
         let app = checkout::Application::build(settings)

@@ -163,6 +163,7 @@ impl Saga {
             compensation_interval: self.compensation_interval,
             reconcile_interval: self.reconcile_interval,
             capture_at: self.capture_at,
+            action_extension: Duration::from_secs(600),
             stream: bus::StreamSettings::default(),
         };
         let worker = payment_worker::Application::build(worker_settings)

@@ -271,3 +271,51 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
     let (code, text) = soldonce(&["audit", "--compensation-grace", "-1"], &saga);
     assert_eq!(code, Some(2), "bad input is exit 2: {text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_that_a_later_fact_resolved_no_longer_fails_the_audit() {
+    // The payment worker gave up on an order's `order.placed` (a payment slow
+    // for longer than its redeliveries); later the webhook settles the order.
+    let saga = Saga::start_with(SagaOptions {
+        worker: false,
+        ..SagaOptions::default()
+    })
+    .await;
+    let app = saga.app.clone();
+    app.add_product("SLOW", 2500, 5).await;
+    let id = saga.order("SLOW").await;
+    sqlx::query(
+        "INSERT INTO dead_letters (consumer, stream_seq, subject, payload, reason) \
+         VALUES ('payment-worker', 1, $1, '\\x7b7d', 'payment outcome unknown for 20 deliveries')",
+    )
+    .bind(format!("soldonce.order.placed.{id}"))
+    .execute(&app.pool)
+    .await
+    .expect("plant the dead letter");
+    let flagged = |report: &store::audit::AuditReport| {
+        report
+            .violations
+            .iter()
+            .any(|v| v.check == "dead_letters" && v.subject == "payment-worker")
+    };
+    assert!(
+        flagged(&audit_with(&app, 600, 600).await),
+        "an order still waiting on the letter is a violation"
+    );
+    assert_eq!(
+        soldonce_tests::saga::pay_by_webhook(&app, &id, 2500).await,
+        200
+    );
+    assert_eq!(
+        saga.settled_state(&id, Duration::from_secs(30)).await,
+        "confirmed"
+    );
+    let report = audit_with(&app, 600, 600).await;
+    assert!(!flagged(&report), "{:#?}", report.violations);
+    // The letter itself stays listed for the record.
+    assert_eq!(
+        app.count("SELECT count(*) FROM dead_letters WHERE redriven_at IS NULL")
+            .await,
+        1
+    );
+}

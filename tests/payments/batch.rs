@@ -20,6 +20,7 @@ fn fact(payment: &str, order: Option<Uuid>, status: PspStatus, amount: i64) -> P
         amount_minor: amount,
         currency: "BRL".into(),
         failure_reason: failed.then(|| "card_declined".into()),
+        next_action_url: None,
     }
 }
 
@@ -31,6 +32,7 @@ fn answer(l: &Learned) -> String {
         Learned::AlreadyKnown => "known".into(),
         Learned::Unknown(s) => format!("unknown({s})"),
         Learned::Foreign => "foreign".into(),
+        Learned::AwaitingAction => "awaiting_action".into(),
     }
 }
 

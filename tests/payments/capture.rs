@@ -208,20 +208,48 @@ async fn buyer_acts(saga: &Saga, payment: &serde_json::Value, outcome: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_d_secure_completed_confirms_and_abandoned_ends_the_order_with_nothing_taken() {
-    let mut saga = Saga::start(
-        r#"{"action_required_rate": 1.0, "webhook_duplicates": 3, "webhook_reorder": true}"#,
-        Duration::from_secs(2),
-    )
+    // Reservations of 2 s: only the action's extension (10 minutes) keeps them.
+    let mut saga = Saga::start_with(SagaOptions {
+        faults:
+            r#"{"action_required_rate": 1.0, "webhook_duplicates": 3, "webhook_reorder": true}"#
+                .into(),
+        ttl: Duration::from_secs(2),
+        ..SagaOptions::default()
+    })
     .await;
+    saga.start_expiry(Duration::from_millis(50)).await;
     saga.app.add_product("MUG", 2500, 5).await;
     let (done, abandoned) = (saga.order("MUG").await, saga.order("MUG").await);
     let waiting = psp_payment_in(&saga, &done, "requires_action").await;
     let left = psp_payment_in(&saga, &abandoned, "requires_action").await;
-    // The orders wait for the buyer, holding their units.
-    saga.wait_worker_idle(SETTLE).await;
-    for id in [&done, &abandoned] {
-        assert_eq!(view(&saga, id).await["state"], "payment_pending");
+    // The orders wait for the buyer, holding their units, shown where to go,
+    // their reservations extended once (well past their 2 s).
+    for (id, payment) in [(&done, &waiting), (&abandoned, &left)] {
+        let order = eventually("the order to show the buyer's action", SETTLE, || async {
+            let order = view(&saga, id).await;
+            (order["payment"]["state"] == "requires_action").then_some(order)
+        })
+        .await;
+        assert_eq!(order["state"], "payment_pending", "{order}");
+        assert_eq!(
+            order["payment"]["next_action"]["url"],
+            payment["next_action"]["url"]
+        );
+        let at = |field: &str| {
+            chrono::DateTime::parse_from_rfc3339(order[field].as_str().expect(field)).expect("time")
+        };
+        assert!(
+            at("expires_at") - at("created_at") > chrono::Duration::minutes(9),
+            "extended: {order}"
+        );
     }
+    assert_eq!(
+        saga.app
+            .count("SELECT count(*) FROM events WHERE type = 'order.action_required.v1'")
+            .await,
+        2,
+        "once per order, however often the PSP said so"
+    );
     buyer_acts(&saga, &waiting, "succeeded").await;
     buyer_acts(&saga, &left, "abandoned").await;
     assert_eq!(saga.settled_state(&done, SETTLE).await, "confirmed");

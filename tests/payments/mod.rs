@@ -5,6 +5,7 @@ mod flow;
 mod free;
 mod keepalive;
 mod money;
+mod operator_refund;
 mod reconcile;
 mod shared;
 mod webhook_types;

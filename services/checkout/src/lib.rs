@@ -19,6 +19,7 @@
 
 mod metric_help;
 pub use metric_help::METRICS;
+mod admin;
 mod auth;
 mod coalesce;
 mod error;
@@ -104,6 +105,13 @@ pub struct Settings {
     pub coalesce: Coalesce,
     /// Connection limits of the API and ops ports (`HTTP_*`, see [`HttpLimits`]).
     pub http: HttpLimits,
+    /// `CHECKOUT_ADMIN_TOKEN`: the operators' token for `/admin/v1/…`
+    /// (operator refunds); without it those routes answer `503`.
+    pub admin_token: Option<String>,
+    /// `ACTION_EXTENSION`, default 10 minutes: how much longer a
+    /// reservation lasts, once, while its buyer completes 3-D Secure (a
+    /// `payment.requires_action` webhook may tell checkout first).
+    pub action_extension: Duration,
 }
 
 /// Coalesced reservations: concurrent placements are gathered and committed
@@ -259,9 +267,23 @@ impl Settings {
                 .optional()?
                 .map(|s| Secrets::parse(&s).map_err(|e| ConfigError::new("WEBHOOK_SECRET", e)))
                 .transpose()?,
+            action_extension: store::payments::action_extension_setting()?,
             limits: Limits::from_env()?,
             coalesce: Coalesce::from_env()?,
             http: HttpLimits::from_env()?,
+            admin_token: config::var(
+                "CHECKOUT_ADMIN_TOKEN",
+                "the operators' bearer token for /admin/v1/… (operator refunds), at least 16 characters; unset: those routes answer 503",
+            )
+            .optional()?
+            .map(|t| {
+                if t.chars().count() < 16 {
+                    Err(ConfigError::new("CHECKOUT_ADMIN_TOKEN", "must be at least 16 characters"))
+                } else {
+                    Ok(t)
+                }
+            })
+            .transpose()?,
         })
     }
 }
@@ -283,6 +305,8 @@ pub(crate) struct AppState {
     pub tokens: Arc<auth::TokenCache>,
     pub limiter: Arc<limits::Limiter>,
     pub webhook_secrets: Option<Arc<Secrets>>,
+    /// The digest of `CHECKOUT_ADMIN_TOKEN`, if the admin API is on.
+    pub admin_token: Option<Arc<[u8; 32]>>,
     /// Webhooks writing at once: a quarter of the pool (their looks share one connection).
     pub webhook_slots: Arc<tokio::sync::Semaphore>,
     /// Whether webhooks' payments are recorded, many asked at once.
@@ -303,6 +327,7 @@ impl Application {
     /// Connects to the database and binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         platform::metric::describe(&[platform::metric::METRICS, store::METRICS, METRICS]);
+        store::payments::set_action_extension(settings.action_extension);
         let pool = store::connect_with_settings(
             &settings.database_url,
             settings.pool_size,
@@ -330,6 +355,10 @@ impl Application {
             tokens: Arc::default(),
             limiter,
             webhook_secrets: settings.webhook_secrets.map(Arc::new),
+            admin_token: settings
+                .admin_token
+                .as_deref()
+                .map(|t| Arc::new(admin::digest(t))),
             webhook_slots: Arc::new(tokio::sync::Semaphore::new(
                 (settings.pool_size as usize / 4).max(1),
             )),
@@ -393,6 +422,7 @@ fn api_router(state: AppState) -> Router {
         .route("/v1/orders/{id}/events", get(orders::get_events))
         .route("/v1/orders/{id}/cancel", post(orders::cancel_order))
         .route("/v1/psp/webhooks", post(webhooks::receive))
+        .route("/admin/v1/orders/{id}/refunds", post(admin::refund))
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -5,6 +5,10 @@ use platform::metric::Metric;
 /// checkout's own metrics.
 pub const METRICS: &[Metric] = &[
     Metric::counter(
+        "soldonce_operator_refunds_decided_total",
+        "Refunds operators asked for through the admin API and decided (a repeat with the same key counts once).",
+    ),
+    Metric::counter(
         "soldonce_checkout_requests_total",
         "Placement requests answered, by outcome (placed, out_of_stock, replayed, key_in_flight, key_mismatch, limit, invalid, unavailable, overloaded, error, head_too_large).",
     ),
@@ -54,7 +58,7 @@ pub const METRICS: &[Metric] = &[
     ),
     Metric::counter(
         "soldonce_webhooks_total",
-        "PSP webhooks received, by outcome (confirmed, refund_decided, declined, applied, unknown_status, duplicate, busy; mismatch: a status its type cannot carry, refused with 400).",
+        "PSP webhooks received, by outcome (confirmed, refund_decided, declined, applied, unknown_status, awaiting_action, duplicate, busy; mismatch: a status its type cannot carry, refused with 400).",
     ),
     Metric::counter(
         "soldonce_webhooks_rejected_total",

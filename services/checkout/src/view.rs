@@ -21,6 +21,15 @@ pub struct PaymentView {
     pub state: String,
     pub amount_minor: i64,
     pub psp_payment_id: String,
+    /// While `state` is `requires_action`: where the buyer completes 3-D Secure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_action: Option<NextActionView>,
+}
+
+/// Where the buyer must act for the order's payment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NextActionView {
+    pub url: String,
 }
 
 /// A refund decided against a payment that could not settle the order.
@@ -88,16 +97,21 @@ impl From<&Order> for OrderView {
             total_minor: o.total_minor,
             currency: o.currency.to_string(),
             shipping: o.shipping.clone(),
-            payment: o.payment.as_ref().map(|p| PaymentView {
-                state: match p.capture {
-                    _ if o.state == domain::OrderState::Refunded => "refunded",
-                    domain::Capture::Authorized | domain::Capture::Decided => "authorized",
-                    domain::Capture::Automatic | domain::Capture::Captured => "succeeded",
-                }
-                .into(),
-                amount_minor: p.amount_minor,
-                psp_payment_id: p.payment_id.clone(),
-            }),
+            payment: o
+                .payment
+                .as_ref()
+                .map(|p| PaymentView {
+                    next_action: None,
+                    state: match p.capture {
+                        _ if o.state == domain::OrderState::Refunded => "refunded",
+                        domain::Capture::Authorized | domain::Capture::Decided => "authorized",
+                        domain::Capture::Automatic | domain::Capture::Captured => "succeeded",
+                    }
+                    .into(),
+                    amount_minor: p.amount_minor,
+                    psp_payment_id: p.payment_id.clone(),
+                })
+                .or_else(|| awaiting_action(o)),
             refunds: o
                 .refunds
                 .iter()
@@ -120,4 +134,17 @@ impl From<&Order> for OrderView {
             updated_at: o.updated_at,
         }
     }
+}
+
+/// A pending order's payment while it waits for the buyer's 3-D Secure action.
+fn awaiting_action(o: &Order) -> Option<PaymentView> {
+    let action = o.next_action.as_ref()?;
+    (o.state == domain::OrderState::PaymentPending).then(|| PaymentView {
+        state: "requires_action".into(),
+        amount_minor: o.total_minor,
+        psp_payment_id: action.payment_id.clone(),
+        next_action: Some(NextActionView {
+            url: action.url.clone(),
+        }),
+    })
 }

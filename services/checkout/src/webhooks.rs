@@ -94,6 +94,12 @@ struct Callback {
     data: CallbackData,
 }
 
+/// A payment's `next_action` (3-D Secure): where the buyer completes it.
+#[derive(Deserialize)]
+struct NextAction {
+    url: String,
+}
+
 #[derive(Deserialize)]
 struct CallbackData {
     id: String,
@@ -112,6 +118,9 @@ struct CallbackData {
     /// Set on a canceled authorization: why (`requested`, `abandoned`, `expired`).
     #[serde(default)]
     cancellation_reason: Option<String>,
+    /// Set while the payment `requires_action`: where the buyer must go.
+    #[serde(default)]
+    next_action: Option<NextAction>,
     /// Set on refunds: the payment refunded.
     #[serde(default)]
     payment_id: Option<String>,
@@ -138,6 +147,7 @@ impl CallbackData {
                         .as_deref()
                         .map(|r| format!("canceled ({})", r.chars().take(64).collect::<String>()))
                 }),
+            next_action_url: self.next_action.as_ref().map(|a| a.url.clone()),
         })
     }
 }
@@ -424,6 +434,7 @@ fn answered(
         Learned::Declined(_) => "declined",
         Learned::AlreadyKnown => "applied",
         Learned::Unknown(_) => "unknown_status",
+        Learned::AwaitingAction => "awaiting_action",
         Learned::Foreign => "foreign",
     };
     metrics::counter!("soldonce_webhooks_total", "outcome" => label).increment(1);

@@ -28,6 +28,7 @@ mod dead_letters;
 mod demo;
 mod events;
 mod load;
+mod order;
 mod outbox;
 mod output;
 mod product;
@@ -132,6 +133,9 @@ enum Commands {
 enum OrderCommand {
     /// An order's timeline: events, payment and shipment.
     Show { id: String },
+    /// Refund part or all of what a confirmed order's payment took, once per --key
+    /// (never more than it took); the payment worker carries it out.
+    Refund(order::RefundArgs),
 }
 
 /// How a command failed.
@@ -242,6 +246,7 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Commands::Events(cmd) => events::tail(cmd, &out).await,
         Commands::Stream(cmd) => stream::run(cmd, &out).await,
         Commands::Order(OrderCommand::Show { id }) => events::show(&id, &out).await,
+        Commands::Order(OrderCommand::Refund(args)) => order::refund(args, &out).await,
         Commands::DeadLetters(cmd) => dead_letters::run(cmd, &out).await,
         Commands::Outbox(cmd) => outbox::run(cmd, &out).await,
         Commands::Projections(cmd) => admin::projections(cmd, &out).await,

@@ -10,7 +10,9 @@
 //! - `stock.rs` — SKUs, quantities, the three buckets and the movements between them
 //! - `money.rs` — currencies and checked amounts
 
+pub mod action;
 pub mod money;
+pub mod operator;
 pub mod order;
 pub mod payment;
 pub mod shipment;

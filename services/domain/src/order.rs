@@ -140,6 +140,12 @@ pub struct Order {
     pub payment: Option<PaymentRef>,
     /// Refunds decided against payments that could not settle this order.
     pub refunds: Vec<RefundRef>,
+    /// Refunds an operator asked for, of the payment the order stands on.
+    #[serde(default)]
+    pub operator_refunds: Vec<crate::operator::OperatorRefund>,
+    /// The buyer's action a payment waits for (3-D Secure), once asked.
+    #[serde(default)]
+    pub next_action: Option<crate::action::NextAction>,
     /// How many events the order has: the version the next one must follow.
     pub version: i32,
 }
@@ -191,6 +197,25 @@ pub enum Command {
     RecordCapture {
         payment_id: String,
         amount_minor: i64,
+        at: DateTime<Utc>,
+    },
+    /// An operator refunds part or all of what the order's payment took, once per key.
+    RefundByOperator {
+        key: String,
+        amount_minor: i64,
+        at: DateTime<Utc>,
+    },
+    /// The PSP confirmed the operator's refund under this key.
+    RecordOperatorRefund {
+        key: String,
+        at: DateTime<Utc>,
+    },
+    /// The PSP asks the buyer to act (3-D Secure) on this payment: wait for
+    /// it, extending the reservation once by `extension`.
+    AwaitAction {
+        payment_id: String,
+        url: String,
+        extension: chrono::Duration,
         at: DateTime<Utc>,
     },
 }
@@ -272,6 +297,32 @@ pub enum Event {
         amount_minor: i64,
         at: DateTime<Utc>,
     },
+    /// An operator asked to refund part or all of what the order's payment
+    /// took, under their key; carried out by the payment worker.
+    #[serde(rename = "order.operator_refund_decided.v1")]
+    OperatorRefundDecided {
+        key: String,
+        payment_id: String,
+        amount_minor: i64,
+        at: DateTime<Utc>,
+    },
+    /// A payment waits for the buyer's action (3-D Secure) at `url`; the
+    /// reservation now lasts until `expires_at`.
+    #[serde(rename = "order.action_required.v1")]
+    ActionRequired {
+        payment_id: String,
+        url: String,
+        expires_at: DateTime<Utc>,
+        at: DateTime<Utc>,
+    },
+    /// The PSP confirmed an operator's refund.
+    #[serde(rename = "order.operator_refunded.v1")]
+    OperatorRefunded {
+        key: String,
+        payment_id: String,
+        amount_minor: i64,
+        at: DateTime<Utc>,
+    },
 }
 
 impl Event {
@@ -287,6 +338,9 @@ impl Event {
             Event::Refunded { .. } => "order.refunded.v1",
             Event::CaptureDecided { .. } => "order.capture_decided.v1",
             Event::Captured { .. } => "order.captured.v1",
+            Event::OperatorRefundDecided { .. } => "order.operator_refund_decided.v1",
+            Event::OperatorRefunded { .. } => "order.operator_refunded.v1",
+            Event::ActionRequired { .. } => "order.action_required.v1",
         }
     }
 
@@ -307,7 +361,10 @@ impl Event {
             Event::RefundDecided { .. }
             | Event::Refunded { .. }
             | Event::CaptureDecided { .. }
-            | Event::Captured { .. } => None,
+            | Event::Captured { .. }
+            | Event::OperatorRefundDecided { .. }
+            | Event::OperatorRefunded { .. }
+            | Event::ActionRequired { .. } => None,
         }
     }
 
@@ -338,7 +395,10 @@ impl Event {
             | Event::RefundDecided { at, .. }
             | Event::Refunded { at, .. }
             | Event::CaptureDecided { at, .. }
-            | Event::Captured { at, .. } => *at,
+            | Event::Captured { at, .. }
+            | Event::OperatorRefundDecided { at, .. }
+            | Event::OperatorRefunded { at, .. }
+            | Event::ActionRequired { at, .. } => *at,
         }
     }
 }
@@ -367,6 +427,12 @@ pub enum DomainError {
     NoRefundDecided(String),
     #[error("no capture was decided for payment {0}")]
     NoCaptureDecided(String),
+    #[error("the order's payment has taken no money yet: nothing to refund (an authorization is voided by cancelling the order)")]
+    NothingCaptured,
+    #[error("a refund of {asked} is more than the {left} left of what the payment took")]
+    RefundExceedsCaptured { asked: i64, left: i64 },
+    #[error("{0}")]
+    InvalidRefund(String),
 }
 
 /// Decides which events a command produces against the current state.
@@ -433,6 +499,33 @@ fn decide_existing(order: &Order, command: Command) -> Result<Vec<Event>, Domain
             },
         ) => payment::decide_captured(order, &payment_id, amount_minor, at),
         (
+            Confirmed,
+            Command::RefundByOperator {
+                key,
+                amount_minor,
+                at,
+            },
+        ) => crate::operator::decide_refund(order, &key, amount_minor, at),
+        (_, Command::RefundByOperator { .. }) => illegal("refund"),
+        (_, Command::RecordOperatorRefund { key, at }) => {
+            crate::operator::decide_refunded(order, &key, at)
+        }
+        (
+            _,
+            Command::AwaitAction {
+                payment_id,
+                url,
+                extension,
+                at,
+            },
+        ) => Ok(crate::action::decide_await(
+            order,
+            &payment_id,
+            &url,
+            extension,
+            at,
+        )),
+        (
             PaymentPending,
             Command::FailPayment {
                 payment_id,
@@ -484,6 +577,8 @@ pub fn evolve(state: Option<Order>, event: &Event) -> Option<Order> {
             updated_at: *at,
             payment: None,
             refunds: Vec::new(),
+            operator_refunds: Vec::new(),
+            next_action: None,
             version: 1,
         });
     }
@@ -513,6 +608,14 @@ pub fn evolve(state: Option<Order>, event: &Event) -> Option<Order> {
         }
         Event::CaptureDecided { .. } | Event::Captured { .. } => {
             payment::evolve_capture(&mut order, event);
+            order.state
+        }
+        Event::OperatorRefundDecided { .. } | Event::OperatorRefunded { .. } => {
+            crate::operator::evolve(&mut order, event);
+            order.state
+        }
+        Event::ActionRequired { .. } => {
+            crate::action::evolve(&mut order, event);
             order.state
         }
         Event::PaymentFailed { .. } => OrderState::PaymentFailed,

@@ -533,3 +533,126 @@ fn an_authorization_that_cannot_settle_its_order_is_voided_and_the_order_keeps_i
     assert!(order.payment.is_none());
     assert!(order.refunds.iter().all(|r| r.refunded && r.void));
 }
+
+fn refund_by(key: &str, amount_minor: i64) -> Command {
+    Command::RefundByOperator {
+        key: key.into(),
+        amount_minor,
+        at: t(40),
+    }
+}
+
+#[test]
+fn an_operator_refunds_once_per_key_and_never_more_than_was_taken() {
+    let mut history = vec![placed(), confirmed("p1")];
+    let decided = given(history.clone())
+        .when(refund_by("t1", 1200))
+        .expect("decided");
+    assert!(matches!(
+        &decided[..],
+        [Event::OperatorRefundDecided {
+            amount_minor: 1200,
+            ..
+        }]
+    ));
+    history.extend(decided);
+    // Asked again with its key: nothing new; with its key for another amount: refused.
+    assert_eq!(
+        given(history.clone()).when(refund_by("t1", 1200)),
+        Ok(vec![])
+    );
+    assert!(matches!(
+        given(history.clone()).when(refund_by("t1", 1)),
+        Err(DomainError::InvalidRefund(_))
+    ));
+    assert_eq!(
+        given(history.clone()).when(refund_by("t2", 801)),
+        Err(DomainError::RefundExceedsCaptured {
+            asked: 801,
+            left: 800
+        })
+    );
+    assert!(matches!(
+        given(history.clone()).when(refund_by("t2", 0)),
+        Err(DomainError::InvalidRefund(_))
+    ));
+    let made = given(history.clone())
+        .when(Command::RecordOperatorRefund {
+            key: "t1".into(),
+            at: t(50),
+        })
+        .expect("made");
+    history.extend(made);
+    let order = fold(&history).expect("order");
+    assert_eq!(
+        order.state,
+        OrderState::Confirmed,
+        "a refund keeps the order's state"
+    );
+    assert!(order.operator_refunds.iter().all(|r| r.refunded));
+}
+
+#[test]
+fn nothing_is_refunded_before_an_authorization_is_captured_or_of_a_pending_order() {
+    let authorized = given(vec![placed()])
+        .when(authorized("p1"))
+        .expect("confirm");
+    let history = [vec![placed()], authorized].concat();
+    assert_eq!(
+        given(history).when(refund_by("t1", 100)),
+        Err(DomainError::NothingCaptured)
+    );
+    assert!(matches!(
+        given(vec![placed()]).when(refund_by("t1", 100)),
+        Err(DomainError::IllegalTransition { .. })
+    ));
+}
+
+#[test]
+fn a_payment_awaiting_the_buyer_extends_the_reservation_once_and_bounded() {
+    let wait = |p: &str, minutes: i64, at: i64| Command::AwaitAction {
+        payment_id: p.into(),
+        url: format!("https://psp.example/{p}/action"),
+        extension: chrono::Duration::minutes(minutes),
+        at: t(at),
+    };
+    // Placed at 0 with 900 s to pay; the challenge comes at 800 s.
+    let decided = given(vec![placed()])
+        .when(wait("p1", 10, 800))
+        .expect("await");
+    let [Event::ActionRequired { expires_at, .. }] = &decided[..] else {
+        panic!("{decided:?}")
+    };
+    assert_eq!(*expires_at, t(800 + 600));
+    let history = [vec![placed()], decided].concat();
+    let order = fold(&history).expect("order");
+    assert_eq!(
+        (order.state, order.expires_at),
+        (OrderState::PaymentPending, t(1400))
+    );
+    assert_eq!(
+        order.next_action.map(|a| a.url),
+        Some("https://psp.example/p1/action".to_owned())
+    );
+    // Once: a second challenge extends nothing; expiry waits for the new deadline.
+    assert_eq!(
+        given(history.clone()).when(wait("p2", 10, 1300)),
+        Ok(vec![])
+    );
+    assert_eq!(
+        given(history).when(Command::Expire { at: t(1000) }),
+        Err(DomainError::NotYetExpired(t(1400)))
+    );
+    // Bounded: never more than an hour past the challenge.
+    let long = given(vec![placed()])
+        .when(wait("p1", 600, 100))
+        .expect("await");
+    assert!(
+        matches!(&long[..], [Event::ActionRequired { expires_at, .. }] if *expires_at == t(100 + 3600))
+    );
+    // Nothing once the order is no longer pending.
+    assert_eq!(
+        given(vec![placed(), Event::Cancelled { at: t(5) }]).when(wait("p1", 10, 10)),
+        Ok(vec![])
+    );
+}

@@ -21,6 +21,9 @@ pub enum PspStatus {
     /// without a capture (`canceled`: voided, abandoned, lapsed): the only
     /// statuses that decline.
     Failed,
+    /// The buyer must act first (`requires_action`, 3-D Secure): the order
+    /// waits for the buyer, its reservation extended once.
+    ActionRequired,
     /// Anything else (`processing`, an unknown word): ask again by key.
     Unknown(String),
 }
@@ -32,6 +35,7 @@ impl PspStatus {
             "succeeded" => PspStatus::Succeeded,
             "requires_capture" => PspStatus::Authorized,
             "failed" | "canceled" => PspStatus::Failed,
+            "requires_action" => PspStatus::ActionRequired,
             other => PspStatus::Unknown(other.chars().take(64).collect()),
         }
     }

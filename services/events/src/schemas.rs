@@ -40,6 +40,18 @@ pub const SCHEMAS: &[(&str, &str)] = &[
         include_str!("../../../proto/events/order.captured.v1.schema.json"),
     ),
     (
+        "order.operator_refund_decided.v1",
+        include_str!("../../../proto/events/order.operator_refund_decided.v1.schema.json"),
+    ),
+    (
+        "order.operator_refunded.v1",
+        include_str!("../../../proto/events/order.operator_refunded.v1.schema.json"),
+    ),
+    (
+        "order.action_required.v1",
+        include_str!("../../../proto/events/order.action_required.v1.schema.json"),
+    ),
+    (
         "shipment.created.v1",
         include_str!("../../../proto/events/shipment.created.v1.schema.json"),
     ),

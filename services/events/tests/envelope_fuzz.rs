@@ -179,6 +179,30 @@ fn event() -> impl Strategy<Value = Event> {
                 at,
             }
         }),
+        (any::<String>(), any::<String>(), any::<i64>(), instant()).prop_map(
+            |(key, payment_id, amount_minor, at)| Event::OperatorRefundDecided {
+                key,
+                payment_id,
+                amount_minor,
+                at,
+            }
+        ),
+        (any::<String>(), any::<String>(), instant(), instant()).prop_map(
+            |(payment_id, url, expires_at, at)| Event::ActionRequired {
+                payment_id,
+                url,
+                expires_at,
+                at,
+            }
+        ),
+        (any::<String>(), any::<String>(), any::<i64>(), instant()).prop_map(
+            |(key, payment_id, amount_minor, at)| Event::OperatorRefunded {
+                key,
+                payment_id,
+                amount_minor,
+                at,
+            }
+        ),
     ]
 }
 

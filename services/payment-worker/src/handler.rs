@@ -135,13 +135,6 @@ impl PayOrders {
             }
         })?;
         if let domain::PspStatus::Unknown(status) = &payment.fact().status {
-            if status == "requires_action" {
-                // 3-D Secure: the buyer must act. The PSP's webhook (or
-                // reconciliation) settles the order; expiry ends it if not.
-                metrics::counter!("soldonce_payments_awaiting_action_total").increment(1);
-                tracing::info!(%order_id, payment_id = %payment.id, trace_id = %delivery.trace_id(), "payment awaits the buyer's action");
-                return Ok(Charged::Nothing);
-            }
             // Not a clear answer: never release, ask again by key on redelivery.
             metrics::counter!("soldonce_psp_outcome_unknown_total").increment(1);
             return Err(HandleError::Transient(anyhow::anyhow!(
@@ -230,6 +223,7 @@ impl Handler for PayOrders {
                         amount_minor: 0,
                         currency: order.currency.to_string(),
                         failure_reason: None,
+                        next_action_url: None,
                     },
                     Source::Free,
                 ),
@@ -287,6 +281,10 @@ impl Handler for PayOrders {
                 // A webhook (or a redelivery) got there first.
                 Learned::AlreadyKnown => {
                     tracing::info!(%order_id, %trace_id, %payment_id, "payment recorded: already known");
+                }
+                Learned::AwaitingAction => {
+                    metrics::counter!("soldonce_payments_awaiting_action_total").increment(1);
+                    tracing::info!(%order_id, %trace_id, %payment_id, "payment awaits the buyer's action (3-D Secure)");
                 }
                 Learned::Unknown(status) => {
                     tracing::warn!(%order_id, %trace_id, %payment_id, status = %status, "payment recorded: a status soldonce does not know");

@@ -15,6 +15,7 @@
 //! - `psp.rs` — the PSP client (keys, retries, lookups)
 //! - `compensate.rs` — refunds and voids owed, carried out until the PSP confirms them
 //! - `capture.rs` — captures owed (an authorized order shipped), likewise
+//! - `operator_refund.rs` — refunds operators asked for, likewise
 //! - `reconcile.rs` — the PSP's listing against soldonce's books
 //! - `metric_help.rs` — what each metric it records means
 //! - `main.rs` — `--check-config` and the run
@@ -24,6 +25,7 @@ pub use metric_help::METRICS;
 pub mod capture;
 pub mod compensate;
 mod handler;
+pub mod operator_refund;
 pub mod psp;
 pub mod reconcile;
 
@@ -68,6 +70,10 @@ pub struct Settings {
     /// `CAPTURE_AT`, default `shipment`: charges are authorizations,
     /// captured when the order ships; `confirmation` takes the money at once.
     pub capture_at: psp::CaptureAt,
+    /// `ACTION_EXTENSION`, default 10 minutes (at most an hour): how much
+    /// longer an order's reservation lasts, once, while its buyer completes
+    /// a 3-D Secure challenge.
+    pub action_extension: Duration,
     pub stream: bus::StreamSettings,
 }
 
@@ -124,6 +130,7 @@ impl Settings {
                 "when an order's money is taken: shipment (authorize at checkout, capture as the order ships, void if it never does) or confirmation (at once)",
             )
             .parsed(psp::CaptureAt::Shipment)?,
+            action_extension: store::payments::action_extension_setting()?,
             stream: bus::StreamSettings::from_env()?,
         })
     }
@@ -198,12 +205,16 @@ impl Application {
         .await
         .context("connecting to DATABASE_URL")?;
         let js = bus::open(&settings.nats_url, &settings.stream).await?;
+        store::payments::set_action_extension(settings.action_extension);
         let psp = psp::Psp::new(
             &settings.psp_url,
             settings.psp_timeout,
             settings.psp_deadline,
             // One connection kept for each order in hand, the refunds' and the captures'.
-            settings.concurrency + compensate::IN_FLIGHT + capture::IN_FLIGHT,
+            settings.concurrency
+                + compensate::IN_FLIGHT
+                + capture::IN_FLIGHT
+                + operator_refund::IN_FLIGHT,
         )
         .context("PSP client")?
         .capturing_at(settings.capture_at);
@@ -286,7 +297,14 @@ async fn compensation_loop(
                 false
             }
         };
-        let busy = refunds || captures;
+        let asked = match operator_refund::run_due(&pool, &psp).await {
+            Ok(n) => n > 0,
+            Err(e) => {
+                tracing::warn!(error = %e, "operator refund round failed; retrying");
+                false
+            }
+        };
+        let busy = refunds || captures || asked;
         if *stop.borrow() {
             return;
         }

@@ -5,6 +5,18 @@ use platform::metric::Metric;
 /// The payment worker's own metrics: PSP calls, money, refunds, reconciliation.
 pub const METRICS: &[Metric] = &[
     Metric::counter(
+        "soldonce_operator_refunds_total",
+        "Refunds operators asked for, asked of the PSP, by outcome (refunded, postponed, refused).",
+    ),
+    Metric::gauge(
+        "soldonce_operator_refunds_outstanding",
+        "Operator refunds decided and not yet confirmed by the PSP, refused ones included.",
+    ),
+    Metric::gauge(
+        "soldonce_operator_refunds_oldest_seconds",
+        "Age of the oldest operator refund outstanding.",
+    ),
+    Metric::counter(
         "soldonce_captures_total",
         "Captures asked of the PSP (an authorized order shipped), by outcome (captured, postponed, refused).",
     ),

@@ -30,6 +30,9 @@ pub struct PspPayment {
     /// How much the provider has taken (0 while only authorized).
     #[serde(default)]
     pub amount_captured: Option<i64>,
+    /// Where the buyer must act, while the payment `requires_action`.
+    #[serde(default)]
+    pub next_action: Option<NextAction>,
     pub created_at: chrono::DateTime<chrono::Utc>,
     #[serde(default)]
     pub refunds: Vec<PspRefund>,
@@ -52,6 +55,7 @@ impl PspPayment {
                     .as_ref()
                     .map(|r| format!("canceled ({r})"))
             }),
+            next_action_url: self.next_action.as_ref().map(|a| a.url.clone()),
         }
     }
 
@@ -71,6 +75,12 @@ impl PspPayment {
             .filter(|r| r.status == "succeeded")
             .fold(0i64, |sum, r| sum.saturating_add(r.amount_minor))
     }
+}
+
+/// A payment's `next_action`: the page where the buyer completes 3-D Secure.
+#[derive(Debug, Clone, Deserialize)]
+pub struct NextAction {
+    pub url: String,
 }
 
 /// A refund as the provider reports it.
@@ -238,8 +248,23 @@ impl Psp {
     /// Asks once for a full refund of a payment with a stable `key`; the
     /// caller owns retrying (a compensation is retried across restarts).
     pub async fn refund_once(&self, payment_id: &str, key: &str) -> Result<PspRefund, PspError> {
+        self.refund_part_once(payment_id, key, None).await
+    }
+
+    /// Asks once for a refund of `amount_minor` (everything left when
+    /// `None`) of a payment with a stable `key`; the caller owns retrying.
+    pub async fn refund_part_once(
+        &self,
+        payment_id: &str,
+        key: &str,
+        amount_minor: Option<i64>,
+    ) -> Result<PspRefund, PspError> {
         let url = format!("{}/v1/payments/{payment_id}/refunds", self.base);
-        self.post(&url, key, &serde_json::json!({}), None).await
+        let body = match amount_minor {
+            Some(amount) => serde_json::json!({ "amount_minor": amount }),
+            None => serde_json::json!({}),
+        };
+        self.post(&url, key, &body, None).await
     }
 
     /// Asks once to capture an authorized payment with a stable `key`

@@ -184,7 +184,8 @@ impl Walk {
                 continue;
             }
             match fact.status {
-                PspStatus::Unknown(_) => {}
+                // The buyer's action is awaited by the order; expiry ends it if it never comes.
+                PspStatus::Unknown(_) | PspStatus::ActionRequired => {}
                 // A decline only ends a pending order: every other one was decided before.
                 PspStatus::Failed if state.is_some_and(|s| s != "payment_pending") => {}
                 PspStatus::Failed => {

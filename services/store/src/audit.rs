@@ -418,6 +418,26 @@ async fn check_projection(
 
 /// The operational checks; `unshipped` (a scan of every confirmed order)
 /// only in a full pass.
+///
+/// A dead letter that a later fact resolved no longer counts: an
+/// `order.placed` the payment worker gave up on whose order has since left
+/// `payment_pending` (a slow payment that then succeeded, learned by webhook
+/// or reconciliation; a decline; an expiry), or an `order.confirmed`
+/// fulfillment gave up on whose order has its shipment.
+const DEAD_LETTERS_OUTSTANDING: &str = "\
+    WITH letters AS (\
+      SELECT consumer, split_part(subject, '.', 3) AS kind, \
+             CASE WHEN split_part(subject, '.', 4) ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' \
+                  THEN split_part(subject, '.', 4)::uuid END AS order_id \
+      FROM dead_letters WHERE redriven_at IS NULL AND subject LIKE 'soldonce.order.%') \
+    SELECT consumer, count(*) FROM ( \
+      SELECT consumer FROM letters l WHERE NOT ( \
+        (l.kind = 'placed' AND EXISTS (SELECT 1 FROM orders o WHERE o.id = l.order_id AND o.state <> 'payment_pending')) \
+        OR (l.kind = 'confirmed' AND EXISTS (SELECT 1 FROM shipments s WHERE s.order_id = l.order_id))) \
+      UNION ALL \
+      SELECT consumer FROM dead_letters WHERE redriven_at IS NULL AND subject NOT LIKE 'soldonce.order.%') d \
+    GROUP BY consumer ORDER BY consumer";
+
 async fn check_operations(
     conn: &mut PgConnection,
     options: &AuditOptions,
@@ -427,12 +447,9 @@ async fn check_operations(
     if full {
         check_unshipped(conn, options, report).await?;
     }
-    let dead: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT consumer, count(*) FROM dead_letters WHERE redriven_at IS NULL \
-         GROUP BY consumer ORDER BY consumer",
-    )
-    .fetch_all(&mut *conn)
-    .await?;
+    let dead: Vec<(String, i64)> = sqlx::query_as(DEAD_LETTERS_OUTSTANDING)
+        .fetch_all(&mut *conn)
+        .await?;
     for (consumer, n) in dead {
         report.flag(
             "dead_letters",

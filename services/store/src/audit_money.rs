@@ -20,6 +20,8 @@ type Overdue = (
 
 /// A capture not carried out: payment, order, capture state, age in seconds, last error.
 type OverdueCapture = (String, Option<Uuid>, String, f64, Option<String>);
+/// An operator refund not carried out: order, key, state, age in seconds, last error.
+type OverdueAsk = (Uuid, String, String, f64, Option<String>);
 
 /// Every check over every order, or (with `only`) over those orders and
 /// their payments; open compensations and reconciliation findings are
@@ -165,6 +167,24 @@ pub(crate) async fn check_open(
             "capture_overdue",
             payment,
             format!("capture ({order}, shipped) {state} for {age:.0} s{error}"),
+        );
+    }
+    let asked: Vec<OverdueAsk> = sqlx::query_as(
+        "SELECT order_id, key, state, extract(epoch FROM now() - requested_at)::float8, last_error FROM operator_refunds \
+         WHERE state IN ('pending', 'refused') AND (state = 'refused' OR requested_at <= now() - make_interval(secs => $1)) \
+         ORDER BY requested_at LIMIT 1000",
+    )
+    .bind(options.compensation_grace.as_secs_f64())
+    .fetch_all(&mut *conn)
+    .await?;
+    for (order, key, state, age, error) in asked {
+        let error = error
+            .map(|e| format!("; last error: {e}"))
+            .unwrap_or_default();
+        report.flag(
+            "operator_refund_overdue",
+            order.to_string(),
+            format!("refund {key:?} asked by an operator {state} for {age:.0} s{error}"),
         );
     }
     let findings: Vec<(String, String, String)> =

@@ -45,6 +45,7 @@ pub mod expiring;
 pub mod idempotency;
 pub mod inbox;
 mod journal;
+pub mod operator_refunds;
 pub mod order_counts;
 pub mod orders;
 pub mod outbox;

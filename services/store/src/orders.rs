@@ -133,6 +133,7 @@ pub(crate) fn insert_projections_into<'q>(
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
+    let (mut asked, mut actions) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let (mut line_orders, mut skus, mut quantities, mut prices) = (vec![], vec![], vec![], vec![]);
     for o in orders {
         ids.push(o.id);
@@ -155,6 +156,14 @@ pub(crate) fn insert_projections_into<'q>(
         updated.push(o.updated_at);
         refunds.push(serde_json::to_value(&o.refunds).map_err(corrupt)?);
         captures.push(o.payment.as_ref().and_then(|p| p.capture.column()));
+        asked.push(serde_json::to_value(&o.operator_refunds).map_err(corrupt)?);
+        actions.push(
+            o.next_action
+                .as_ref()
+                .map(serde_json::to_value)
+                .transpose()
+                .map_err(corrupt)?,
+        );
         for l in &o.lines {
             line_orders.push(o.id);
             skus.push(l.sku.as_str());
@@ -169,14 +178,15 @@ pub(crate) fn insert_projections_into<'q>(
         (s.bind(currencies)?, s.bind(totals)?, s.bind(shippings)?);
     let (payment_ids, paid, versions) = (s.bind(payment_ids)?, s.bind(paid)?, s.bind(versions)?);
     let (expires, created, updated) = (s.bind(expires)?, s.bind(created)?, s.bind(updated)?);
-    let (refunds, captures) = (s.bind(refunds)?, s.bind(captures)?);
+    let (refunds, captures, asked) = (s.bind(refunds)?, s.bind(captures)?, s.bind(asked)?);
+    let actions = s.bind(actions)?;
     let (line_orders, skus) = (s.bind(line_orders)?, s.bind(skus)?);
     let (quantities, prices) = (s.bind(quantities)?, s.bind(prices)?);
     s.cte(
         "placed",
         &format!(
-            "INSERT INTO orders (id, account_id, state, currency, total_minor, shipping, payment_id, paid_minor, version, expires_at, created_at, updated_at, refunds, capture) \
-             SELECT * FROM unnest({ids}::uuid[], {accounts}::uuid[], {states}::text[], {currencies}::text[], {totals}::bigint[], {shippings}::jsonb[], {payment_ids}::text[], {paid}::bigint[], {versions}::int[], {expires}::timestamptz[], {created}::timestamptz[], {updated}::timestamptz[], {refunds}::jsonb[], {captures}::text[]) \
+            "INSERT INTO orders (id, account_id, state, currency, total_minor, shipping, payment_id, paid_minor, version, expires_at, created_at, updated_at, refunds, capture, operator_refunds, next_action) \
+             SELECT * FROM unnest({ids}::uuid[], {accounts}::uuid[], {states}::text[], {currencies}::text[], {totals}::bigint[], {shippings}::jsonb[], {payment_ids}::text[], {paid}::bigint[], {versions}::int[], {expires}::timestamptz[], {created}::timestamptz[], {updated}::timestamptz[], {refunds}::jsonb[], {captures}::text[], {asked}::jsonb[], {actions}::jsonb[]) \
              ON CONFLICT (id) DO NOTHING RETURNING 1"
         ),
     );
@@ -217,7 +227,8 @@ pub(crate) fn update_projections<'q>(
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    let mut captures = Vec::with_capacity(n);
+    let (mut captures, mut asked) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut actions, mut expires) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for (version_before, o) in orders {
         ids.push(o.id);
         states.push(o.state.as_str());
@@ -227,19 +238,30 @@ pub(crate) fn update_projections<'q>(
         times.push(o.updated_at);
         refunds.push(serde_json::to_value(&o.refunds).map_err(corrupt)?);
         captures.push(o.payment.as_ref().and_then(|p| p.capture.column()));
+        asked.push(serde_json::to_value(&o.operator_refunds).map_err(corrupt)?);
+        actions.push(
+            o.next_action
+                .as_ref()
+                .map(serde_json::to_value)
+                .transpose()
+                .map_err(corrupt)?,
+        );
+        expires.push(o.expires_at);
         before.push(*version_before);
     }
     let s = statement;
     let (ids, states, payment_ids) = (s.bind(ids)?, s.bind(states)?, s.bind(payment_ids)?);
     let (paid, versions, times) = (s.bind(paid)?, s.bind(versions)?, s.bind(times)?);
     let (refunds, before, captures) = (s.bind(refunds)?, s.bind(before)?, s.bind(captures)?);
+    let (asked, actions, expires) = (s.bind(asked)?, s.bind(actions)?, s.bind(expires)?);
     s.cte(
         "updated",
         &format!(
             "UPDATE orders o SET state = x.state, payment_id = x.payment_id, paid_minor = x.paid, \
-                    version = x.version, updated_at = x.at, refunds = x.refunds, capture = x.capture \
-             FROM unnest({ids}::uuid[], {states}::text[], {payment_ids}::text[], {paid}::bigint[], {versions}::int[], {times}::timestamptz[], {refunds}::jsonb[], {before}::int[], {captures}::text[]) \
-                  AS x(id, state, payment_id, paid, version, at, refunds, before, capture) \
+                    version = x.version, updated_at = x.at, refunds = x.refunds, capture = x.capture, operator_refunds = x.asked, \
+                    next_action = x.action, expires_at = x.expires \
+             FROM unnest({ids}::uuid[], {states}::text[], {payment_ids}::text[], {paid}::bigint[], {versions}::int[], {times}::timestamptz[], {refunds}::jsonb[], {before}::int[], {captures}::text[], {asked}::jsonb[], {actions}::jsonb[], {expires}::timestamptz[]) \
+                  AS x(id, state, payment_id, paid, version, at, refunds, before, capture, asked, action, expires) \
              WHERE o.id = ANY({ids}::uuid[]) AND o.id = x.id AND o.version = x.before \
              RETURNING 1"
         ),
@@ -252,7 +274,7 @@ pub(crate) fn update_projections<'q>(
 macro_rules! select_orders {
     () => {
         "SELECT o.id, o.account_id, o.state, o.currency, o.total_minor, o.shipping, o.payment_id, o.paid_minor, \
-            o.version, o.expires_at, o.created_at, o.updated_at, o.refunds, o.capture, \
+            o.version, o.expires_at, o.created_at, o.updated_at, o.refunds, o.capture, o.operator_refunds, o.next_action, \
             (SELECT coalesce(jsonb_agg(jsonb_build_object('sku', l.sku, 'quantity', l.quantity, 'unit_price_minor', l.unit_price_minor) ORDER BY l.sku COLLATE \"C\"), '[]') \
                FROM order_lines l WHERE l.order_id = o.id) AS lines \
          FROM orders o"
@@ -285,6 +307,8 @@ pub(crate) struct OrderRow {
     updated_at: DateTime<Utc>,
     refunds: serde_json::Value,
     capture: Option<String>,
+    operator_refunds: serde_json::Value,
+    next_action: Option<serde_json::Value>,
     lines: serde_json::Value,
 }
 
@@ -315,6 +339,14 @@ impl TryFrom<OrderRow> for Order {
         let refunds = serde_json::from_value(r.refunds.clone()).map_err(|_| corrupt("refunds"))?;
         let capture =
             domain::Capture::from_column(r.capture.as_deref()).ok_or_else(|| corrupt("capture"))?;
+        let operator_refunds = serde_json::from_value(r.operator_refunds.clone())
+            .map_err(|_| corrupt("operator_refunds"))?;
+        let next_action = r
+            .next_action
+            .clone()
+            .map(serde_json::from_value)
+            .transpose()
+            .map_err(|_| corrupt("next_action"))?;
         Ok(Order {
             id: r.id,
             account_id: r.account_id,
@@ -332,6 +364,8 @@ impl TryFrom<OrderRow> for Order {
                 capture,
             }),
             refunds,
+            operator_refunds,
+            next_action,
             version: r.version,
         })
     }

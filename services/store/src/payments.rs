@@ -35,6 +35,41 @@ pub fn own_order(reference: Option<&str>, idempotency_key: Option<&str>) -> Opti
     (key_names == order).then_some(order)
 }
 
+/// How long a reservation is extended, once, for a buyer's 3-D Secure
+/// action: `ACTION_EXTENSION` as the service read it at start (10 minutes
+/// unless set; at most [`domain::action::MAX_EXTENSION`]).
+static ACTION_EXTENSION: std::sync::OnceLock<chrono::Duration> = std::sync::OnceLock::new();
+
+/// Reads `ACTION_EXTENSION` (default 10 minutes, at most an hour): the
+/// payment worker and checkout both learn of buyers' challenges, so both
+/// read it alike.
+pub fn action_extension_setting() -> Result<std::time::Duration, platform::config::ConfigError> {
+    let setting = platform::config::var(
+        "ACTION_EXTENSION",
+        "how much longer a reservation lasts, once, while the buyer completes a 3-D Secure challenge (at most 1h)",
+    );
+    let d = setting.duration(std::time::Duration::from_secs(600))?;
+    if d > std::time::Duration::from_secs(3600) {
+        return Err(platform::config::ConfigError::new(
+            setting.name(),
+            "must be at most 1h",
+        ));
+    }
+    Ok(d)
+}
+
+/// Sets the action extension for this process (once, at start).
+pub fn set_action_extension(extension: std::time::Duration) {
+    let extension = chrono::Duration::from_std(extension)
+        .unwrap_or(domain::action::MAX_EXTENSION)
+        .min(domain::action::MAX_EXTENSION);
+    let _ = ACTION_EXTENSION.set(extension);
+}
+
+fn action_extension() -> chrono::Duration {
+    *ACTION_EXTENSION.get_or_init(|| chrono::Duration::minutes(10))
+}
+
 /// Which path learned a fact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -70,6 +105,8 @@ pub struct PaymentFact {
     pub amount_minor: i64,
     pub currency: String,
     pub failure_reason: Option<String>,
+    /// Where the buyer must act, for a payment that `requires_action`.
+    pub next_action_url: Option<String>,
 }
 
 /// What became of a fact.
@@ -87,6 +124,9 @@ pub enum Learned {
     AlreadyKnown,
     /// Not a clear answer: ask the PSP again by key. Nothing was changed.
     Unknown(String),
+    /// The payment waits for the buyer's action (3-D Secure); the order
+    /// waits with it (its reservation extended once, if this is news).
+    AwaitingAction,
     /// Not soldonce's payment: made without its key, or for an order it
     /// does not hold. Nothing was recorded; it is never refunded.
     Foreign,
@@ -202,6 +242,23 @@ async fn learn_many_waiting(
         let order = fact.order_id.and_then(|id| orders.get(&id));
         let answer = match &fact.status {
             PspStatus::Unknown(status) => Learned::Unknown(status.clone()),
+            PspStatus::ActionRequired => match order {
+                Some(order) => {
+                    let command = Command::AwaitAction {
+                        payment_id: fact.payment_id.clone(),
+                        url: fact.next_action_url.clone().unwrap_or_default(),
+                        extension: action_extension(),
+                        at,
+                    };
+                    let events = decide(order, command)?;
+                    if !events.is_empty() {
+                        let next = changes.order(Some(order), &events, meta)?;
+                        orders.insert(next.id, next);
+                    }
+                    Learned::AwaitingAction
+                }
+                None => Learned::Foreign,
+            },
             // Its disposition is decided: an authorization attached to a
             // confirmed order that lapsed, or one soldonce voided itself.
             PspStatus::Failed if known.contains(&fact.payment_id) => Learned::AlreadyKnown,

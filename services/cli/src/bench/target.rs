@@ -303,6 +303,8 @@ impl RunningCheckout {
             limits: checkout::Limits::unlimited(),
             coalesce,
             http: checkout::HttpLimits::default(),
+            admin_token: None,
+            action_extension: std::time::Duration::from_secs(600),
         };
         let app = checkout::Application::build(settings)
             .await
