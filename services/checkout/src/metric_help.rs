@@ -42,7 +42,11 @@ pub const METRICS: &[Metric] = &[
     ),
     Metric::counter(
         "soldonce_webhooks_total",
-        "PSP webhooks accepted, by outcome (confirmed, refund_decided, declined, applied, unknown_status, duplicate, busy).",
+        "PSP webhooks accepted, by outcome (confirmed, refund_decided, declined, applied, unknown_status, duplicate, busy, dispute).",
+    ),
+    Metric::counter(
+        "soldonce_disputes_total",
+        "Disputes (chargebacks) reported by the PSP, by outcome (held: recorded and the shipment held; recorded: the goods had left; already_known; foreign: a payment soldonce does not hold).",
     ),
     Metric::counter(
         "soldonce_webhooks_rejected_total",

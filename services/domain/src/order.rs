@@ -2,6 +2,7 @@
 //! current state, `evolve` folds one event into the state. An order's state
 //! is exactly the fold of its events; the `orders` table is a cache of it.
 
+use crate::dispute::{self, DisputeFact, DisputeRef};
 use crate::money::{Currency, Money, MoneyError};
 use crate::payment::{self, PaidFact, RefundReason, RefundRef};
 use crate::stock::{Movement, Quantity, Sku};
@@ -140,6 +141,9 @@ pub struct Order {
     pub payment: Option<PaymentRef>,
     /// Refunds decided against payments that could not settle this order.
     pub refunds: Vec<RefundRef>,
+    /// Disputes (chargebacks) the PSP reported against its payments.
+    #[serde(default)]
+    pub disputes: Vec<DisputeRef>,
     /// How many events the order has: the version the next one must follow.
     pub version: i32,
 }
@@ -193,6 +197,8 @@ pub enum Command {
         amount_minor: i64,
         at: DateTime<Utc>,
     },
+    /// The PSP reports a dispute of one of the order's payments: record it, once.
+    Dispute(DisputeFact),
 }
 
 /// Something that happened to an order. The serde tag is the event's stable
@@ -272,6 +278,15 @@ pub enum Event {
         amount_minor: i64,
         at: DateTime<Utc>,
     },
+    /// The buyer's bank took money back from one of the order's payments (see `dispute.rs`).
+    #[serde(rename = "order.disputed.v1")]
+    Disputed {
+        dispute_id: String,
+        payment_id: String,
+        amount_minor: i64,
+        reason: String,
+        at: DateTime<Utc>,
+    },
 }
 
 impl Event {
@@ -287,6 +302,7 @@ impl Event {
             Event::Refunded { .. } => "order.refunded.v1",
             Event::CaptureDecided { .. } => "order.capture_decided.v1",
             Event::Captured { .. } => "order.captured.v1",
+            Event::Disputed { .. } => "order.disputed.v1",
         }
     }
 
@@ -307,7 +323,8 @@ impl Event {
             Event::RefundDecided { .. }
             | Event::Refunded { .. }
             | Event::CaptureDecided { .. }
-            | Event::Captured { .. } => None,
+            | Event::Captured { .. }
+            | Event::Disputed { .. } => None,
         }
     }
 
@@ -338,7 +355,8 @@ impl Event {
             | Event::RefundDecided { at, .. }
             | Event::Refunded { at, .. }
             | Event::CaptureDecided { at, .. }
-            | Event::Captured { at, .. } => *at,
+            | Event::Captured { at, .. }
+            | Event::Disputed { at, .. } => *at,
         }
     }
 }
@@ -367,6 +385,8 @@ pub enum DomainError {
     NoRefundDecided(String),
     #[error("no capture was decided for payment {0}")]
     NoCaptureDecided(String),
+    #[error("the order has no payment {0} to dispute")]
+    NotDisputable(String),
 }
 
 /// Decides which events a command produces against the current state.
@@ -432,6 +452,7 @@ fn decide_existing(order: &Order, command: Command) -> Result<Vec<Event>, Domain
                 at,
             },
         ) => payment::decide_captured(order, &payment_id, amount_minor, at),
+        (_, Command::Dispute(fact)) => dispute::decide_disputed(order, fact),
         (
             PaymentPending,
             Command::FailPayment {
@@ -484,6 +505,7 @@ pub fn evolve(state: Option<Order>, event: &Event) -> Option<Order> {
             updated_at: *at,
             payment: None,
             refunds: Vec::new(),
+            disputes: Vec::new(),
             version: 1,
         });
     }
@@ -513,6 +535,10 @@ pub fn evolve(state: Option<Order>, event: &Event) -> Option<Order> {
         }
         Event::CaptureDecided { .. } | Event::Captured { .. } => {
             payment::evolve_capture(&mut order, event);
+            order.state
+        }
+        Event::Disputed { .. } => {
+            dispute::evolve_disputed(&mut order, event);
             order.state
         }
         Event::PaymentFailed { .. } => OrderState::PaymentFailed,

@@ -133,6 +133,7 @@ pub(crate) fn insert_projections_into<'q>(
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
+    let mut disputes = Vec::with_capacity(n);
     let (mut line_orders, mut skus, mut quantities, mut prices) = (vec![], vec![], vec![], vec![]);
     for o in orders {
         ids.push(o.id);
@@ -155,6 +156,7 @@ pub(crate) fn insert_projections_into<'q>(
         updated.push(o.updated_at);
         refunds.push(serde_json::to_value(&o.refunds).map_err(corrupt)?);
         captures.push(o.payment.as_ref().and_then(|p| p.capture.column()));
+        disputes.push(serde_json::to_value(&o.disputes).map_err(corrupt)?);
         for l in &o.lines {
             line_orders.push(o.id);
             skus.push(l.sku.as_str());
@@ -169,14 +171,14 @@ pub(crate) fn insert_projections_into<'q>(
         (s.bind(currencies)?, s.bind(totals)?, s.bind(shippings)?);
     let (payment_ids, paid, versions) = (s.bind(payment_ids)?, s.bind(paid)?, s.bind(versions)?);
     let (expires, created, updated) = (s.bind(expires)?, s.bind(created)?, s.bind(updated)?);
-    let (refunds, captures) = (s.bind(refunds)?, s.bind(captures)?);
+    let (refunds, captures, disputes) = (s.bind(refunds)?, s.bind(captures)?, s.bind(disputes)?);
     let (line_orders, skus) = (s.bind(line_orders)?, s.bind(skus)?);
     let (quantities, prices) = (s.bind(quantities)?, s.bind(prices)?);
     s.cte(
         "placed",
         &format!(
-            "INSERT INTO orders (id, account_id, state, currency, total_minor, shipping, payment_id, paid_minor, version, expires_at, created_at, updated_at, refunds, capture) \
-             SELECT * FROM unnest({ids}::uuid[], {accounts}::uuid[], {states}::text[], {currencies}::text[], {totals}::bigint[], {shippings}::jsonb[], {payment_ids}::text[], {paid}::bigint[], {versions}::int[], {expires}::timestamptz[], {created}::timestamptz[], {updated}::timestamptz[], {refunds}::jsonb[], {captures}::text[]) \
+            "INSERT INTO orders (id, account_id, state, currency, total_minor, shipping, payment_id, paid_minor, version, expires_at, created_at, updated_at, refunds, capture, disputes) \
+             SELECT * FROM unnest({ids}::uuid[], {accounts}::uuid[], {states}::text[], {currencies}::text[], {totals}::bigint[], {shippings}::jsonb[], {payment_ids}::text[], {paid}::bigint[], {versions}::int[], {expires}::timestamptz[], {created}::timestamptz[], {updated}::timestamptz[], {refunds}::jsonb[], {captures}::text[], {disputes}::jsonb[]) \
              ON CONFLICT (id) DO NOTHING RETURNING 1"
         ),
     );
@@ -217,7 +219,7 @@ pub(crate) fn update_projections<'q>(
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    let mut captures = Vec::with_capacity(n);
+    let (mut captures, mut disputes) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for (version_before, o) in orders {
         ids.push(o.id);
         states.push(o.state.as_str());
@@ -227,19 +229,21 @@ pub(crate) fn update_projections<'q>(
         times.push(o.updated_at);
         refunds.push(serde_json::to_value(&o.refunds).map_err(corrupt)?);
         captures.push(o.payment.as_ref().and_then(|p| p.capture.column()));
+        disputes.push(serde_json::to_value(&o.disputes).map_err(corrupt)?);
         before.push(*version_before);
     }
     let s = statement;
     let (ids, states, payment_ids) = (s.bind(ids)?, s.bind(states)?, s.bind(payment_ids)?);
     let (paid, versions, times) = (s.bind(paid)?, s.bind(versions)?, s.bind(times)?);
     let (refunds, before, captures) = (s.bind(refunds)?, s.bind(before)?, s.bind(captures)?);
+    let disputes = s.bind(disputes)?;
     s.cte(
         "updated",
         &format!(
             "UPDATE orders o SET state = x.state, payment_id = x.payment_id, paid_minor = x.paid, \
-                    version = x.version, updated_at = x.at, refunds = x.refunds, capture = x.capture \
-             FROM unnest({ids}::uuid[], {states}::text[], {payment_ids}::text[], {paid}::bigint[], {versions}::int[], {times}::timestamptz[], {refunds}::jsonb[], {before}::int[], {captures}::text[]) \
-                  AS x(id, state, payment_id, paid, version, at, refunds, before, capture) \
+                    version = x.version, updated_at = x.at, refunds = x.refunds, capture = x.capture, disputes = x.disputes \
+             FROM unnest({ids}::uuid[], {states}::text[], {payment_ids}::text[], {paid}::bigint[], {versions}::int[], {times}::timestamptz[], {refunds}::jsonb[], {before}::int[], {captures}::text[], {disputes}::jsonb[]) \
+                  AS x(id, state, payment_id, paid, version, at, refunds, before, capture, disputes) \
              WHERE o.id = ANY({ids}::uuid[]) AND o.id = x.id AND o.version = x.before \
              RETURNING 1"
         ),
@@ -252,7 +256,7 @@ pub(crate) fn update_projections<'q>(
 macro_rules! select_orders {
     () => {
         "SELECT o.id, o.account_id, o.state, o.currency, o.total_minor, o.shipping, o.payment_id, o.paid_minor, \
-            o.version, o.expires_at, o.created_at, o.updated_at, o.refunds, o.capture, \
+            o.version, o.expires_at, o.created_at, o.updated_at, o.refunds, o.capture, o.disputes, \
             (SELECT coalesce(jsonb_agg(jsonb_build_object('sku', l.sku, 'quantity', l.quantity, 'unit_price_minor', l.unit_price_minor) ORDER BY l.sku COLLATE \"C\"), '[]') \
                FROM order_lines l WHERE l.order_id = o.id) AS lines \
          FROM orders o"
@@ -285,6 +289,7 @@ pub(crate) struct OrderRow {
     updated_at: DateTime<Utc>,
     refunds: serde_json::Value,
     capture: Option<String>,
+    disputes: serde_json::Value,
     lines: serde_json::Value,
 }
 
@@ -313,6 +318,8 @@ impl TryFrom<OrderRow> for Order {
             .transpose()
             .map_err(|_| corrupt("shipping"))?;
         let refunds = serde_json::from_value(r.refunds.clone()).map_err(|_| corrupt("refunds"))?;
+        let disputes =
+            serde_json::from_value(r.disputes.clone()).map_err(|_| corrupt("disputes"))?;
         let capture =
             domain::Capture::from_column(r.capture.as_deref()).ok_or_else(|| corrupt("capture"))?;
         Ok(Order {
@@ -332,6 +339,7 @@ impl TryFrom<OrderRow> for Order {
                 capture,
             }),
             refunds,
+            disputes,
             version: r.version,
         })
     }
