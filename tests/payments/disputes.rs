@@ -25,12 +25,16 @@ async fn view(saga: &Saga, order_id: &str) -> serde_json::Value {
 
 /// The one payment psp-sim holds for an order, once it reads `status`.
 async fn psp_payment_in(saga: &Saga, order_id: &str, status: &str) -> serde_json::Value {
-    eventually(&format!("{order_id}'s payment {status}"), SETTLE, || async {
-        match &saga.psp_payments(order_id).await[..] {
-            [p] if p["status"] == status => Some(p.clone()),
-            _ => None,
-        }
-    })
+    eventually(
+        &format!("{order_id}'s payment {status}"),
+        SETTLE,
+        || async {
+            match &saga.psp_payments(order_id).await[..] {
+                [p] if p["status"] == status => Some(p.clone()),
+                _ => None,
+            }
+        },
+    )
     .await
 }
 
@@ -151,7 +155,10 @@ async fn a_dispute_before_shipment_holds_it_and_is_named_until_acked() {
         .await;
     let once = "SELECT count(*) FROM events WHERE type = 'order.disputed.v1'";
     assert_eq!(saga.app.count(once).await, 1, "one order.disputed event");
-    assert_eq!(disputed_view(&saga, &disputed, 1).await["disputes"], order["disputes"]);
+    assert_eq!(
+        disputed_view(&saga, &disputed, 1).await["disputes"],
+        order["disputes"]
+    );
     // The warehouse runs: the undisputed order ships, the disputed one never.
     saga.start_fulfillment(Duration::from_millis(50)).await;
     wait_delivered(&saga, &other).await;
@@ -159,8 +166,15 @@ async fn a_dispute_before_shipment_holds_it_and_is_named_until_acked() {
     assert_eq!(saga.settled_state(&third, SETTLE).await, "confirmed");
     wait_delivered(&saga, &third).await;
     let held = shipment_state(&saga, &disputed).await;
-    assert!(matches!(held.as_deref(), Some("pending" | "picked")), "{held:?}");
-    assert_eq!(shipped_events(&saga, &disputed).await, 0, "held: never shipped");
+    assert!(
+        matches!(held.as_deref(), Some("pending" | "picked")),
+        "{held:?}"
+    );
+    assert_eq!(
+        shipped_events(&saga, &disputed).await,
+        0,
+        "held: never shipped"
+    );
     assert_eq!(
         saga.app
             .count("SELECT count(*) FROM shipment_holds WHERE released_at IS NULL")
@@ -168,7 +182,10 @@ async fn a_dispute_before_shipment_holds_it_and_is_named_until_acked() {
         1
     );
     // Named to a person: by the audit and by the CLI, until acknowledged.
-    assert_eq!(violations(&saga).await, [("finding".into(), disputed.clone())]);
+    assert_eq!(
+        violations(&saga).await,
+        [("finding".to_owned(), disputed.clone())]
+    );
     let open = open_findings(&saga);
     assert_eq!(open.len(), 1, "{open:?}");
     assert_eq!(open[0]["order_id"], disputed.as_str());
@@ -176,7 +193,15 @@ async fn a_dispute_before_shipment_holds_it_and_is_named_until_acked() {
     assert_eq!(open[0]["shipment_held"], true);
     let id = open[0]["id"].to_string();
     let (code, out) = soldonce(
-        &["findings", "ack", &id, "--by", "ana", "--note", "evidence sent"],
+        &[
+            "findings",
+            "ack",
+            &id,
+            "--by",
+            "ana",
+            "--note",
+            "evidence sent",
+        ],
         &saga,
     );
     assert_eq!(code, Some(0), "{out}");
@@ -187,7 +212,11 @@ async fn a_dispute_before_shipment_holds_it_and_is_named_until_acked() {
     let fourth = saga.order("MUG").await;
     assert_eq!(saga.settled_state(&fourth, SETTLE).await, "confirmed");
     wait_delivered(&saga, &fourth).await;
-    assert_eq!(shipped_events(&saga, &disputed).await, 0, "acked, still held");
+    assert_eq!(
+        shipped_events(&saga, &disputed).await,
+        0,
+        "acked, still held"
+    );
     let (code, out) = soldonce(&["findings", "ack", &id, "--by", "ana"], &saga);
     assert_eq!(code, Some(2), "acknowledged twice: {out}");
     assert!(out.contains("acknowledged already"), "{out}");
@@ -211,14 +240,25 @@ async fn a_dispute_after_shipment_is_recorded_and_named_and_holds_nothing() {
     wait_delivered(&saga, &id).await;
     // Captured as it shipped: only captured money can be disputed.
     let payment = psp_payment_in(&saga, &id, "succeeded").await;
-    let opened = dispute(&saga, payment["id"].as_str().expect("id"), "product_not_received").await;
+    let opened = dispute(
+        &saga,
+        payment["id"].as_str().expect("id"),
+        "product_not_received",
+    )
+    .await;
     let order = disputed_view(&saga, &id, 1).await;
     assert_eq!(order["disputes"][0]["id"], opened["id"], "{order}");
     assert_eq!(order["shipment"]["state"], "delivered");
     let events = "SELECT count(*) FROM events WHERE type = 'order.disputed.v1'";
     assert_eq!(saga.app.count(events).await, 1);
-    assert_eq!(saga.app.count("SELECT count(*) FROM shipment_holds").await, 0);
-    assert_eq!(violations(&saga).await, [("finding".into(), id.clone())]);
+    assert_eq!(
+        saga.app.count("SELECT count(*) FROM shipment_holds").await,
+        0
+    );
+    assert_eq!(
+        violations(&saga).await,
+        [("finding".to_owned(), id.clone())]
+    );
     let open = open_findings(&saga);
     assert_eq!(open.len(), 1, "{open:?}");
     assert_eq!(open[0]["shipment_held"], false);

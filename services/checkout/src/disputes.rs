@@ -39,9 +39,9 @@ pub(crate) async fn receive(
     };
     metrics::counter!("soldonce_disputes_total", "outcome" => outcome).increment(1);
     metrics::counter!("soldonce_webhooks_total", "outcome" => "dispute").increment(1);
-    let (dispute_id, payment_id) = report
-        .as_ref()
-        .map_or(("?", "?"), |r| (r.dispute_id.as_str(), r.payment_id.as_str()));
+    let (dispute_id, payment_id) = report.as_ref().map_or(("?", "?"), |r| {
+        (r.dispute_id.as_str(), r.payment_id.as_str())
+    });
     match recorded {
         Recorded::New {
             order_id,
@@ -54,10 +54,12 @@ pub(crate) async fn receive(
         Recorded::AlreadyKnown(order_id) => tracing::info!(
             %order_id, webhook_id, dispute_id, "dispute already recorded"
         ),
-        Recorded::Foreign => tracing::warn!(
+        Recorded::Foreign => {
+            tracing::warn!(
             webhook_id, dispute_id, payment_id,
             "dispute of a payment soldonce does not hold (or an incomplete report): receipt only"
-        ),
+        )
+        }
     }
     Ok(StatusCode::OK)
 }

@@ -127,7 +127,13 @@ impl CallbackData {
             dispute_id: self.id.chars().take(255).collect(),
             payment_id: self.payment_id.as_deref()?.chars().take(255).collect(),
             amount_minor: self.amount_minor.filter(|a| *a >= 0)?,
-            reason: self.reason.as_deref().unwrap_or("general").chars().take(64).collect(),
+            reason: self
+                .reason
+                .as_deref()
+                .unwrap_or("general")
+                .chars()
+                .take(64)
+                .collect(),
         })
     }
 
@@ -331,7 +337,9 @@ pub(crate) async fn receive(
 /// however many arrive (and however long they wait on order rows a payment
 /// batch holds), placements always find connections. Their looks take
 /// none of it. The PSP retries the `503`.
-pub(crate) async fn writing_slot(state: &AppState) -> Result<tokio::sync::SemaphorePermit<'_>, ApiError> {
+pub(crate) async fn writing_slot(
+    state: &AppState,
+) -> Result<tokio::sync::SemaphorePermit<'_>, ApiError> {
     tokio::time::timeout(
         std::time::Duration::from_secs(5),
         state.webhook_slots.acquire(),

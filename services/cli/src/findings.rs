@@ -71,12 +71,18 @@ pub async fn run(cmd: FindingsCommand, out: &Output) -> Result<ExitCode, CliErro
 }
 
 fn line(f: &Finding) -> String {
-    let order = f.order_id.map(|o| format!(" order {o}")).unwrap_or_default();
+    let order = f
+        .order_id
+        .map(|o| format!(" order {o}"))
+        .unwrap_or_default();
     let state = match (&f.acknowledged_at, &f.acknowledged_by) {
         (Some(at), Some(by)) => format!(
             "acknowledged by {by} at {}{}",
             at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            f.note.as_deref().map(|n| format!(": {n}")).unwrap_or_default()
+            f.note
+                .as_deref()
+                .map(|n| format!(": {n}"))
+                .unwrap_or_default()
         ),
         _ => "open".into(),
     };
@@ -86,8 +92,13 @@ fn line(f: &Finding) -> String {
         f.kind,
         f.subject,
         order,
-        f.created_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        if f.shipment_held { ", shipment held" } else { "" },
+        f.created_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        if f.shipment_held {
+            ", shipment held"
+        } else {
+            ""
+        },
         f.detail
     )
 }

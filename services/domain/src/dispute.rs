@@ -33,7 +33,11 @@ pub struct DisputeFact {
 /// Records a dispute of one of the order's payments (the one it is settled
 /// on, or one it decided to refund): once per dispute id.
 pub(crate) fn decide_disputed(order: &Order, fact: DisputeFact) -> Result<Vec<Event>, DomainError> {
-    if order.disputes.iter().any(|d| d.dispute_id == fact.dispute_id) {
+    if order
+        .disputes
+        .iter()
+        .any(|d| d.dispute_id == fact.dispute_id)
+    {
         return Ok(vec![]);
     }
     let names = order
@@ -162,8 +166,12 @@ mod tests {
 
     #[test]
     fn a_disputed_event_round_trips_through_its_stored_form() {
-        let events = decide(fold(&confirmed()).as_ref(), dispute("dp_1", "pay_1")).expect("decided");
+        let events =
+            decide(fold(&confirmed()).as_ref(), dispute("dp_1", "pay_1")).expect("decided");
         let e = &events[0];
-        assert_eq!(Event::from_parts(e.type_name(), e.data()).expect("parses"), *e);
+        assert_eq!(
+            Event::from_parts(e.type_name(), e.data()).expect("parses"),
+            *e
+        );
     }
 }

@@ -221,11 +221,11 @@ impl Application {
 
 async fn advance(pool: PgPool, step_delay: Duration, mut stop: watch::Receiver<bool>) {
     let tick = (step_delay / 4).max(Duration::from_millis(10));
-    let mut counted = tokio::time::Instant::now() - COUNT_EVERY;
+    let mut counted: Option<tokio::time::Instant> = None;
     loop {
-        if counted.elapsed() >= COUNT_EVERY {
+        if counted.is_none_or(|at| at.elapsed() >= COUNT_EVERY) {
             count_findings(&pool).await;
-            counted = tokio::time::Instant::now();
+            counted = Some(tokio::time::Instant::now());
         }
         match store::shipments::advance_due(&pool, step_delay, 500, "fulfillment").await {
             Ok(n) => metrics::counter!("soldonce_shipment_steps_total").increment(n),

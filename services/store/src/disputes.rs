@@ -117,8 +117,8 @@ pub async fn record(
             None => "no shipment",
         }
     );
-    let finding_id = crate::findings::open(conn, "dispute", order_id, &report.dispute_id, &detail)
-        .await?;
+    let finding_id =
+        crate::findings::open(conn, "dispute", order_id, &report.dispute_id, &detail).await?;
     Ok(Recorded::New {
         order_id,
         finding_id,

@@ -69,7 +69,10 @@ pub async fn list(pool: &PgPool, all: bool, limit: i64) -> Result<Vec<Finding>, 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acked {
     /// Acknowledged now; `released`: the order's shipment hold was released.
-    Done { finding: Finding, released: bool },
+    Done {
+        finding: Finding,
+        released: bool,
+    },
     /// Acknowledged before: nothing changed.
     Already(Finding),
     NotFound,
@@ -86,10 +89,11 @@ pub async fn acknowledge(
     release: bool,
 ) -> Result<Acked, StoreError> {
     let mut tx = pool.begin().await?;
-    let found: Option<Finding> = sqlx::query_as(&format!("{SELECT} WHERE f.id = $1 FOR UPDATE OF f"))
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?;
+    let found: Option<Finding> =
+        sqlx::query_as(&format!("{SELECT} WHERE f.id = $1 FOR UPDATE OF f"))
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
     let Some(finding) = found else {
         return Ok(Acked::NotFound);
     };
