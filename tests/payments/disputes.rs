@@ -264,6 +264,25 @@ async fn a_dispute_after_shipment_is_recorded_and_named_and_holds_nothing() {
     assert_eq!(open[0]["shipment_held"], false);
     let detail = open[0]["detail"].as_str().unwrap_or_default();
     assert!(detail.contains("delivered already"), "{detail}");
+    // The projection is the events' fold: a rebuild changes nothing, and restores a lost dispute.
+    let pool = &saga.app.pool;
+    let mut conn = pool.acquire().await.expect("conn");
+    let before = store::projections::snapshot(&mut conn)
+        .await
+        .expect("snapshot");
+    let report = store::projections::rebuild(pool).await.expect("rebuild");
+    assert_eq!(report.orders.corrected, 0);
+    sqlx::query("UPDATE orders SET disputes = '[]' WHERE id = $1::uuid")
+        .bind(&id)
+        .execute(pool)
+        .await
+        .expect("tamper");
+    let report = store::projections::rebuild(pool).await.expect("rebuild");
+    assert_eq!(report.orders.corrected, 1, "the lost dispute is found");
+    let after = store::projections::snapshot(&mut conn)
+        .await
+        .expect("snapshot");
+    assert_eq!(after, before, "and restored");
     let finding = open[0]["id"].to_string();
     let (code, out) = soldonce(&["findings", "ack", &finding, "--by", "ana"], &saga);
     assert_eq!(code, Some(0), "{out}");
