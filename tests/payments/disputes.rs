@@ -181,15 +181,23 @@ async fn a_dispute_before_shipment_holds_it_and_is_named_until_acked() {
             .await,
         1
     );
+    let dispute_id = opened["id"].as_str().expect("dispute id");
+    named_until_acked_and_held_until_released(&saga, &disputed, dispute_id).await;
+}
+
+/// The held order is named by the audit and the CLI until acknowledged;
+/// acknowledged, it stays held while others ship, until `--release`.
+async fn named_until_acked_and_held_until_released(saga: &Saga, disputed: &str, dispute_id: &str) {
+    let once = "SELECT count(*) FROM events WHERE type = 'order.disputed.v1'";
     // Named to a person: by the audit and by the CLI, until acknowledged.
     assert_eq!(
-        violations(&saga).await,
-        [("finding".to_owned(), disputed.clone())]
+        violations(saga).await,
+        [("finding".to_owned(), disputed.to_owned())]
     );
-    let open = open_findings(&saga);
+    let open = open_findings(saga);
     assert_eq!(open.len(), 1, "{open:?}");
-    assert_eq!(open[0]["order_id"], disputed.as_str());
-    assert_eq!(open[0]["subject"], opened["id"]);
+    assert_eq!(open[0]["order_id"], disputed);
+    assert_eq!(open[0]["subject"], dispute_id);
     assert_eq!(open[0]["shipment_held"], true);
     let id = open[0]["id"].to_string();
     let (code, out) = soldonce(
@@ -202,29 +210,25 @@ async fn a_dispute_before_shipment_holds_it_and_is_named_until_acked() {
             "--note",
             "evidence sent",
         ],
-        &saga,
+        saga,
     );
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("stays held"), "{out}");
-    assert!(open_findings(&saga).is_empty());
+    assert!(open_findings(saga).is_empty());
     assert_audit_clean(&saga.app).await;
     // Acknowledged, still held: another order ships past it again.
     let fourth = saga.order("MUG").await;
     assert_eq!(saga.settled_state(&fourth, SETTLE).await, "confirmed");
-    wait_delivered(&saga, &fourth).await;
-    assert_eq!(
-        shipped_events(&saga, &disputed).await,
-        0,
-        "acked, still held"
-    );
-    let (code, out) = soldonce(&["findings", "ack", &id, "--by", "ana"], &saga);
+    wait_delivered(saga, &fourth).await;
+    assert_eq!(shipped_events(saga, disputed).await, 0, "acked, still held");
+    let (code, out) = soldonce(&["findings", "ack", &id, "--by", "ana"], saga);
     assert_eq!(code, Some(2), "acknowledged twice: {out}");
     assert!(out.contains("acknowledged already"), "{out}");
     // A person decides to ship it after all.
-    let (code, out) = soldonce(&["findings", "ack", &id, "--by", "ana", "--release"], &saga);
+    let (code, out) = soldonce(&["findings", "ack", &id, "--by", "ana", "--release"], saga);
     assert_eq!(code, Some(0), "{out}");
-    wait_delivered(&saga, &disputed).await;
-    assert_eq!(shipped_events(&saga, &disputed).await, 1);
+    wait_delivered(saga, disputed).await;
+    assert_eq!(shipped_events(saga, disputed).await, 1);
     assert_eq!(saga.app.count(once).await, 1);
     assert_audit_clean(&saga.app).await;
 }
