@@ -1,6 +1,7 @@
 mod audit;
 mod batch;
 mod capture;
+mod disputes;
 mod flow;
 mod free;
 mod keepalive;

@@ -9,6 +9,7 @@
 //! - `coalesce.rs` — gathering concurrent placements into groups (lanes)
 //! - `orders.rs` — reading and cancelling an order
 //! - `webhooks.rs` — the PSP's signed webhooks
+//! - `disputes.rs` — `dispute.created`: recorded on the order, its shipment held, a finding opened
 //! - `known.rs` — whether webhooks' payments are recorded, many asked in one statement
 //! - `request.rs` — parsing and validating an order request
 //! - `view.rs` — the API's resources
@@ -22,6 +23,7 @@ pub use metric_help::METRICS;
 mod admin;
 mod auth;
 mod coalesce;
+mod disputes;
 mod error;
 mod known;
 pub mod limits;

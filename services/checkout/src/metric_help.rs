@@ -58,7 +58,11 @@ pub const METRICS: &[Metric] = &[
     ),
     Metric::counter(
         "soldonce_webhooks_total",
-        "PSP webhooks received, by outcome (confirmed, refund_decided, declined, applied, unknown_status, awaiting_action, duplicate, busy; mismatch: a status its type cannot carry, refused with 400).",
+        "PSP webhooks received, by outcome (confirmed, refund_decided, declined, applied, unknown_status, awaiting_action, duplicate, busy, dispute; mismatch: a status its type cannot carry, refused with 400).",
+    ),
+    Metric::counter(
+        "soldonce_disputes_total",
+        "Disputes (chargebacks) reported by the PSP, by outcome (held: recorded and the shipment held; recorded: the goods had left; already_known; foreign: a payment soldonce does not hold).",
     ),
     Metric::counter(
         "soldonce_webhooks_rejected_total",

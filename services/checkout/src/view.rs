@@ -45,6 +45,19 @@ pub struct RefundView {
     pub state: String,
 }
 
+/// A dispute (chargeback) of one of the order's payments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DisputeView {
+    /// The PSP's dispute id.
+    pub id: String,
+    pub psp_payment_id: String,
+    /// What the buyer's bank took back.
+    pub amount_minor: i64,
+    /// Why, in the PSP's words.
+    pub reason: String,
+    pub opened_at: DateTime<Utc>,
+}
+
 /// A shipment as the API shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ShipmentView {
@@ -73,6 +86,8 @@ pub struct OrderView {
     pub payment: Option<PaymentView>,
     /// Payments that could not settle the order, and their refunds.
     pub refunds: Vec<RefundView>,
+    /// Disputes of its payments, oldest first.
+    pub disputes: Vec<DisputeView>,
     /// The shipment, once fulfillment created one.
     pub shipment: Option<ShipmentView>,
     pub expires_at: DateTime<Utc>,
@@ -126,6 +141,17 @@ impl From<&Order> for OrderView {
                         (true, true) => "voided",
                     }
                     .into(),
+                })
+                .collect(),
+            disputes: o
+                .disputes
+                .iter()
+                .map(|d| DisputeView {
+                    id: d.dispute_id.clone(),
+                    psp_payment_id: d.payment_id.clone(),
+                    amount_minor: d.amount_minor,
+                    reason: d.reason.clone(),
+                    opened_at: d.at,
                 })
                 .collect(),
             shipment: None,

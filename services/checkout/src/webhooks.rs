@@ -121,12 +121,31 @@ struct CallbackData {
     /// Set while the payment `requires_action`: where the buyer must go.
     #[serde(default)]
     next_action: Option<NextAction>,
-    /// Set on refunds: the payment refunded.
+    /// Set on refunds and disputes: the payment refunded or disputed.
     #[serde(default)]
     payment_id: Option<String>,
+    /// Set on disputes: why, in the PSP's words.
+    #[serde(default)]
+    reason: Option<String>,
 }
 
 impl CallbackData {
+    /// The dispute a `dispute.created` callback reports, if it is complete.
+    fn dispute_report(&self) -> Option<store::disputes::DisputeReport> {
+        Some(store::disputes::DisputeReport {
+            dispute_id: self.id.chars().take(255).collect(),
+            payment_id: self.payment_id.as_deref()?.chars().take(255).collect(),
+            amount_minor: self.amount_minor.filter(|a| *a >= 0)?,
+            reason: self
+                .reason
+                .as_deref()
+                .unwrap_or("general")
+                .chars()
+                .take(64)
+                .collect(),
+        })
+    }
+
     /// The payment fact a `payment.*` callback reports, if it is complete.
     fn payment_fact(&self) -> Option<PaymentFact> {
         Some(PaymentFact {
@@ -319,6 +338,10 @@ pub(crate) async fn receive(
             .await?;
         }
     }
+    if callback.event_type == "dispute.created" {
+        let report = callback.data.dispute_report();
+        return crate::disputes::receive(&state, &trace, &webhook_id, report).await;
+    }
     let fact = callback
         .event_type
         .starts_with("payment.")
@@ -399,7 +422,9 @@ pub(crate) async fn receive(
 /// however many arrive (and however long they wait on order rows a payment
 /// batch holds), placements always find connections. Their looks take
 /// none of it. The PSP retries the `503`.
-async fn writing_slot(state: &AppState) -> Result<tokio::sync::SemaphorePermit<'_>, ApiError> {
+pub(crate) async fn writing_slot(
+    state: &AppState,
+) -> Result<tokio::sync::SemaphorePermit<'_>, ApiError> {
     tokio::time::timeout(
         std::time::Duration::from_secs(5),
         state.webhook_slots.acquire(),

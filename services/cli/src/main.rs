@@ -8,6 +8,7 @@
 //! - `admin.rs` — migrate, stock, accounts, projections, the audit
 //! - `product.rs` — the catalogue: add, show, update, deactivate/activate, limits
 //! - `dead_letters.rs` — `dead-letters list|redrive`
+//! - `findings.rs` — `findings list|ack`: disputes and the like, for a person
 //! - `outbox.rs` — `outbox parked|requeue`
 //! - `up.rs` — a whole local system for trying soldonce
 //! - `demo.rs` — a flash sale shown end to end
@@ -27,6 +28,7 @@ mod console;
 mod dead_letters;
 mod demo;
 mod events;
+mod findings;
 mod load;
 mod order;
 mod outbox;
@@ -112,6 +114,9 @@ enum Commands {
     /// Messages consumers gave up on: list them, and send them again once the cause is fixed.
     #[command(subcommand)]
     DeadLetters(dead_letters::DeadLettersCommand),
+    /// What a person must look at (disputes): list them, and acknowledge each once handled.
+    #[command(subcommand)]
+    Findings(findings::FindingsCommand),
     /// Events the relay could never publish (parked): list them, and put them back once the cause is fixed.
     #[command(subcommand)]
     Outbox(outbox::OutboxCommand),
@@ -248,6 +253,7 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Commands::Order(OrderCommand::Show { id }) => events::show(&id, &out).await,
         Commands::Order(OrderCommand::Refund(args)) => order::refund(args, &out).await,
         Commands::DeadLetters(cmd) => dead_letters::run(cmd, &out).await,
+        Commands::Findings(cmd) => findings::run(cmd, &out).await,
         Commands::Outbox(cmd) => outbox::run(cmd, &out).await,
         Commands::Projections(cmd) => admin::projections(cmd, &out).await,
         Commands::Load(args) => load::run(args, &out).await,

@@ -6,11 +6,13 @@
 //! Layout:
 //! - `order.rs` — orders: commands, events, `decide`/`evolve`/`fold`, the stock movement per event
 //! - `payment.rs` — what a PSP fact does to an order: attach, refund, record the refund
+//! - `dispute.rs` — chargebacks recorded on the order, once per dispute
 //! - `shipment.rs` — shipments: `decide`/`evolve`, one step at a time
 //! - `stock.rs` — SKUs, quantities, the three buckets and the movements between them
 //! - `money.rs` — currencies and checked amounts
 
 pub mod action;
+pub mod dispute;
 pub mod money;
 pub mod operator;
 pub mod order;
@@ -18,6 +20,7 @@ pub mod payment;
 pub mod shipment;
 pub mod stock;
 
+pub use dispute::{DisputeFact, DisputeRef};
 pub use money::{Currency, Money, MoneyError};
 pub use order::{
     decide, evolve, fold, Capture, Command, DomainError, Event, Order, OrderLine, OrderState,

@@ -2,6 +2,7 @@
 //! current state, `evolve` folds one event into the state. An order's state
 //! is exactly the fold of its events; the `orders` table is a cache of it.
 
+use crate::dispute::{self, DisputeFact, DisputeRef};
 use crate::money::{Currency, Money, MoneyError};
 use crate::payment::{self, PaidFact, RefundReason, RefundRef};
 use crate::stock::{Movement, Quantity, Sku};
@@ -146,6 +147,9 @@ pub struct Order {
     /// The buyer's action a payment waits for (3-D Secure), once asked.
     #[serde(default)]
     pub next_action: Option<crate::action::NextAction>,
+    /// Disputes (chargebacks) the PSP reported against its payments.
+    #[serde(default)]
+    pub disputes: Vec<DisputeRef>,
     /// How many events the order has: the version the next one must follow.
     pub version: i32,
 }
@@ -218,6 +222,8 @@ pub enum Command {
         extension: chrono::Duration,
         at: DateTime<Utc>,
     },
+    /// The PSP reports a dispute of one of the order's payments: record it, once.
+    Dispute(DisputeFact),
 }
 
 /// Something that happened to an order. The serde tag is the event's stable
@@ -323,6 +329,15 @@ pub enum Event {
         amount_minor: i64,
         at: DateTime<Utc>,
     },
+    /// The buyer's bank took money back from one of the order's payments (see `dispute.rs`).
+    #[serde(rename = "order.disputed.v1")]
+    Disputed {
+        dispute_id: String,
+        payment_id: String,
+        amount_minor: i64,
+        reason: String,
+        at: DateTime<Utc>,
+    },
 }
 
 impl Event {
@@ -341,6 +356,7 @@ impl Event {
             Event::OperatorRefundDecided { .. } => "order.operator_refund_decided.v1",
             Event::OperatorRefunded { .. } => "order.operator_refunded.v1",
             Event::ActionRequired { .. } => "order.action_required.v1",
+            Event::Disputed { .. } => "order.disputed.v1",
         }
     }
 
@@ -365,6 +381,7 @@ impl Event {
             | Event::OperatorRefundDecided { .. }
             | Event::OperatorRefunded { .. }
             | Event::ActionRequired { .. } => None,
+            Event::Disputed { .. } => None,
         }
     }
 
@@ -399,6 +416,7 @@ impl Event {
             | Event::OperatorRefundDecided { at, .. }
             | Event::OperatorRefunded { at, .. }
             | Event::ActionRequired { at, .. } => *at,
+            Event::Disputed { at, .. } => *at,
         }
     }
 }
@@ -433,6 +451,8 @@ pub enum DomainError {
     RefundExceedsCaptured { asked: i64, left: i64 },
     #[error("{0}")]
     InvalidRefund(String),
+    #[error("the order has no payment {0} to dispute")]
+    NotDisputable(String),
 }
 
 /// Decides which events a command produces against the current state.
@@ -498,6 +518,7 @@ fn decide_existing(order: &Order, command: Command) -> Result<Vec<Event>, Domain
                 at,
             },
         ) => payment::decide_captured(order, &payment_id, amount_minor, at),
+        (_, Command::Dispute(fact)) => dispute::decide_disputed(order, fact),
         (
             Confirmed,
             Command::RefundByOperator {
@@ -579,6 +600,7 @@ pub fn evolve(state: Option<Order>, event: &Event) -> Option<Order> {
             refunds: Vec::new(),
             operator_refunds: Vec::new(),
             next_action: None,
+            disputes: Vec::new(),
             version: 1,
         });
     }
@@ -616,6 +638,10 @@ pub fn evolve(state: Option<Order>, event: &Event) -> Option<Order> {
         }
         Event::ActionRequired { .. } => {
             crate::action::evolve(&mut order, event);
+            order.state
+        }
+        Event::Disputed { .. } => {
+            dispute::evolve_disputed(&mut order, event);
             order.state
         }
         Event::PaymentFailed { .. } => OrderState::PaymentFailed,

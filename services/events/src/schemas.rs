@@ -52,6 +52,10 @@ pub const SCHEMAS: &[(&str, &str)] = &[
         include_str!("../../../proto/events/order.action_required.v1.schema.json"),
     ),
     (
+        "order.disputed.v1",
+        include_str!("../../../proto/events/order.disputed.v1.schema.json"),
+    ),
+    (
         "shipment.created.v1",
         include_str!("../../../proto/events/shipment.created.v1.schema.json"),
     ),

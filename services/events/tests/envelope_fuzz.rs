@@ -203,6 +203,22 @@ fn event() -> impl Strategy<Value = Event> {
                 at,
             }
         ),
+        (
+            any::<String>(),
+            any::<String>(),
+            any::<i64>(),
+            any::<String>(),
+            instant()
+        )
+            .prop_map(|(dispute_id, payment_id, amount_minor, reason, at)| {
+                Event::Disputed {
+                    dispute_id,
+                    payment_id,
+                    amount_minor,
+                    reason,
+                    at,
+                }
+            }),
     ]
 }
 

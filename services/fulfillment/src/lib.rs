@@ -4,7 +4,8 @@
 //! `FULFILLMENT_STEP_DELAY`, each step an event on the bus. When a shipment
 //! ships, an order confirmed on an authorization has its capture decided
 //! (`order.capture_decided`; the payment worker carries it out). It must
-//! never ship an order that is not confirmed.
+//! never ship an order that is not confirmed, nor a shipment a dispute
+//! holds (`store::disputes`).
 //!
 //! Layout:
 //! - `lib.rs` — settings, the `order.confirmed` handler, the step loop
@@ -220,7 +221,12 @@ impl Application {
 
 async fn advance(pool: PgPool, step_delay: Duration, mut stop: watch::Receiver<bool>) {
     let tick = (step_delay / 4).max(Duration::from_millis(10));
+    let mut counted: Option<tokio::time::Instant> = None;
     loop {
+        if counted.is_none_or(|at| at.elapsed() >= COUNT_EVERY) {
+            count_findings(&pool).await;
+            counted = Some(tokio::time::Instant::now());
+        }
         match store::shipments::advance_due(&pool, step_delay, 500, "fulfillment").await {
             Ok(n) => metrics::counter!("soldonce_shipment_steps_total").increment(n),
             Err(e) => tracing::warn!(error = %e, "advancing shipments failed; retrying"),
@@ -235,5 +241,22 @@ async fn advance(pool: PgPool, step_delay: Duration, mut stop: watch::Receiver<b
             _ = stop.wait_for(|s| *s) => return,
             () = tokio::time::sleep(tick) => {}
         }
+    }
+}
+
+/// How often the findings and held shipments are counted for the gauges.
+const COUNT_EVERY: Duration = Duration::from_secs(5);
+
+/// Sets the gauges of open findings (disputes a person must answer) and of
+/// shipments a dispute holds.
+async fn count_findings(pool: &PgPool) {
+    match store::findings::open_counts(pool).await {
+        Ok((open, held)) => {
+            for (kind, n) in open {
+                metrics::gauge!("soldonce_findings_open", "kind" => kind).set(n as f64);
+            }
+            metrics::gauge!("soldonce_shipments_held").set(held as f64);
+        }
+        Err(e) => tracing::warn!(error = %e, "counting findings failed; retrying"),
     }
 }

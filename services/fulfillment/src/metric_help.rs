@@ -16,4 +16,12 @@ pub const METRICS: &[Metric] = &[
         "soldonce_captures_decided_total",
         "Captures decided because an order confirmed on an authorization shipped.",
     ),
+    Metric::gauge(
+        "soldonce_findings_open",
+        "Findings not acknowledged, by kind (dispute): each waits for a person (soldonce findings list).",
+    ),
+    Metric::gauge(
+        "soldonce_shipments_held",
+        "Shipments a dispute holds (not shipped until a person releases them).",
+    ),
 ];

@@ -194,5 +194,5 @@ pub(crate) async fn check_open(
     for (kind, subject, detail) in findings {
         report.flag("reconciliation", subject, format!("{kind}: {detail}"));
     }
-    Ok(())
+    crate::findings::check_open(conn, report).await
 }

@@ -19,6 +19,7 @@
 //! - `outbox.rs` — what the relay claims, publishes and parks
 //! - `stream_copy.rs` — what the stream must hold, from `events`, for its repair and audit
 //! - `payments.rs`, `compensations.rs`, `reconcile.rs` — PSP facts, refunds owed, reconciliation state
+//! - `disputes.rs`, `findings.rs` — chargebacks recorded and shipments held; findings a person acknowledges
 //! - `accounts.rs` — accounts and bearer tokens
 //! - `replication.rs` — positive confirmation that a commit is on the synchronous standbys
 //! - `timeouts.rs` — how long each service's statements may wait on locks and run
@@ -41,7 +42,9 @@ pub mod compensations;
 mod connect;
 pub mod console;
 pub mod dead_letters;
+pub mod disputes;
 pub mod expiring;
+pub mod findings;
 pub mod idempotency;
 pub mod inbox;
 mod journal;

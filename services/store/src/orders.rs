@@ -134,6 +134,7 @@ pub(crate) fn insert_projections_into<'q>(
         Vec::with_capacity(n),
     );
     let (mut asked, mut actions) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut disputes = Vec::with_capacity(n);
     let (mut line_orders, mut skus, mut quantities, mut prices) = (vec![], vec![], vec![], vec![]);
     for o in orders {
         ids.push(o.id);
@@ -164,6 +165,7 @@ pub(crate) fn insert_projections_into<'q>(
                 .transpose()
                 .map_err(corrupt)?,
         );
+        disputes.push(serde_json::to_value(&o.disputes).map_err(corrupt)?);
         for l in &o.lines {
             line_orders.push(o.id);
             skus.push(l.sku.as_str());
@@ -180,13 +182,14 @@ pub(crate) fn insert_projections_into<'q>(
     let (expires, created, updated) = (s.bind(expires)?, s.bind(created)?, s.bind(updated)?);
     let (refunds, captures, asked) = (s.bind(refunds)?, s.bind(captures)?, s.bind(asked)?);
     let actions = s.bind(actions)?;
+    let disputes = s.bind(disputes)?;
     let (line_orders, skus) = (s.bind(line_orders)?, s.bind(skus)?);
     let (quantities, prices) = (s.bind(quantities)?, s.bind(prices)?);
     s.cte(
         "placed",
         &format!(
-            "INSERT INTO orders (id, account_id, state, currency, total_minor, shipping, payment_id, paid_minor, version, expires_at, created_at, updated_at, refunds, capture, operator_refunds, next_action) \
-             SELECT * FROM unnest({ids}::uuid[], {accounts}::uuid[], {states}::text[], {currencies}::text[], {totals}::bigint[], {shippings}::jsonb[], {payment_ids}::text[], {paid}::bigint[], {versions}::int[], {expires}::timestamptz[], {created}::timestamptz[], {updated}::timestamptz[], {refunds}::jsonb[], {captures}::text[], {asked}::jsonb[], {actions}::jsonb[]) \
+            "INSERT INTO orders (id, account_id, state, currency, total_minor, shipping, payment_id, paid_minor, version, expires_at, created_at, updated_at, refunds, capture, operator_refunds, next_action, disputes) \
+             SELECT * FROM unnest({ids}::uuid[], {accounts}::uuid[], {states}::text[], {currencies}::text[], {totals}::bigint[], {shippings}::jsonb[], {payment_ids}::text[], {paid}::bigint[], {versions}::int[], {expires}::timestamptz[], {created}::timestamptz[], {updated}::timestamptz[], {refunds}::jsonb[], {captures}::text[], {asked}::jsonb[], {actions}::jsonb[], {disputes}::jsonb[]) \
              ON CONFLICT (id) DO NOTHING RETURNING 1"
         ),
     );
@@ -229,6 +232,7 @@ pub(crate) fn update_projections<'q>(
     );
     let (mut captures, mut asked) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let (mut actions, mut expires) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut disputes = Vec::with_capacity(n);
     for (version_before, o) in orders {
         ids.push(o.id);
         states.push(o.state.as_str());
@@ -247,6 +251,7 @@ pub(crate) fn update_projections<'q>(
                 .map_err(corrupt)?,
         );
         expires.push(o.expires_at);
+        disputes.push(serde_json::to_value(&o.disputes).map_err(corrupt)?);
         before.push(*version_before);
     }
     let s = statement;
@@ -254,14 +259,15 @@ pub(crate) fn update_projections<'q>(
     let (paid, versions, times) = (s.bind(paid)?, s.bind(versions)?, s.bind(times)?);
     let (refunds, before, captures) = (s.bind(refunds)?, s.bind(before)?, s.bind(captures)?);
     let (asked, actions, expires) = (s.bind(asked)?, s.bind(actions)?, s.bind(expires)?);
+    let disputes = s.bind(disputes)?;
     s.cte(
         "updated",
         &format!(
             "UPDATE orders o SET state = x.state, payment_id = x.payment_id, paid_minor = x.paid, \
                     version = x.version, updated_at = x.at, refunds = x.refunds, capture = x.capture, operator_refunds = x.asked, \
-                    next_action = x.action, expires_at = x.expires \
-             FROM unnest({ids}::uuid[], {states}::text[], {payment_ids}::text[], {paid}::bigint[], {versions}::int[], {times}::timestamptz[], {refunds}::jsonb[], {before}::int[], {captures}::text[], {asked}::jsonb[], {actions}::jsonb[], {expires}::timestamptz[]) \
-                  AS x(id, state, payment_id, paid, version, at, refunds, before, capture, asked, action, expires) \
+                    next_action = x.action, expires_at = x.expires, disputes = x.disputes \
+             FROM unnest({ids}::uuid[], {states}::text[], {payment_ids}::text[], {paid}::bigint[], {versions}::int[], {times}::timestamptz[], {refunds}::jsonb[], {before}::int[], {captures}::text[], {asked}::jsonb[], {actions}::jsonb[], {expires}::timestamptz[], {disputes}::jsonb[]) \
+                  AS x(id, state, payment_id, paid, version, at, refunds, before, capture, asked, action, expires, disputes) \
              WHERE o.id = ANY({ids}::uuid[]) AND o.id = x.id AND o.version = x.before \
              RETURNING 1"
         ),
@@ -274,7 +280,7 @@ pub(crate) fn update_projections<'q>(
 macro_rules! select_orders {
     () => {
         "SELECT o.id, o.account_id, o.state, o.currency, o.total_minor, o.shipping, o.payment_id, o.paid_minor, \
-            o.version, o.expires_at, o.created_at, o.updated_at, o.refunds, o.capture, o.operator_refunds, o.next_action, \
+            o.version, o.expires_at, o.created_at, o.updated_at, o.refunds, o.capture, o.operator_refunds, o.next_action, o.disputes, \
             (SELECT coalesce(jsonb_agg(jsonb_build_object('sku', l.sku, 'quantity', l.quantity, 'unit_price_minor', l.unit_price_minor) ORDER BY l.sku COLLATE \"C\"), '[]') \
                FROM order_lines l WHERE l.order_id = o.id) AS lines \
          FROM orders o"
@@ -309,6 +315,7 @@ pub(crate) struct OrderRow {
     capture: Option<String>,
     operator_refunds: serde_json::Value,
     next_action: Option<serde_json::Value>,
+    disputes: serde_json::Value,
     lines: serde_json::Value,
 }
 
@@ -337,6 +344,8 @@ impl TryFrom<OrderRow> for Order {
             .transpose()
             .map_err(|_| corrupt("shipping"))?;
         let refunds = serde_json::from_value(r.refunds.clone()).map_err(|_| corrupt("refunds"))?;
+        let disputes =
+            serde_json::from_value(r.disputes.clone()).map_err(|_| corrupt("disputes"))?;
         let capture =
             domain::Capture::from_column(r.capture.as_deref()).ok_or_else(|| corrupt("capture"))?;
         let operator_refunds = serde_json::from_value(r.operator_refunds.clone())
@@ -366,6 +375,7 @@ impl TryFrom<OrderRow> for Order {
             refunds,
             operator_refunds,
             next_action,
+            disputes,
             version: r.version,
         })
     }

@@ -54,6 +54,8 @@ struct LockedRow {
 }
 
 const SELECT: &str = "SELECT id, order_id, state, version, updated_at FROM shipments";
+/// The orders whose shipment a dispute holds (add a condition on `h.order_id`).
+const HELD: &str = "SELECT h.order_id FROM shipment_holds h WHERE h.released_at IS NULL";
 
 /// What [`create_many`] did for one order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,6 +164,7 @@ pub async fn create_many(
 
 /// Moves every shipment whose last step is older than `step_delay` one
 /// step on, at most `limit` in one transaction; safe with N processes.
+/// A shipment held by a dispute (`shipment_holds`) never moves.
 /// `source` names the caller in the events' metadata. Returns how many moved.
 pub async fn advance_due(
     pool: &PgPool,
@@ -171,16 +174,25 @@ pub async fn advance_due(
 ) -> Result<u64, StoreError> {
     let mut tx = pool.begin().await?;
     let due: Vec<ShipmentRow> = sqlx::query_as(&format!(
-        "{SELECT} WHERE state <> 'delivered' AND updated_at <= now() - make_interval(secs => $1) \
+        "{SELECT} s WHERE state <> 'delivered' AND updated_at <= now() - make_interval(secs => $1) \
+         AND NOT EXISTS ({HELD} AND h.order_id = s.order_id) \
          ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED"
     ))
     .bind(step_delay.as_secs_f64())
     .bind(limit)
     .fetch_all(&mut *tx)
     .await?;
+    // A dispute may have held one of them after the statement above took its snapshot (a hold
+    // commits with its shipment's row locked, so it was unlocked again by the time this locked
+    // it): looked for again, in a snapshot taken now.
+    let orders: Vec<Uuid> = due.iter().map(|r| r.order_id).collect();
+    let held: Vec<Uuid> = sqlx::query_scalar(&format!("{HELD} AND h.order_id = ANY($1)"))
+        .bind(&orders)
+        .fetch_all(&mut *tx)
+        .await?;
     let mut changes = Changes::new();
     let mut moved = 0;
-    for row in due {
+    for row in due.into_iter().filter(|r| !held.contains(&r.order_id)) {
         let current = Shipment::try_from(row)?;
         let events = shipment::decide(
             Some(&current),
