@@ -18,7 +18,7 @@ pub(crate) async fn receive(
     webhook_id: &str,
     report: Option<DisputeReport>,
 ) -> Result<StatusCode, ApiError> {
-    let _slot = crate::webhooks::writing_slot(state).await?;
+    let _slot = crate::webhook_slots::writing_slot(state).await?;
     let mut tx = state.pool.begin().await.map_err(store::StoreError::from)?;
     if !store::payments::record_webhook(&mut tx, webhook_id, "dispute.created", None).await? {
         metrics::counter!("soldonce_webhooks_total", "outcome" => "duplicate").increment(1);

@@ -34,6 +34,7 @@ mod place;
 #[doc(hidden)]
 pub mod request;
 mod view;
+mod webhook_slots;
 // Public for the property tests in tests/fuzz only; not an API.
 #[doc(hidden)]
 pub mod webhooks;

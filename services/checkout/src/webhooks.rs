@@ -231,7 +231,7 @@ async fn mismatched(
         "webhook's status contradicts its type: refused, receipt kept"
     );
     let recorded = async {
-        let _slot = writing_slot(state).await?;
+        let _slot = crate::webhook_slots::writing_slot(state).await?;
         let mut tx = state.pool.begin().await.map_err(store::StoreError::from)?;
         store::payments::record_webhook(&mut tx, webhook_id, &event_type, order_id).await?;
         tx.commit().await.map_err(store::StoreError::from)?;
@@ -327,7 +327,7 @@ pub(crate) async fn receive(
             callback.data.payment_id.as_deref(),
             callback.data.amount_minor,
         ) {
-            let _slot = writing_slot(&state).await?;
+            let _slot = crate::webhook_slots::writing_slot(&state).await?;
             store::compensations::complete(
                 &state.pool,
                 payment_id,
@@ -373,7 +373,7 @@ pub(crate) async fn receive(
             }
         }
     }
-    let _slot = writing_slot(&state).await?;
+    let _slot = crate::webhook_slots::writing_slot(&state).await?;
     let mut tx = state.pool.begin().await.map_err(store::StoreError::from)?;
     if !store::payments::record_webhook(&mut tx, &webhook_id, &callback.event_type, order_id)
         .await?
@@ -416,23 +416,6 @@ pub(crate) async fn receive(
         tx.commit().await.map_err(store::StoreError::from)?;
     }
     Ok(answered(&trace, order_id, &webhook_id, &callback, outcome))
-}
-
-/// A bulkhead: webhooks that write take at most a quarter of the pool, so
-/// however many arrive (and however long they wait on order rows a payment
-/// batch holds), placements always find connections. Their looks take
-/// none of it. The PSP retries the `503`.
-pub(crate) async fn writing_slot(
-    state: &AppState,
-) -> Result<tokio::sync::SemaphorePermit<'_>, ApiError> {
-    tokio::time::timeout(
-        std::time::Duration::from_secs(5),
-        state.webhook_slots.acquire(),
-    )
-    .await
-    .ok()
-    .and_then(Result::ok)
-    .ok_or_else(|| ApiError::Unavailable("too many webhooks in progress".into()))
 }
 
 /// A webhook about a payment already recorded: nothing to learn, `200`.
