@@ -54,6 +54,9 @@ for side in ("before", "after"):
                 if c:
                     add(case, "open: 202 → confirmed p99 (ms)", side, float(c.group(2)))
                     add(case, "open: 202 → delivered p99 (ms)", side, float(c.group(3)))
+                c = re.search(r"202 → captured = [\d.]+ / ([\d.]+) ms", text)
+                if c:
+                    add(case, "open: 202 → captured p99 (ms)", side, float(c.group(1)))
             elif loop == "open" and text.startswith("stages:"):
                 c = re.search(r"outbox_commit_to_puback p50 [\d.]+ / p99 ([\d.]+) ms", text)
                 if c: add(case, "open: commit → PubAck p99 (ms)", side, float(c.group(1)))
