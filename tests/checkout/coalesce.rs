@@ -368,7 +368,10 @@ async fn a_checkout_killed_mid_load_answered_202_only_for_committed_orders() {
         .spawn()
         .expect("start checkout");
     soldonce_tests::poll::ready("checkout", &format!("{base}/readyz")).await;
-    let client = reqwest::Client::new();
+    let client = reqwest::Client::builder()
+        .pool_idle_timeout(std::time::Duration::from_secs(2))
+        .build()
+        .expect("http client");
 
     // 200 buyers in a closed loop until the process dies under them.
     let answers: Arc<std::sync::Mutex<HashMap<String, Option<Reply>>>> = Arc::default();

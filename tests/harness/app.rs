@@ -125,8 +125,11 @@ impl TestApp {
         let account = store::accounts::create(&pool, "test buyer")
             .await
             .expect("create account");
+        // Idle connections are dropped before checkout's HTTP_IDLE_TIMEOUT (5 s)
+        // closes them: reusing one the server is closing fails the request.
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(1000)
+            .pool_idle_timeout(Duration::from_secs(2))
             .timeout(Duration::from_secs(60))
             .build()
             .expect("http client");

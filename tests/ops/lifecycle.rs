@@ -253,7 +253,10 @@ async fn soldonce_up_then_demo_flash_sale_sells_the_unit_once_and_ships_it() {
             .map(|v| v.trim_end_matches('\'').to_owned())
             .unwrap_or_else(|| panic!("{name} in the env file"))
     };
-    let client = reqwest::Client::new();
+    let client = reqwest::Client::builder()
+        .pool_idle_timeout(std::time::Duration::from_secs(2))
+        .build()
+        .expect("http client");
     let figures = client
         .get(format!("{}api/figures", var("CONSOLE_URL")))
         .bearer_auth(var("CONSOLE_TOKEN"))

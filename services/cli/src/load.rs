@@ -152,8 +152,10 @@ async fn measure(args: &LoadArgs, verify: Option<&sqlx::PgPool>) -> Result<Repor
             "--sku-count and --quantity must be at least 1".into(),
         ));
     }
+    // Idle connections are dropped before checkout's HTTP_IDLE_TIMEOUT (5 s by default).
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(4096)
+        .pool_idle_timeout(Duration::from_secs(2))
         .timeout(Duration::from_secs(30))
         .build()
         .context("building the HTTP client")?;

@@ -124,8 +124,10 @@ impl Target {
         };
         let (running, addr) =
             RunningCheckout::start(&fixtures.url, args.checkout_pool, coalesce).await?;
+        // Idle connections are dropped before checkout's HTTP_IDLE_TIMEOUT (5 s by default).
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(args.connections.max(args.buyers))
+            .pool_idle_timeout(Duration::from_secs(2))
             .timeout(Duration::from_secs(60))
             .build()
             .context("building the HTTP client")?;
