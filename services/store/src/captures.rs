@@ -63,14 +63,15 @@ impl Capture {
 }
 
 /// Decides the capture of up to `limit` orders whose payment is only
-/// authorized and whose shipment has shipped, in one transaction; returns
-/// how many were decided. Orders another sweep holds are skipped.
+/// authorized and whose shipment has shipped, oldest authorization first,
+/// in one transaction; returns how many were decided. Orders another sweep
+/// holds are skipped.
 pub async fn decide_shipped(pool: &PgPool, limit: i64, source: &str) -> Result<usize, StoreError> {
     let mut tx = pool.begin().await?;
     let ids: Vec<Uuid> = sqlx::query_scalar(
         "SELECT o.id FROM orders o WHERE o.capture = 'authorized' \
          AND EXISTS (SELECT 1 FROM shipments s WHERE s.order_id = o.id AND s.state IN ('shipped', 'delivered')) \
-         ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED",
+         ORDER BY o.updated_at, o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED",
     )
     .bind(limit)
     .fetch_all(&mut *tx)
