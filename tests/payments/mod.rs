@@ -6,6 +6,7 @@ mod flow;
 mod free;
 mod keepalive;
 mod money;
+mod operator_cancel;
 mod operator_refund;
 mod reconcile;
 mod shared;

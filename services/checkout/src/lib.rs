@@ -109,7 +109,7 @@ pub struct Settings {
     /// Connection limits of the API and ops ports (`HTTP_*`, see [`HttpLimits`]).
     pub http: HttpLimits,
     /// `CHECKOUT_ADMIN_TOKEN`: the operators' token for `/admin/v1/…`
-    /// (operator refunds); without it those routes answer `503`.
+    /// (operator refunds and cancels); without it those routes answer `404`.
     pub admin_token: Option<String>,
     /// `ACTION_EXTENSION`, default 10 minutes: how much longer a
     /// reservation lasts, once, while its buyer completes 3-D Secure (a
@@ -276,7 +276,7 @@ impl Settings {
             http: HttpLimits::from_env()?,
             admin_token: config::var(
                 "CHECKOUT_ADMIN_TOKEN",
-                "the operators' bearer token for /admin/v1/… (operator refunds), at least 16 characters; unset: those routes answer 503",
+                "the operators' bearer token for /admin/v1/… (operator refunds and cancels), at least 16 characters; unset: those routes answer 404",
             )
             .optional()?
             .map(|t| {
@@ -426,6 +426,7 @@ fn api_router(state: AppState) -> Router {
         .route("/v1/orders/{id}/cancel", post(orders::cancel_order))
         .route("/v1/psp/webhooks", post(webhooks::receive))
         .route("/admin/v1/orders/{id}/refunds", post(admin::refund))
+        .route("/admin/v1/orders/{id}/cancel", post(admin::cancel))
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

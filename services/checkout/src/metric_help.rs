@@ -5,6 +5,10 @@ use platform::metric::Metric;
 /// checkout's own metrics.
 pub const METRICS: &[Metric] = &[
     Metric::counter(
+        "soldonce_operator_cancels_total",
+        "Orders operators cancelled through the admin API, by outcome (cancelled, already, refused).",
+    ),
+    Metric::counter(
         "soldonce_operator_refunds_decided_total",
         "Refunds operators asked for through the admin API and decided (a repeat with the same key counts once).",
     ),

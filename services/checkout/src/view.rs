@@ -84,7 +84,8 @@ pub struct OrderView {
     pub currency: String,
     pub shipping: Option<Shipping>,
     pub payment: Option<PaymentView>,
-    /// Payments that could not settle the order, and their refunds.
+    /// Payments that could not settle the order, and their refunds; then
+    /// the refunds operators asked for (and an operator cancel's void).
     pub refunds: Vec<RefundView>,
     /// Disputes of its payments, oldest first.
     pub disputes: Vec<DisputeView>,
@@ -121,6 +122,7 @@ impl From<&Order> for OrderView {
                         _ if o.state == domain::OrderState::Refunded => "refunded",
                         domain::Capture::Authorized | domain::Capture::Decided => "authorized",
                         domain::Capture::Automatic | domain::Capture::Captured => "succeeded",
+                        domain::Capture::Voided => "voided",
                     }
                     .into(),
                     amount_minor: p.amount_minor,
@@ -135,13 +137,22 @@ impl From<&Order> for OrderView {
                     amount_minor: r.amount_minor,
                     currency: r.currency.clone(),
                     reason: r.reason.as_str().to_owned(),
-                    state: match (r.refunded, r.void) {
-                        (false, _) => "pending",
-                        (true, false) => "refunded",
-                        (true, true) => "voided",
-                    }
-                    .into(),
+                    state: refund_state(r.refunded, r.void).into(),
                 })
+                .chain(o.operator_refunds.iter().map(|r| {
+                    RefundView {
+                        psp_payment_id: r.payment_id.clone(),
+                        amount_minor: r.amount_minor,
+                        currency: o.currency.to_string(),
+                        reason: if r.key == domain::operator::CANCEL_KEY {
+                            "operator_cancel"
+                        } else {
+                            "operator"
+                        }
+                        .into(),
+                        state: refund_state(r.refunded, r.void).into(),
+                    }
+                }))
                 .collect(),
             disputes: o
                 .disputes
@@ -159,6 +170,15 @@ impl From<&Order> for OrderView {
             created_at: o.created_at,
             updated_at: o.updated_at,
         }
+    }
+}
+
+/// A refund's `state`: `pending` until the PSP confirms it.
+fn refund_state(confirmed: bool, void: bool) -> &'static str {
+    match (confirmed, void) {
+        (false, _) => "pending",
+        (true, false) => "refunded",
+        (true, true) => "voided",
     }
 }
 

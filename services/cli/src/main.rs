@@ -141,6 +141,9 @@ enum OrderCommand {
     /// Refund part or all of what a confirmed order's payment took, once per --key
     /// (never more than it took); the payment worker carries it out.
     Refund(order::RefundArgs),
+    /// Cancel an order before its goods leave: its units go back on sale, its
+    /// payment is voided (authorized) or refunded (taken); again changes nothing
+    Cancel(order::CancelArgs),
 }
 
 /// How a command failed.
@@ -252,6 +255,7 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Commands::Stream(cmd) => stream::run(cmd, &out).await,
         Commands::Order(OrderCommand::Show { id }) => events::show(&id, &out).await,
         Commands::Order(OrderCommand::Refund(args)) => order::refund(args, &out).await,
+        Commands::Order(OrderCommand::Cancel(args)) => order::cancel(args, &out).await,
         Commands::DeadLetters(cmd) => dead_letters::run(cmd, &out).await,
         Commands::Findings(cmd) => findings::run(cmd, &out).await,
         Commands::Outbox(cmd) => outbox::run(cmd, &out).await,

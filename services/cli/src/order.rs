@@ -1,12 +1,15 @@
 //! `soldonce order refund`: an operator refunds part or all of what a
 //! confirmed order's payment took, once per key. The refund is decided here
 //! (an event on the order's stream, and durable work); the payment worker
-//! carries it out until the PSP confirms it.
+//! carries it out until the PSP confirms it. `soldonce order cancel`
+//! cancels an order before its goods leave, deciding its void or refund
+//! the same way.
 
 use crate::output::Output;
 use crate::CliError;
 use anyhow::Context;
 use std::process::ExitCode;
+use store::operator_cancels::Cancelled;
 use store::operator_refunds::Asked;
 use uuid::Uuid;
 
@@ -29,12 +32,69 @@ pub struct RefundArgs {
     pub by: String,
 }
 
+/// What `soldonce order cancel` takes.
+#[derive(Debug, clap::Args)]
+pub struct CancelArgs {
+    /// The order's id.
+    pub id: String,
+    /// Why (recorded on the order's event), at most 200 characters.
+    #[arg(long, default_value = "")]
+    pub reason: String,
+    /// Who asks (recorded with the refund or void).
+    #[arg(long, default_value = "operator")]
+    pub by: String,
+}
+
+/// Cancels the order; exit 2 when it is refused (nothing changed).
+pub async fn cancel(args: CancelArgs, out: &Output) -> Result<ExitCode, CliError> {
+    let id = order_id(&args.id)?;
+    let pool = crate::admin::pool().await?;
+    let cancelled = store::operator_cancels::cancel(&pool, id, &args.reason, &args.by, "cli")
+        .await
+        .context("cancelling the order")?;
+    let (order, money, again) = match cancelled {
+        Cancelled::Now { order, money } => (order, money, false),
+        Cancelled::Already(order) => (order, None, true),
+        Cancelled::Refused(why) => return Err(CliError::Usage(format!("cancel refused: {why}"))),
+        Cancelled::NotFound => return Err(CliError::Usage(format!("no order {id}"))),
+    };
+    let reply = serde_json::json!({
+        "order_id": order.id,
+        "outcome": if again { "already_cancelled" } else { "cancelled" },
+        "state": order.state,
+        "money": money,
+    });
+    out.print(&reply, || {
+        let money = match &money {
+            Some(m) if m.void => format!(
+                "; its authorization of {} {} on payment {} is to be voided (the payment worker carries it out)",
+                m.amount_minor, m.currency, m.payment_id
+            ),
+            Some(m) => format!(
+                "; {} {} of payment {} is to be refunded (the payment worker carries it out)",
+                m.amount_minor, m.currency, m.payment_id
+            ),
+            None if again => String::new(),
+            None => "; no money to give back".into(),
+        };
+        if again {
+            format!("order {id} was cancelled already: nothing changed")
+        } else {
+            format!("order {id} cancelled, its units back on sale{money}")
+        }
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Parses an order id argument.
+fn order_id(raw: &str) -> Result<Uuid, CliError> {
+    raw.parse()
+        .map_err(|_| CliError::Usage(format!("{raw:?} is not an order id (a UUID)")))
+}
+
 /// Decides the refund; exit 2 when it is refused (nothing changed).
 pub async fn refund(args: RefundArgs, out: &Output) -> Result<ExitCode, CliError> {
-    let id: Uuid = args
-        .id
-        .parse()
-        .map_err(|_| CliError::Usage(format!("{:?} is not an order id (a UUID)", args.id)))?;
+    let id = order_id(&args.id)?;
     let pool = crate::admin::pool().await?;
     let amount = match args.amount_minor {
         Some(amount) => amount,

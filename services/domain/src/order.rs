@@ -95,6 +95,9 @@ pub enum Capture {
     Decided,
     /// The PSP confirmed the capture.
     Captured,
+    /// The authorization is to be voided, or was: its order was cancelled
+    /// by an operator before its goods left. Nothing is ever taken.
+    Voided,
 }
 
 impl Capture {
@@ -105,6 +108,7 @@ impl Capture {
             Capture::Authorized => Some("authorized"),
             Capture::Decided => Some("decided"),
             Capture::Captured => Some("captured"),
+            Capture::Voided => Some("voided"),
         }
     }
 
@@ -115,6 +119,7 @@ impl Capture {
             Some("authorized") => Some(Capture::Authorized),
             Some("decided") => Some(Capture::Decided),
             Some("captured") => Some(Capture::Captured),
+            Some("voided") => Some(Capture::Voided),
             Some(_) => None,
         }
     }
@@ -207,6 +212,15 @@ pub enum Command {
     RefundByOperator {
         key: String,
         amount_minor: i64,
+        at: DateTime<Utc>,
+    },
+    /// An operator cancels the order: a pending one like a buyer would; a
+    /// confirmed one whose goods have not left (`shipped`: the store says
+    /// whether they have) gives its units back and its payment's money
+    /// (void or refund, see `operator.rs`).
+    CancelByOperator {
+        shipped: bool,
+        reason: String,
         at: DateTime<Utc>,
     },
     /// The PSP confirmed the operator's refund under this key.
@@ -310,8 +324,17 @@ pub enum Event {
         key: String,
         payment_id: String,
         amount_minor: i64,
+        /// The payment is an uncaptured authorization: it is voided (an
+        /// operator's cancel), not refunded.
+        #[serde(default, skip_serializing_if = "is_false")]
+        void: bool,
         at: DateTime<Utc>,
     },
+    /// An operator cancelled the order after it was confirmed, before its
+    /// goods left: its units go back on sale; the money is given back by
+    /// the `order.operator_refund_decided` that follows.
+    #[serde(rename = "order.operator_cancelled.v1")]
+    OperatorCancelled { reason: String, at: DateTime<Utc> },
     /// A payment waits for the buyer's action (3-D Secure) at `url`; the
     /// reservation now lasts until `expires_at`.
     #[serde(rename = "order.action_required.v1")]
@@ -327,6 +350,9 @@ pub enum Event {
         key: String,
         payment_id: String,
         amount_minor: i64,
+        /// The authorization was voided: nothing had been taken.
+        #[serde(default, skip_serializing_if = "is_false")]
+        void: bool,
         at: DateTime<Utc>,
     },
     /// The buyer's bank took money back from one of the order's payments (see `dispute.rs`).
@@ -355,6 +381,7 @@ impl Event {
             Event::Captured { .. } => "order.captured.v1",
             Event::OperatorRefundDecided { .. } => "order.operator_refund_decided.v1",
             Event::OperatorRefunded { .. } => "order.operator_refunded.v1",
+            Event::OperatorCancelled { .. } => "order.operator_cancelled.v1",
             Event::ActionRequired { .. } => "order.action_required.v1",
             Event::Disputed { .. } => "order.disputed.v1",
         }
@@ -374,6 +401,7 @@ impl Event {
             Event::PaymentFailed { .. } | Event::Cancelled { .. } | Event::Expired { .. } => {
                 Some(Movement::Release)
             }
+            Event::OperatorCancelled { .. } => Some(Movement::Restock),
             Event::RefundDecided { .. }
             | Event::Refunded { .. }
             | Event::CaptureDecided { .. }
@@ -415,6 +443,7 @@ impl Event {
             | Event::Captured { at, .. }
             | Event::OperatorRefundDecided { at, .. }
             | Event::OperatorRefunded { at, .. }
+            | Event::OperatorCancelled { at, .. }
             | Event::ActionRequired { at, .. } => *at,
             Event::Disputed { at, .. } => *at,
         }
@@ -453,6 +482,12 @@ pub enum DomainError {
     InvalidRefund(String),
     #[error("the order has no payment {0} to dispute")]
     NotDisputable(String),
+    #[error("the order's goods have left: refund it instead (soldonce order refund)")]
+    GoodsLeft,
+    #[error("payment {0} is disputed: the bank handles its money; settle the dispute at the PSP (soldonce findings list)")]
+    Disputed(String),
+    #[error("{0}")]
+    InvalidCancel(String),
 }
 
 /// Decides which events a command produces against the current state.
@@ -528,6 +563,14 @@ fn decide_existing(order: &Order, command: Command) -> Result<Vec<Event>, Domain
             },
         ) => crate::operator::decide_refund(order, &key, amount_minor, at),
         (_, Command::RefundByOperator { .. }) => illegal("refund"),
+        (
+            _,
+            Command::CancelByOperator {
+                shipped,
+                reason,
+                at,
+            },
+        ) => crate::operator::decide_cancel(order, shipped, &reason, at),
         (_, Command::RecordOperatorRefund { key, at }) => {
             crate::operator::decide_refunded(order, &key, at)
         }
@@ -636,6 +679,7 @@ pub fn evolve(state: Option<Order>, event: &Event) -> Option<Order> {
             crate::operator::evolve(&mut order, event);
             order.state
         }
+        Event::OperatorCancelled { .. } => OrderState::Cancelled,
         Event::ActionRequired { .. } => {
             crate::action::evolve(&mut order, event);
             order.state

@@ -656,3 +656,141 @@ fn a_payment_awaiting_the_buyer_extends_the_reservation_once_and_bounded() {
         Ok(vec![])
     );
 }
+
+fn cancel_by_operator(shipped: bool) -> Command {
+    Command::CancelByOperator {
+        shipped,
+        reason: "warehouse lost it".into(),
+        at: t(60),
+    }
+}
+
+/// Applies `command` to `history`, which it extends with the events decided.
+fn apply(history: &mut Vec<Event>, command: Command) -> Vec<Event> {
+    let events = given(history.clone()).when(command).expect("decided");
+    history.extend(events.clone());
+    events
+}
+
+#[test]
+fn an_operator_cancel_voids_an_authorization_and_gives_the_units_back_once() {
+    let mut history = vec![placed()];
+    apply(&mut history, authorized("p1"));
+    let events = apply(&mut history, cancel_by_operator(false));
+    let [cancelled, money] = &events[..] else {
+        panic!("a cancel and its void: {events:?}")
+    };
+    assert_eq!(cancelled.movement(), Some(Movement::Restock));
+    assert!(matches!(
+        money,
+        Event::OperatorRefundDecided { key, amount_minor: 2000, void: true, .. }
+            if key == crate::operator::CANCEL_KEY
+    ));
+    let order = fold(&history).expect("order");
+    assert_eq!(order.state, OrderState::Cancelled);
+    assert_eq!(
+        order.payment.as_ref().map(|p| p.capture),
+        Some(Capture::Voided)
+    );
+    // Again: nothing; a capture or an operator refund of it: never.
+    assert_eq!(
+        given(history.clone()).when(cancel_by_operator(false)),
+        Ok(vec![])
+    );
+    assert!(given(history.clone())
+        .when(Command::DecideCapture { at: t(70) })
+        .is_err());
+    assert!(given(history.clone()).when(refund_by("t1", 1)).is_err());
+    let voided = apply(
+        &mut history,
+        Command::RecordOperatorRefund {
+            key: crate::operator::CANCEL_KEY.into(),
+            at: t(70),
+        },
+    );
+    assert!(matches!(
+        &voided[..],
+        [Event::OperatorRefunded { void: true, .. }]
+    ));
+}
+
+#[test]
+fn an_operator_cancel_refunds_what_earlier_refunds_left_and_nothing_of_a_free_order() {
+    let mut history = vec![placed()];
+    apply(&mut history, confirm("p1"));
+    apply(&mut history, refund_by("t1", 500));
+    let events = apply(&mut history, cancel_by_operator(false));
+    assert!(matches!(
+        &events[..],
+        [
+            Event::OperatorCancelled { .. },
+            Event::OperatorRefundDecided {
+                amount_minor: 1500,
+                void: false,
+                ..
+            }
+        ]
+    ));
+    // Everything refunded before: the cancel gives back nothing more.
+    let mut history = vec![placed()];
+    apply(&mut history, confirm("p1"));
+    apply(&mut history, refund_by("t1", 2000));
+    let events = apply(&mut history, cancel_by_operator(false));
+    assert!(matches!(&events[..], [Event::OperatorCancelled { .. }]));
+    // A key of soldonce's own is not an operator's to use.
+    let history = vec![placed(), confirmed("p1")];
+    assert!(matches!(
+        given(history).when(refund_by(crate::operator::CANCEL_KEY, 1)),
+        Err(DomainError::InvalidRefund(_))
+    ));
+}
+
+#[test]
+fn an_operator_cancel_is_refused_once_the_goods_left_or_under_a_dispute() {
+    let history = vec![placed(), confirmed("p1")];
+    assert_eq!(
+        given(history.clone()).when(cancel_by_operator(true)),
+        Err(DomainError::GoodsLeft)
+    );
+    let mut shipped = vec![placed()];
+    apply(&mut shipped, authorized("p1"));
+    apply(&mut shipped, Command::DecideCapture { at: t(20) });
+    assert_eq!(
+        given(shipped).when(cancel_by_operator(false)),
+        Err(DomainError::GoodsLeft),
+        "a capture decided means the goods left"
+    );
+    let mut disputed = history.clone();
+    apply(
+        &mut disputed,
+        Command::Dispute(DisputeFact {
+            dispute_id: "dp1".into(),
+            payment_id: "p1".into(),
+            amount_minor: 2000,
+            reason: "fraudulent".into(),
+            at: t(30),
+        }),
+    );
+    assert_eq!(
+        given(disputed).when(cancel_by_operator(false)),
+        Err(DomainError::Disputed("p1".into()))
+    );
+    // A pending order is cancelled as its buyer would; an ended one not at all.
+    assert_eq!(
+        given(vec![placed()]).when(cancel_by_operator(false)),
+        Ok(vec![Event::Cancelled { at: t(60) }])
+    );
+    assert!(matches!(
+        given(vec![placed(), Event::Expired { at: t(900) }]).when(cancel_by_operator(false)),
+        Err(DomainError::IllegalTransition { .. })
+    ));
+    let long = Command::CancelByOperator {
+        shipped: false,
+        reason: "x".repeat(201),
+        at: t(60),
+    };
+    assert!(matches!(
+        given(history).when(long),
+        Err(DomainError::InvalidCancel(_))
+    ));
+}

@@ -1,5 +1,6 @@
 //! A shipment's lifecycle in a simulated warehouse: created `pending` for a
-//! confirmed order, then `picked`, `shipped`, `delivered`, one step at a time.
+//! confirmed order, then `picked`, `shipped`, `delivered`, one step at a time;
+//! `cancelled` (final) when an operator cancels its order before it ships.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -13,6 +14,7 @@ pub enum ShipmentState {
     Picked,
     Shipped,
     Delivered,
+    Cancelled,
 }
 
 impl ShipmentState {
@@ -23,6 +25,7 @@ impl ShipmentState {
             ShipmentState::Picked => "picked",
             ShipmentState::Shipped => "shipped",
             ShipmentState::Delivered => "delivered",
+            ShipmentState::Cancelled => "cancelled",
         }
     }
 
@@ -33,6 +36,7 @@ impl ShipmentState {
             ShipmentState::Picked,
             ShipmentState::Shipped,
             ShipmentState::Delivered,
+            ShipmentState::Cancelled,
         ]
         .into_iter()
         .find(|state| state.as_str() == s)
@@ -44,7 +48,7 @@ impl ShipmentState {
             ShipmentState::Pending => Some(ShipmentState::Picked),
             ShipmentState::Picked => Some(ShipmentState::Shipped),
             ShipmentState::Shipped => Some(ShipmentState::Delivered),
-            ShipmentState::Delivered => None,
+            ShipmentState::Delivered | ShipmentState::Cancelled => None,
         }
     }
 
@@ -55,7 +59,13 @@ impl ShipmentState {
             ShipmentState::Picked => "shipment.picked.v1",
             ShipmentState::Shipped => "shipment.shipped.v1",
             ShipmentState::Delivered => "shipment.delivered.v1",
+            ShipmentState::Cancelled => "shipment.cancelled.v1",
         }
+    }
+
+    /// Whether the goods have left the warehouse.
+    pub fn has_left(self) -> bool {
+        matches!(self, ShipmentState::Shipped | ShipmentState::Delivered)
     }
 }
 
@@ -91,6 +101,8 @@ pub enum ShipmentCommand {
     },
     /// Move one step on.
     Advance { at: DateTime<Utc> },
+    /// Stop it for good, unless it has left (its order was cancelled).
+    Cancel { at: DateTime<Utc> },
 }
 
 /// Decides what a command records; nothing when it is already in effect
@@ -121,9 +133,18 @@ pub fn decide(current: Option<&Shipment>, command: ShipmentCommand) -> Vec<Shipm
             })
             .into_iter()
             .collect(),
-        (Some(_), ShipmentCommand::Create { .. }) | (None, ShipmentCommand::Advance { .. }) => {
-            vec![]
+        (Some(s), ShipmentCommand::Cancel { at })
+            if matches!(s.state, ShipmentState::Pending | ShipmentState::Picked) =>
+        {
+            vec![ShipmentEvent {
+                shipment_id: s.id,
+                order_id: s.order_id,
+                state: ShipmentState::Cancelled,
+                at,
+            }]
         }
+        (Some(_), ShipmentCommand::Create { .. } | ShipmentCommand::Cancel { .. })
+        | (None, ShipmentCommand::Advance { .. } | ShipmentCommand::Cancel { .. }) => vec![],
     }
 }
 

@@ -125,6 +125,9 @@ pub enum Movement {
     /// available → sold: a late payment takes an expired order's units back
     /// and sells them at once.
     Reclaim,
+    /// sold → available: an operator cancelled a confirmed order before its
+    /// goods left.
+    Restock,
 }
 
 impl Movement {
@@ -136,6 +139,7 @@ impl Movement {
             Movement::Confirm => (0, -1, 1),
             Movement::Release => (1, -1, 0),
             Movement::Reclaim => (-1, 0, 1),
+            Movement::Restock => (1, 0, -1),
         };
         Buckets {
             available: a * units,
@@ -153,6 +157,7 @@ impl Movement {
             Movement::Reserve | Movement::Reclaim => "reserve",
             Movement::Confirm => "confirm",
             Movement::Release => "release",
+            Movement::Restock => "restock",
         }
     }
 }

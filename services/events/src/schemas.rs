@@ -56,6 +56,10 @@ pub const SCHEMAS: &[(&str, &str)] = &[
         include_str!("../../../proto/events/order.disputed.v1.schema.json"),
     ),
     (
+        "order.operator_cancelled.v1",
+        include_str!("../../../proto/events/order.operator_cancelled.v1.schema.json"),
+    ),
+    (
         "shipment.created.v1",
         include_str!("../../../proto/events/shipment.created.v1.schema.json"),
     ),
@@ -70,6 +74,10 @@ pub const SCHEMAS: &[(&str, &str)] = &[
     (
         "shipment.delivered.v1",
         include_str!("../../../proto/events/shipment.delivered.v1.schema.json"),
+    ),
+    (
+        "shipment.cancelled.v1",
+        include_str!("../../../proto/events/shipment.cancelled.v1.schema.json"),
     ),
 ];
 

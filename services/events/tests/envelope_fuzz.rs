@@ -138,6 +138,8 @@ fn event() -> impl Strategy<Value = Event> {
                 at
             }),
         instant().prop_map(|at| Event::Cancelled { at }),
+        (any::<String>(), instant())
+            .prop_map(|(reason, at)| Event::OperatorCancelled { reason, at }),
         instant().prop_map(|at| Event::Expired { at }),
         (
             any::<String>(),
@@ -179,14 +181,22 @@ fn event() -> impl Strategy<Value = Event> {
                 at,
             }
         }),
-        (any::<String>(), any::<String>(), any::<i64>(), instant()).prop_map(
-            |(key, payment_id, amount_minor, at)| Event::OperatorRefundDecided {
-                key,
-                payment_id,
-                amount_minor,
-                at,
-            }
-        ),
+        (
+            any::<String>(),
+            any::<String>(),
+            any::<i64>(),
+            any::<bool>(),
+            instant()
+        )
+            .prop_map(|(key, payment_id, amount_minor, void, at)| {
+                Event::OperatorRefundDecided {
+                    key,
+                    payment_id,
+                    amount_minor,
+                    void,
+                    at,
+                }
+            }),
         (any::<String>(), any::<String>(), instant(), instant()).prop_map(
             |(payment_id, url, expires_at, at)| Event::ActionRequired {
                 payment_id,
@@ -195,14 +205,22 @@ fn event() -> impl Strategy<Value = Event> {
                 at,
             }
         ),
-        (any::<String>(), any::<String>(), any::<i64>(), instant()).prop_map(
-            |(key, payment_id, amount_minor, at)| Event::OperatorRefunded {
-                key,
-                payment_id,
-                amount_minor,
-                at,
-            }
-        ),
+        (
+            any::<String>(),
+            any::<String>(),
+            any::<i64>(),
+            any::<bool>(),
+            instant()
+        )
+            .prop_map(|(key, payment_id, amount_minor, void, at)| {
+                Event::OperatorRefunded {
+                    key,
+                    payment_id,
+                    amount_minor,
+                    void,
+                    at,
+                }
+            }),
         (
             any::<String>(),
             any::<String>(),

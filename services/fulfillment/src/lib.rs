@@ -113,6 +113,10 @@ impl Handler for ShipOrders {
             match answer {
                 Created::New(_) => created.push((**order_id, d.trace_id())),
                 Created::Existed => {}
+                // An operator cancelled it before fulfillment came to it.
+                Created::NotConfirmed(Some(domain::OrderState::Cancelled)) => {
+                    tracing::info!(order_id = %order_id, trace_id = %d.trace_id(), "not shipping an order cancelled since");
+                }
                 Created::NotConfirmed(state) => {
                     tracing::warn!(order_id = %order_id, trace_id = %d.trace_id(), state = ?state, "not shipping an order that is not confirmed");
                 }

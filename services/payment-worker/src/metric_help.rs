@@ -6,7 +6,7 @@ use platform::metric::Metric;
 pub const METRICS: &[Metric] = &[
     Metric::counter(
         "soldonce_operator_refunds_total",
-        "Refunds operators asked for, asked of the PSP, by outcome (refunded, postponed, refused).",
+        "Refunds operators asked for, asked of the PSP, by outcome (refunded, voided: a cancelled order's authorization, postponed, refused).",
     ),
     Metric::gauge(
         "soldonce_operator_refunds_outstanding",

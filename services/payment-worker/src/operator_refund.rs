@@ -1,9 +1,11 @@
 //! Carrying out the refunds operators ask for (`soldonce order refund`,
 //! checkout's admin API): each is asked of the PSP with the stable key
 //! `refund:<payment_id>:<key>` until the PSP confirms it, across restarts
-//! (claimed by lease, like compensations and captures).
+//! (claimed by lease, like compensations and captures). An operator's
+//! cancel of an order whose payment is an uncaptured authorization asks
+//! for a void instead, with the key `void:<payment_id>`.
 
-use crate::psp::{Psp, PspError};
+use crate::psp::{Psp, PspError, PspPayment};
 use futures::StreamExt;
 use sqlx::PgPool;
 use std::time::Duration;
@@ -34,14 +36,93 @@ pub async fn run_due(pool: &PgPool, psp: &Psp) -> Result<usize, store::StoreErro
     Ok(n)
 }
 
-#[tracing::instrument(skip_all, fields(order_id = %r.order_id, key = %r.key, attempt = r.attempts))]
+/// What became of one attempt, and why it was set aside (`true`: to retry).
+type Attempt = (&'static str, Option<(bool, String)>);
+
+#[tracing::instrument(skip_all, fields(order_id = %r.order_id, key = %r.key, attempt = r.attempts, void = r.void))]
 async fn carry_out(pool: &PgPool, psp: &Psp, r: OperatorRefund) {
+    let (outcome, aside) = if r.void {
+        void(pool, psp, &r).await
+    } else {
+        refund(pool, psp, &r).await
+    };
+    if let Some((retry, why)) = aside {
+        let delay = retry.then(|| crate::compensate::backoff(r.attempts));
+        if retry {
+            tracing::warn!(%why, retry_in = ?delay, "operator refund not confirmed yet");
+        } else {
+            tracing::error!(%why, "operator refund refused by the PSP: it needs a person");
+        }
+        if let Err(e) = operator_refunds::set_aside(pool, &r, delay, &why).await {
+            tracing::warn!(error = %e, "could not set the refund aside; the lease brings it back");
+        }
+    }
+    metrics::counter!("soldonce_operator_refunds_total", "outcome" => outcome).increment(1);
+}
+
+/// Voids the uncaptured authorization of a cancelled order: nothing was
+/// taken, nothing is given back. One that lapsed or was voided already is
+/// as good; one captured meanwhile needs a person.
+async fn void(pool: &PgPool, psp: &Psp, r: &OperatorRefund) -> Attempt {
+    let payment: PspPayment = match psp.cancel_once(&r.payment_id, &r.psp_key()).await {
+        Ok(payment) => payment,
+        Err(PspError::WrongState(why)) => match psp.payment(&r.payment_id).await {
+            Ok(Some(payment)) => payment,
+            Ok(None) => {
+                let why = format!("{why}; the PSP no longer holds the payment");
+                return ("refused", Some((false, why)));
+            }
+            Err(e) => {
+                return (
+                    "postponed",
+                    Some((true, format!("{why}; looking it up: {e}"))),
+                )
+            }
+        },
+        Err(PspError::Retryable(why)) => return ("postponed", Some((true, why))),
+        Err(e) => {
+            let why = format!("the PSP refused the void: {e}");
+            return ("refused", Some((false, why)));
+        }
+    };
+    match payment.status.as_str() {
+        "canceled" => {
+            match operator_refunds::complete(pool, r, &payment.id, "payment-worker").await {
+                Ok(_) => {
+                    tracing::info!(
+                        cancellation = payment.cancellation_reason.as_deref().unwrap_or(""),
+                        "cancelled order's authorization voided"
+                    );
+                    ("voided", None)
+                }
+                Err(e) => (
+                    "postponed",
+                    Some((true, format!("recording the void: {e}"))),
+                ),
+            }
+        }
+        "succeeded" => {
+            let why = format!(
+                "the authorization was captured ({} taken) before its void: the buyer is owed a refund a person must decide",
+                payment.amount_captured.unwrap_or(payment.amount_minor)
+            );
+            ("refused", Some((false, why)))
+        }
+        other => (
+            "postponed",
+            Some((true, format!("payment {} is {other}", payment.id))),
+        ),
+    }
+}
+
+/// Refunds part or all of what the payment took.
+async fn refund(pool: &PgPool, psp: &Psp, r: &OperatorRefund) -> Attempt {
     let asked = psp
         .refund_part_once(&r.payment_id, &r.psp_key(), Some(r.amount_minor))
         .await;
-    let (outcome, aside) = match asked {
+    match asked {
         Ok(refund) if refund.status == "succeeded" => {
-            match operator_refunds::complete(pool, &r, &refund.id, "payment-worker").await {
+            match operator_refunds::complete(pool, r, &refund.id, "payment-worker").await {
                 Ok(_) => {
                     tracing::info!(refund_id = %refund.id, amount_minor = r.amount_minor, "operator refund made");
                     ("refunded", None)
@@ -61,17 +142,5 @@ async fn carry_out(pool: &PgPool, psp: &Psp, r: OperatorRefund) {
             "refused",
             Some((false, format!("the PSP refused the refund: {e}"))),
         ),
-    };
-    if let Some((retry, why)) = aside {
-        let delay = retry.then(|| crate::compensate::backoff(r.attempts));
-        if retry {
-            tracing::warn!(%why, retry_in = ?delay, "operator refund not confirmed yet");
-        } else {
-            tracing::error!(%why, "operator refund refused by the PSP: it needs a person");
-        }
-        if let Err(e) = operator_refunds::set_aside(pool, &r, delay, &why).await {
-            tracing::warn!(error = %e, "could not set the refund aside; the lease brings it back");
-        }
     }
-    metrics::counter!("soldonce_operator_refunds_total", "outcome" => outcome).increment(1);
 }

@@ -255,7 +255,11 @@ async fn succeeded(
             )),
             _ => None,
         },
-        Some(r) if r.disposition == "attached" && !standing => {
+        Some(r)
+            if r.disposition == "attached"
+                && !standing
+                && r.operator_refunds_minor < payment.amount_minor =>
+        {
             let order = r.order_id.map(|o| o.to_string()).unwrap_or_default();
             Some(finding(
                 "attached_payment_refunded",

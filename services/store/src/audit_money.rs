@@ -1,5 +1,6 @@
 //! The audit's money checks, in the audit's snapshot: every payment soldonce
-//! knows of is attached to exactly one confirmed order or refunded, and the
+//! knows of is attached to exactly one confirmed order (or one an operator
+//! cancelled, its money given back by an operator refund) or refunded, and the
 //! last reconciliation against the PSP's own books found nothing it could
 //! not repair.
 
@@ -91,7 +92,9 @@ pub(crate) async fn check_orders(
     }
     let unsettled: Vec<(String, Option<Uuid>, Option<String>)> = sqlx::query_as(&format!(
         "SELECT p.payment_id, p.order_id, o.state FROM payments p LEFT JOIN orders o ON o.id = p.order_id \
-         WHERE p.disposition = 'attached'{} AND (o.state IS DISTINCT FROM 'confirmed' OR o.payment_id IS DISTINCT FROM p.payment_id) LIMIT 1000",
+         WHERE p.disposition = 'attached'{} AND (o.state IS DISTINCT FROM 'confirmed' OR o.payment_id IS DISTINCT FROM p.payment_id) \
+         AND NOT (o.state = 'cancelled' AND o.payment_id = p.payment_id AND EXISTS \
+                  (SELECT 1 FROM events e WHERE e.stream_id = o.id AND e.type = 'order.operator_cancelled.v1')) LIMIT 1000",
         scope("p.order_id")
     ))
     .bind(only)

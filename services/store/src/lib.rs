@@ -48,6 +48,7 @@ pub mod findings;
 pub mod idempotency;
 pub mod inbox;
 mod journal;
+pub mod operator_cancels;
 pub mod operator_refunds;
 pub mod order_counts;
 pub mod orders;

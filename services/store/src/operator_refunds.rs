@@ -4,7 +4,9 @@
 //! event and a row of durable work, in one transaction; the payment worker
 //! carries it out like a compensation — claimed under a lease, asked with
 //! the stable key `refund:<payment_id>:<key>` until the PSP confirms — and
-//! [`complete`] records `order.operator_refunded`.
+//! [`complete`] records `order.operator_refunded`. An operator's cancel
+//! (`operator_cancels`) decides one too, under the key `soldonce:cancel`:
+//! a void (`void`, asked with `void:<payment_id>`) when nothing was taken.
 
 use crate::orders::{self, Transition};
 use crate::StoreError;
@@ -29,12 +31,19 @@ pub struct OperatorRefund {
     pub refund_id: Option<String>,
     pub attempts: i32,
     pub last_error: Option<String>,
+    /// An uncaptured authorization to void (a cancel), not money to refund.
+    pub void: bool,
 }
 
 impl OperatorRefund {
-    /// The PSP idempotency key of this refund: one per order and operator key, ever.
+    /// The PSP idempotency key of this refund: one per order and operator
+    /// key, ever; a void's is the payment's one void key.
     pub fn psp_key(&self) -> String {
-        format!("refund:{}:{}", self.payment_id, self.key)
+        if self.void {
+            format!("void:{}", self.payment_id)
+        } else {
+            format!("refund:{}:{}", self.payment_id, self.key)
+        }
     }
 }
 
@@ -51,7 +60,7 @@ pub enum Asked {
     NotFound,
 }
 
-const COLUMNS: &str = "order_id, key, payment_id, amount_minor, currency, requested_by, state, refund_id, attempts, last_error";
+const COLUMNS: &str = "order_id, key, payment_id, amount_minor, currency, requested_by, state, refund_id, attempts, last_error, void";
 
 /// Decides an operator's refund of `amount_minor` of `order_id`'s payment under `key`.
 pub async fn ask(
@@ -85,25 +94,39 @@ pub async fn ask(
             )))
         }
     };
-    let payment_id = order
-        .payment
-        .as_ref()
-        .map(|p| p.payment_id.clone())
-        .unwrap_or_default();
-    let row: OperatorRefund = sqlx::query_as(&format!(
-        "INSERT INTO operator_refunds (order_id, key, payment_id, amount_minor, currency, requested_by, next_attempt_at) \
-         VALUES ($1, $2, $3, $4, $5, left($6, 200), now()) RETURNING {COLUMNS}"
-    ))
-    .bind(order_id)
-    .bind(key)
-    .bind(&payment_id)
-    .bind(amount_minor)
-    .bind(order.currency.as_str())
-    .bind(requested_by)
-    .fetch_one(&mut *tx)
-    .await?;
+    let row = insert(&mut tx, &order, key, requested_by).await?;
     tx.commit().await?;
     Ok(Asked::Decided(row))
+}
+
+/// The row of durable work for the operator refund `order` decided under
+/// `key`, in the caller's transaction.
+pub(crate) async fn insert(
+    conn: &mut sqlx::PgConnection,
+    order: &domain::Order,
+    key: &str,
+    requested_by: &str,
+) -> Result<OperatorRefund, StoreError> {
+    let decided = order
+        .operator_refunds
+        .iter()
+        .find(|r| r.key == key)
+        .ok_or_else(|| {
+            StoreError::Corrupt(format!("order {}: no refund {key:?} decided", order.id))
+        })?;
+    Ok(sqlx::query_as(&format!(
+        "INSERT INTO operator_refunds (order_id, key, payment_id, amount_minor, currency, requested_by, void, next_attempt_at) \
+         VALUES ($1, $2, $3, $4, $5, left($6, 200), $7, now()) RETURNING {COLUMNS}"
+    ))
+    .bind(order.id)
+    .bind(key)
+    .bind(&decided.payment_id)
+    .bind(decided.amount_minor)
+    .bind(order.currency.as_str())
+    .bind(requested_by)
+    .bind(decided.void)
+    .fetch_one(&mut *conn)
+    .await?)
 }
 
 /// The operator refund of `order_id` under `key`, if any.

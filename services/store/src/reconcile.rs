@@ -27,6 +27,10 @@ pub struct Recorded {
     pub order_id: Option<Uuid>,
     pub disposition: String,
     pub refund_state: Option<String>,
+    /// What operators decided to refund of it (an attached payment's
+    /// partial refunds, a cancelled order's refund): the PSP showing that
+    /// much refunded is expected.
+    pub operator_refunds_minor: i64,
 }
 
 /// Where the periodic walk resumes.
@@ -45,7 +49,11 @@ pub async fn recorded(
     payment_ids: &[String],
 ) -> Result<HashMap<String, Recorded>, StoreError> {
     let rows: Vec<Recorded> =
-        sqlx::query_as("SELECT payment_id, order_id, disposition, refund_state FROM payments WHERE payment_id = ANY($1)")
+        sqlx::query_as(
+            "SELECT p.payment_id, p.order_id, p.disposition, p.refund_state, \
+                    (SELECT coalesce(sum(r.amount_minor), 0) FROM operator_refunds r WHERE r.order_id = p.order_id AND r.payment_id = p.payment_id AND NOT r.void)::bigint AS operator_refunds_minor \
+             FROM payments p WHERE p.payment_id = ANY($1)",
+        )
             .bind(payment_ids)
             .fetch_all(pool)
             .await?;

@@ -164,7 +164,8 @@ pub async fn create_many(
 
 /// Moves every shipment whose last step is older than `step_delay` one
 /// step on, at most `limit` in one transaction; safe with N processes.
-/// A shipment held by a dispute (`shipment_holds`) never moves.
+/// A shipment held by a dispute (`shipment_holds`) never moves, nor does a
+/// cancelled one.
 /// `source` names the caller in the events' metadata. Returns how many moved.
 pub async fn advance_due(
     pool: &PgPool,
@@ -174,7 +175,7 @@ pub async fn advance_due(
 ) -> Result<u64, StoreError> {
     let mut tx = pool.begin().await?;
     let due: Vec<ShipmentRow> = sqlx::query_as(&format!(
-        "{SELECT} s WHERE state <> 'delivered' AND updated_at <= now() - make_interval(secs => $1) \
+        "{SELECT} s WHERE state <> 'delivered' AND state <> 'cancelled' AND updated_at <= now() - make_interval(secs => $1) \
          AND NOT EXISTS ({HELD} AND h.order_id = s.order_id) \
          ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED"
     ))
@@ -216,6 +217,20 @@ pub async fn for_order(pool: &PgPool, order_id: Uuid) -> Result<Option<Shipment>
         .bind(order_id)
         .fetch_optional(pool)
         .await?;
+    row.map(Shipment::try_from).transpose()
+}
+
+/// The order's shipment, if it has one, its row locked (after the
+/// order's, the order every path locks them in), in the caller's transaction.
+pub(crate) async fn for_order_locked(
+    conn: &mut PgConnection,
+    order_id: Uuid,
+) -> Result<Option<Shipment>, StoreError> {
+    let row: Option<ShipmentRow> =
+        sqlx::query_as(&format!("{SELECT} WHERE order_id = $1 FOR UPDATE"))
+            .bind(order_id)
+            .fetch_optional(&mut *conn)
+            .await?;
     row.map(Shipment::try_from).transpose()
 }
 
