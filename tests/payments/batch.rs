@@ -20,6 +20,7 @@ fn fact(payment: &str, order: Option<Uuid>, status: PspStatus, amount: i64) -> P
         amount_minor: amount,
         currency: "BRL".into(),
         failure_reason: failed.then(|| "card_declined".into()),
+        abandoned: false,
         next_action_url: None,
     }
 }

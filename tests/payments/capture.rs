@@ -255,7 +255,8 @@ async fn three_d_secure_completed_confirms_and_abandoned_ends_the_order_with_not
     assert_eq!(saga.settled_state(&done, SETTLE).await, "confirmed");
     assert_eq!(
         saga.settled_state(&abandoned, SETTLE).await,
-        "payment_failed"
+        "expired",
+        "an abandoned challenge ends like any unpaid order"
     );
     let gone = psp_payment_in(&saga, &abandoned, "canceled").await;
     assert_eq!(gone["cancellation_reason"], "abandoned", "{gone}");

@@ -166,6 +166,7 @@ impl CallbackData {
                         .as_deref()
                         .map(|r| format!("canceled ({})", r.chars().take(64).collect::<String>()))
                 }),
+            abandoned: self.cancellation_reason.as_deref() == Some("abandoned"),
             next_action_url: self.next_action.as_ref().map(|a| a.url.clone()),
         })
     }

@@ -2,9 +2,10 @@
 //! buyer. The order stays `payment_pending`, shows where the buyer must go
 //! (`next_action.url`), and its reservation is extended once — by the
 //! action extension, never past a bound — so a buyer mid-challenge does not
-//! lose the units. If the buyer never finishes, the order expires as any
-//! unpaid one; an authorization that lands later is voided or reclaims the
-//! units like any late payment.
+//! lose the units. If the buyer never finishes, or abandons the challenge
+//! (the PSP cancels the payment, reason `abandoned`), the order expires as
+//! any unpaid one; an authorization that lands later is voided or reclaims
+//! the units like any late payment.
 
 use crate::order::{Event, Order, OrderState};
 use chrono::{DateTime, Duration, Utc};
@@ -41,6 +42,15 @@ pub(crate) fn decide_await(
         expires_at: order.expires_at.max(at + extension),
         at,
     }]
+}
+
+/// Whether the order waits for the buyer's action on `payment_id`.
+pub(crate) fn awaits(order: &Order, payment_id: &str) -> bool {
+    order.state == OrderState::PaymentPending
+        && order
+            .next_action
+            .as_ref()
+            .is_some_and(|a| a.payment_id == payment_id)
 }
 
 /// Folds `order.action_required` into the order.

@@ -181,10 +181,13 @@ pub enum Command {
         fact: PaidFact,
         units_gone: bool,
     },
-    /// The PSP declined: final.
+    /// The PSP declined: final. `abandoned`: the buyer left the payment's
+    /// 3-D Secure challenge unfinished — the order it waited on expires, as
+    /// any unpaid order does.
     FailPayment {
         payment_id: Option<String>,
         reason: String,
+        abandoned: bool,
         at: DateTime<Utc>,
     },
     Cancel {
@@ -592,9 +595,19 @@ fn decide_existing(order: &Order, command: Command) -> Result<Vec<Event>, Domain
         (
             PaymentPending,
             Command::FailPayment {
+                payment_id: Some(payment_id),
+                abandoned: true,
+                at,
+                ..
+            },
+        ) if crate::action::awaits(order, &payment_id) => Ok(vec![Event::Expired { at }]),
+        (
+            PaymentPending,
+            Command::FailPayment {
                 payment_id,
                 reason,
                 at,
+                ..
             },
         ) => Ok(vec![Event::PaymentFailed {
             payment_id,

@@ -113,6 +113,7 @@ fn fail() -> Command {
     Command::FailPayment {
         payment_id: None,
         reason: "declined".into(),
+        abandoned: false,
         at: t(10),
     }
 }
@@ -792,5 +793,46 @@ fn an_operator_cancel_is_refused_once_the_goods_left_or_under_a_dispute() {
     assert!(matches!(
         given(history).when(long),
         Err(DomainError::InvalidCancel(_))
+    ));
+}
+
+#[test]
+fn an_abandoned_challenge_expires_the_order_and_a_decline_fails_it() {
+    let awaiting = vec![
+        placed(),
+        Event::ActionRequired {
+            payment_id: "p1".into(),
+            url: "https://psp/3ds/p1".into(),
+            expires_at: t(1500),
+            at: t(5),
+        },
+    ];
+    let gave_up = |payment: &str, abandoned| Command::FailPayment {
+        payment_id: Some(payment.into()),
+        reason: "canceled (abandoned)".into(),
+        abandoned,
+        at: t(20),
+    };
+    assert_eq!(
+        given(awaiting.clone()).when(gave_up("p1", true)),
+        Ok(vec![Event::Expired { at: t(20) }]),
+        "ends like any unpaid order, before its extended deadline"
+    );
+    assert!(matches!(
+        given(awaiting.clone())
+            .when(gave_up("p1", false))
+            .expect("decided")[..],
+        [Event::PaymentFailed { .. }]
+    ));
+    // Another payment's abandonment, or one of an order not waiting: a decline.
+    assert!(matches!(
+        given(awaiting).when(gave_up("p2", true)).expect("decided")[..],
+        [Event::PaymentFailed { .. }]
+    ));
+    assert!(matches!(
+        given(vec![placed()])
+            .when(gave_up("p1", true))
+            .expect("decided")[..],
+        [Event::PaymentFailed { .. }]
     ));
 }

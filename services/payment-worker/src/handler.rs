@@ -223,6 +223,7 @@ impl Handler for PayOrders {
                         amount_minor: 0,
                         currency: order.currency.to_string(),
                         failure_reason: None,
+                        abandoned: false,
                         next_action_url: None,
                     },
                     Source::Free,

@@ -55,6 +55,7 @@ impl PspPayment {
                     .as_ref()
                     .map(|r| format!("canceled ({r})"))
             }),
+            abandoned: self.cancellation_reason.as_deref() == Some("abandoned"),
             next_action_url: self.next_action.as_ref().map(|a| a.url.clone()),
         }
     }

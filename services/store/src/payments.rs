@@ -105,6 +105,9 @@ pub struct PaymentFact {
     pub amount_minor: i64,
     pub currency: String,
     pub failure_reason: Option<String>,
+    /// The buyer left the payment's 3-D Secure challenge unfinished (the
+    /// PSP canceled it, reason `abandoned`): its order expires.
+    pub abandoned: bool,
     /// Where the buyer must act, for a payment that `requires_action`.
     pub next_action_url: Option<String>,
 }
@@ -266,6 +269,7 @@ async fn learn_many_waiting(
                 Some(order) => {
                     let command = Command::FailPayment {
                         payment_id: Some(fact.payment_id.clone()),
+                        abandoned: fact.abandoned,
                         reason: fact
                             .failure_reason
                             .clone()
