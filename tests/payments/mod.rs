@@ -5,6 +5,7 @@ mod disputes;
 mod flow;
 mod free;
 mod keepalive;
+mod limits;
 mod money;
 mod operator_cancel;
 mod operator_refund;

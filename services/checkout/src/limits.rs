@@ -2,8 +2,9 @@
 //! (requests per second) and one for database lookups of tokens the cache
 //! does not know, so a flood of unknown tokens cannot drain the pool that
 //! real buyers need. Limits on what is *held* (units in open reservations,
-//! per-SKU limits) are enforced in the placing transaction instead, where
-//! they hold across every checkout instance.
+//! per-SKU limits) are decided by `domain::limits` on counts read in the
+//! placing transaction instead, where they hold across every checkout
+//! instance — and again wherever a late payment would revive an order.
 
 use platform::config::{self, ConfigError};
 use std::collections::HashMap;

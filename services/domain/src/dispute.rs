@@ -116,6 +116,7 @@ mod tests {
                 at: t(10),
             },
             units_gone: false,
+            holdings: vec![],
         };
         events.extend(decide(fold(&events).as_ref(), paid).expect("confirmed"));
         events

@@ -7,12 +7,14 @@
 //! - `order.rs` — orders: commands, events, `decide`/`evolve`/`fold`, the stock movement per event
 //! - `payment.rs` — what a PSP fact does to an order: attach, refund, record the refund
 //! - `dispute.rs` — chargebacks recorded on the order, once per dispute
+//! - `limits.rs` — what one account may hold, at placing and at a late payment's revival
 //! - `shipment.rs` — shipments: `decide`/`evolve`, one step at a time
 //! - `stock.rs` — SKUs, quantities, the three buckets and the movements between them
 //! - `money.rs` — currencies and checked amounts
 
 pub mod action;
 pub mod dispute;
+pub mod limits;
 pub mod money;
 pub mod operator;
 pub mod order;

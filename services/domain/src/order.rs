@@ -175,11 +175,13 @@ pub struct PlaceOrder {
 pub enum Command {
     Place(PlaceOrder),
     /// The PSP reports a succeeded payment for the order: confirm on it, or
-    /// decide to refund it. `units_gone`: an expired order's units were
-    /// found sold when the store tried to reclaim them.
+    /// decide to refund it. For an expired order the store supplies whether
+    /// its units were found sold (`units_gone`) and the account's per-SKU
+    /// limits with what it holds (`holdings`): a revival never breaks them.
     Paid {
         fact: PaidFact,
         units_gone: bool,
+        holdings: Vec<crate::limits::Holding>,
     },
     /// The PSP declined: final. `abandoned`: the buyer left the payment's
     /// 3-D Secure challenge unfinished — the order it waited on expires, as
@@ -542,7 +544,14 @@ fn decide_existing(order: &Order, command: Command) -> Result<Vec<Event>, Domain
     };
     match (order.state, command) {
         (_, Command::Place(_)) => Err(DomainError::AlreadyExists),
-        (_, Command::Paid { fact, units_gone }) => payment::decide_paid(order, fact, units_gone),
+        (
+            _,
+            Command::Paid {
+                fact,
+                units_gone,
+                holdings,
+            },
+        ) => payment::decide_paid(order, fact, units_gone, &holdings),
         (_, Command::RecordRefund { payment_id, at }) => {
             payment::decide_refunded(order, &payment_id, at)
         }

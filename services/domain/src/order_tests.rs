@@ -59,6 +59,7 @@ fn paid_with(p: &str, amount_minor: i64, currency: &str) -> Command {
             at: t(10),
         },
         units_gone: false,
+        holdings: vec![],
     }
 }
 
@@ -90,12 +91,17 @@ fn confirmed(p: &str) -> Event {
 /// The PSP holds the order's total for a later capture (`requires_capture`).
 fn authorized(p: &str) -> Command {
     match confirm(p) {
-        Command::Paid { fact, units_gone } => Command::Paid {
+        Command::Paid {
+            fact,
+            units_gone,
+            holdings,
+        } => Command::Paid {
             fact: PaidFact {
                 captured: false,
                 ..fact
             },
             units_gone,
+            holdings,
         },
         other => other,
     }
@@ -271,11 +277,40 @@ fn a_late_payment_reclaims_an_expired_order_but_a_cancel_is_final() {
             at: t(10),
         },
         units_gone: true,
+        holdings: vec![],
     };
     assert_eq!(
         given(vec![placed(), expired.clone()]).when(gone),
         Ok(vec![refund_decided("p", RefundReason::UnitsGone)])
     );
+    // The buyer holds as many of B as allowed in orders since: no revival.
+    let holding = |held| crate::limits::Holding {
+        sku: Sku::parse("B").expect("sku"),
+        limit: 2,
+        held,
+    };
+    let over = |held| match confirm("p") {
+        Command::Paid { fact, .. } => Command::Paid {
+            fact,
+            units_gone: false,
+            holdings: vec![holding(held)],
+        },
+        other => other,
+    };
+    assert_eq!(
+        given(vec![placed(), expired.clone()]).when(over(1)),
+        Ok(vec![refund_decided("p", RefundReason::OverLimit)]),
+        "2 of B again would make 3 of a limit of 2"
+    );
+    assert!(matches!(
+        given(vec![placed(), expired.clone()])
+            .when(over(0))
+            .expect("decided")[..],
+        [Event::Confirmed {
+            reactivated: true,
+            ..
+        }]
+    ));
     let cancelled = Event::Cancelled { at: t(3) };
     assert_eq!(
         given(vec![placed(), cancelled.clone()]).when(confirm("p")),

@@ -78,6 +78,9 @@ pub enum RefundReason {
     AfterDecline,
     /// The payment's reference names no order of ours.
     NoSuchOrder,
+    /// Reviving the expired order would break a per-account limit: the
+    /// buyer holds as many as allowed in orders since.
+    OverLimit,
 }
 
 impl RefundReason {
@@ -91,6 +94,7 @@ impl RefundReason {
             RefundReason::SecondPayment => "second_payment",
             RefundReason::AfterDecline => "after_decline",
             RefundReason::NoSuchOrder => "no_such_order",
+            RefundReason::OverLimit => "over_limit",
         }
     }
 }
@@ -117,6 +121,7 @@ pub(crate) fn decide_paid(
     order: &Order,
     fact: PaidFact,
     units_gone: bool,
+    holdings: &[crate::limits::Holding],
 ) -> Result<Vec<Event>, DomainError> {
     let attached = order.state == OrderState::Confirmed
         && order
@@ -156,6 +161,9 @@ pub(crate) fn decide_paid(
         (_, Some(reason)) => refund(reason),
         (OrderState::PaymentPending, None) => confirm(false),
         (OrderState::Expired, None) if units_gone => refund(RefundReason::UnitsGone),
+        (OrderState::Expired, None) if crate::limits::revival_breaks(order, holdings).is_some() => {
+            refund(RefundReason::OverLimit)
+        }
         (OrderState::Expired, None) => confirm(true),
         (OrderState::Cancelled, None) => refund(RefundReason::Cancelled),
         (OrderState::PaymentFailed, None) => refund(RefundReason::AfterDecline),

@@ -78,6 +78,7 @@ fn reason() -> impl Strategy<Value = RefundReason> {
         Just(RefundReason::SecondPayment),
         Just(RefundReason::AfterDecline),
         Just(RefundReason::NoSuchOrder),
+        Just(RefundReason::OverLimit),
     ]
 }
 

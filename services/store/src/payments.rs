@@ -237,6 +237,19 @@ async fn learn_many_waiting(
             .into_iter()
             .collect()
     };
+    // A revival (a late payment of an expired order) is held to its
+    // account's limits: the accounts' placing locks first, in account
+    // order as placing takes them, before any stock row's.
+    let mut reviving: Vec<Uuid> = facts
+        .iter()
+        .filter(|(f, _, _)| f.status.is_paid())
+        .filter_map(|(f, _, _)| orders.get(&f.order_id?))
+        .filter(|o| o.payment_would_reclaim())
+        .map(|o| o.account_id)
+        .collect();
+    reviving.sort_unstable();
+    reviving.dedup();
+    crate::placing::lock_accounts(conn, &reviving).await?;
     let at = crate::now();
     let mut changes = Changes::new();
     let mut payments = NewPayments::default();
@@ -296,7 +309,7 @@ async fn learn_many_waiting(
             PspStatus::Succeeded | PspStatus::Authorized => match order {
                 None => Learned::Foreign,
                 Some(order) => {
-                    let paid = |units_gone| Command::Paid {
+                    let paid = |units_gone, holdings| Command::Paid {
                         fact: PaidFact {
                             payment_id: fact.payment_id.clone(),
                             amount_minor: fact.amount_minor,
@@ -305,12 +318,19 @@ async fn learn_many_waiting(
                             at,
                         },
                         units_gone,
+                        holdings,
                     };
-                    // An expired order takes its units back only if they are still there:
-                    // a fact the store supplies (under the stock rows' locks), the domain decides.
-                    let units_gone = order.payment_would_reclaim()
-                        && !crate::stock::covers(conn, &order.lines).await?;
-                    let events = decide(order, paid(units_gone))?;
+                    // An expired order takes its units back only if they are still there
+                    // and its account may hold them: facts the store supplies (under the
+                    // stock rows' and the account's locks), the domain decides.
+                    let revival = order.payment_would_reclaim();
+                    let units_gone = revival && !crate::stock::covers(conn, &order.lines).await?;
+                    let holdings = if revival && !units_gone {
+                        crate::placing::holdings(conn, order).await?
+                    } else {
+                        vec![]
+                    };
+                    let events = decide(order, paid(units_gone, holdings))?;
                     // A free order's settlement took no money: if it can no longer settle
                     // its order (cancelled meanwhile), there is nothing to give back.
                     let free_unsettled = fact.payment_id.starts_with(FREE_PREFIX)

@@ -1,9 +1,11 @@
 //! What a placing group reads before it decides: the SKUs' available
-//! units, and what the accounts with hold limits already hold.
+//! units, and what the accounts with hold limits already hold; and what a
+//! late payment's revival of an expired order reads for the same limits.
 
 use super::{LimitReached, Placement};
 use crate::StoreError;
-use domain::Sku;
+use domain::limits::Holding;
+use domain::{Order, Sku};
 use sqlx::PgConnection;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use uuid::Uuid;
@@ -29,6 +31,57 @@ pub(super) async fn available(
         .fetch_all(&mut *conn)
         .await?;
     Ok(rows.into_iter().collect())
+}
+
+/// Takes `accounts`' placing locks, in account order (sorted by the
+/// caller): what they hold cannot change until the transaction ends, across
+/// every checkout instance.
+pub(crate) async fn lock_accounts(
+    conn: &mut PgConnection,
+    accounts: &[Uuid],
+) -> Result<(), StoreError> {
+    if accounts.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "SELECT pg_advisory_xact_lock(hashtextextended('soldonce-account:' || a::text, 0)) \
+         FROM unnest($1::uuid[]) WITH ORDINALITY AS t(a, i)",
+    )
+    .bind(accounts)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// For a revival of `order` (its account locked by [`lock_accounts`]):
+/// each of its SKUs with a per-account limit, and the units of it the
+/// account holds in its other pending or confirmed orders.
+pub(crate) async fn holdings(
+    conn: &mut PgConnection,
+    order: &Order,
+) -> Result<Vec<Holding>, StoreError> {
+    let skus: Vec<&str> = order.lines.iter().map(|l| l.sku.as_str()).collect();
+    let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT p.sku, p.per_account_limit, \
+                (SELECT coalesce(sum(l.quantity), 0) FROM orders o JOIN order_lines l ON l.order_id = o.id \
+                 WHERE o.account_id = $2 AND o.id <> $3 AND l.sku = p.sku AND o.state IN ('payment_pending', 'confirmed'))::bigint \
+         FROM products p WHERE p.sku = ANY($1) AND p.per_account_limit IS NOT NULL",
+    )
+    .bind(&skus)
+    .bind(order.account_id)
+    .bind(order.id)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.into_iter()
+        .map(|(sku, limit, held)| {
+            Ok(Holding {
+                sku: Sku::parse(&sku)
+                    .map_err(|e| StoreError::Corrupt(format!("product {sku:?}: {e}")))?,
+                limit,
+                held,
+            })
+        })
+        .collect()
 }
 
 /// What the accounts with hold limits hold, kept current as the group's
@@ -62,13 +115,7 @@ impl Holds {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        sqlx::query(
-            "SELECT pg_advisory_xact_lock(hashtextextended('soldonce-account:' || a::text, 0)) \
-             FROM unnest($1::uuid[]) WITH ORDINALITY AS t(a, i)",
-        )
-        .bind(&accounts)
-        .execute(&mut *conn)
-        .await?;
+        lock_accounts(conn, &accounts).await?;
         let reserved: Vec<(Uuid, i64)> = sqlx::query_as(
             "SELECT o.account_id, coalesce(sum(l.quantity), 0)::bigint FROM orders o JOIN order_lines l ON l.order_id = o.id \
              WHERE o.account_id = ANY($1) AND o.state = 'payment_pending' GROUP BY o.account_id",
@@ -100,38 +147,21 @@ impl Holds {
         Ok(holds)
     }
 
-    /// The limit `p` would break, if any.
+    /// The limit `p` would break, if any (the domain decides, on these counts).
     pub(super) fn refuse(
         &self,
         p: &Placement<'_>,
         asked: &BTreeMap<&Sku, i64>,
     ) -> Option<LimitReached> {
         let account = p.key.account_id;
-        let max = p.limits.max_reserved_units;
-        if max > 0 {
-            let held = self.reserved.get(&account).copied().unwrap_or(0);
-            if held.saturating_add(asked.values().sum()) > max {
-                return Some(LimitReached::ReservedUnits { limit: max, held });
-            }
-        }
-        for (sku, limit) in &p.limits.per_account {
-            let Some(units) = asked.get(sku) else {
-                continue;
-            };
-            let held = self
-                .per_sku
+        let reserved = self.reserved.get(&account).copied().unwrap_or(0);
+        let held_of = |sku: &Sku| {
+            self.per_sku
                 .get(&(account, sku.as_str().to_owned()))
                 .copied()
-                .unwrap_or(0);
-            if held.saturating_add(*units) > *limit {
-                return Some(LimitReached::PerAccount {
-                    sku: sku.clone(),
-                    limit: *limit,
-                    held,
-                });
-            }
-        }
-        None
+                .unwrap_or(0)
+        };
+        domain::limits::placing_breaks(&p.limits, reserved, held_of, asked)
     }
 
     /// Counts an accepted order in what its account holds.

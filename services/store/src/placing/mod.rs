@@ -35,6 +35,7 @@ use crate::StoreError;
 use domain::{Event, Order, Sku};
 use events::Metadata;
 use holds::Holds;
+pub(crate) use holds::{holdings, lock_accounts};
 use isolate::Write;
 use sqlx::{PgConnection, PgPool};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -50,30 +51,10 @@ pub enum PlaceOutcome {
     LimitReached(LimitReached),
 }
 
-/// Limits on what one account may hold, checked in the placing transaction
-/// under a per-account lock, so they hold across every checkout instance.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HoldLimits {
-    /// Units the account may hold in open reservations (0: no limit).
-    pub max_reserved_units: i64,
-    /// Per SKU: units the account may hold in pending or confirmed orders, ever.
-    pub per_account: Vec<(Sku, i64)>,
-}
-
-impl HoldLimits {
-    fn active(&self) -> bool {
-        self.max_reserved_units > 0 || !self.per_account.is_empty()
-    }
-}
-
-/// Which limit a placement would break.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LimitReached {
-    /// Units in open reservations: the account already holds `held` of `limit`.
-    ReservedUnits { limit: i64, held: i64 },
-    /// One SKU per account: the account already holds `held` of `limit`.
-    PerAccount { sku: Sku, limit: i64, held: i64 },
-}
+/// Limits on what one account may hold (decided by `domain::limits`),
+/// checked in the placing transaction under a per-account lock, so they
+/// hold across every checkout instance.
+pub use domain::limits::{HoldLimits, LimitReached};
 
 /// One order to place: its key, the answer stored if it is placed, the
 /// events that place it and their fold.
