@@ -1,6 +1,6 @@
-//! Abuse is input too: headers are parsed, never stored verbatim; unknown
-//! tokens cannot drain the pool; each account has a rate limit and limits
-//! on what it may hold.
+//! Abuse is input too: headers are parsed, never stored verbatim; each
+//! account has a rate limit and limits on what it may hold (made-up tokens:
+//! `tokens.rs`).
 
 use futures::stream::{self, StreamExt};
 use soldonce_tests::app::Buckets;
@@ -84,85 +84,6 @@ async fn an_oversized_or_malformed_traceparent_starts_a_fresh_trace_and_nothing_
     let giant = place_with_header(&app, "x-padding", &"p".repeat(300_000)).await;
     giant.assert_problem(431);
     assert_eq!(app.count("SELECT count(*) FROM orders").await, 4);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ten_thousand_unknown_tokens_cost_a_bounded_number_of_lookups_and_the_buyer_never_sees_503()
-{
-    let limits = checkout::Limits {
-        token_lookup_rate: 50,
-        ..checkout::Limits::unlimited()
-    };
-    let app = Arc::new(TestApp::spawn_with_limits(limits).await);
-    app.add_product("MUG", 100, 100_000).await;
-    // The metrics registry is the test process's: count this test's outcomes as deltas
-    // (no other test sends well-formed unknown tokens).
-    let lookups = |outcome: &'static str| {
-        let app = app.clone();
-        async move {
-            let text = app.metrics().await;
-            let key = format!("soldonce_token_lookups_total{{outcome=\"{outcome}\"}}");
-            soldonce_tests::metric_sample(&text, &key).unwrap_or(0.0)
-        }
-    };
-    // The buyer was already buying before the flood began: its token is known.
-    // (A token first seen during a flood shares the guess limit; one seen
-    // before never does, even once it ages out of the cache.)
-    app.get(
-        &app.token,
-        "/v1/orders/00000000-0000-0000-0000-000000000000",
-    )
-    .await
-    .assert_problem(404);
-    let (unknown_before, limited_before) = (lookups("unknown").await, lookups("limited").await);
-    let started = std::time::Instant::now();
-    let attack = {
-        let app = app.clone();
-        tokio::spawn(async move {
-            stream::iter(0..10_000)
-                .map(|i| {
-                    let app = app.clone();
-                    // Half of the right shape (each must be looked up once), half of any shape.
-                    let token = if i % 2 == 0 {
-                        format!("so_{}", Uuid::new_v4().simple().to_string().repeat(2))
-                    } else {
-                        format!("guess-{i}")
-                    };
-                    async move {
-                        app.get(&token, "/v1/orders/00000000-0000-0000-0000-000000000000")
-                            .await
-                            .status
-                    }
-                })
-                .buffer_unordered(64)
-                .collect::<Vec<u16>>()
-                .await
-        })
-    };
-    let buyer: Vec<u16> = stream::iter(0..300)
-        .map(|_| async { app.buy("MUG", 1).await.status })
-        .buffer_unordered(16)
-        .collect()
-        .await;
-    let statuses = attack.await.expect("attack");
-    let seconds = started.elapsed().as_secs_f64();
-    assert!(
-        buyer.iter().all(|s| *s == 202),
-        "the buyer is served throughout: {:?}",
-        buyer.iter().filter(|s| **s != 202).collect::<Vec<_>>()
-    );
-    assert!(
-        statuses.iter().all(|s| *s == 401 || *s == 429),
-        "unknown tokens are refused, never served or 503"
-    );
-    let looked_up = lookups("unknown").await - unknown_before;
-    let bound = 50.0 + 50.0 * seconds + 1.0;
-    assert!(looked_up <= bound, "{looked_up} database lookups for 10,000 unknown tokens in {seconds:.1} s; at most {bound:.0} allowed");
-    assert!(
-        lookups("limited").await - limited_before > 1_000.0,
-        "most of the 5,000 well-formed ones never reached the database"
-    );
-    assert_eq!(app.count("SELECT count(*) FROM orders").await, 300);
 }
 
 #[tokio::test]

@@ -6,3 +6,4 @@ mod idempotency;
 mod isolation;
 mod limits;
 mod orders;
+mod tokens;

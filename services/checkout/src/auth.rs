@@ -1,13 +1,16 @@
 //! Bearer-token authentication. Tokens are looked up by their SHA-256
-//! digest. Known tokens and unknown ones are cached apart (so a flood of
-//! made-up tokens can never push a buyer's token out), a token of the wrong
-//! shape is refused without a query, and the lookups of tokens the cache does
-//! not know are rate-limited, so they cannot drain the pool. A token that
-//! was known and only aged out of the cache is looked up again outside that
-//! limit: a flood of guesses never locks out a buyer who was already buying.
-//! Each account's requests then pass its own rate limit.
+//! digest. A token of the wrong shape is refused without a query; one whose
+//! digest was never issued is refused from memory (`issued.rs`), so a flood
+//! of made-up tokens never reaches the database and never stands between a
+//! buyer and its first `202`. Known and unknown tokens are cached apart.
+//! Only while the issued set cannot answer (before its first read, or while
+//! it cannot read) are lookups of tokens the cache does not know
+//! rate-limited, as before the set: a token that was known and only aged
+//! out of the cache is looked up outside that limit. Each account's
+//! requests then pass its own rate limit.
 
 use crate::error::ApiError;
+use crate::issued::Issued;
 use crate::AppState;
 use axum::extract::FromRequestParts;
 use axum::http::header;
@@ -119,13 +122,23 @@ async fn resolve(state: &AppState, token: &str) -> Result<Uuid, ApiError> {
         outcome("cached_unknown");
         return Err(ApiError::Unauthorized("unknown token"));
     }
-    if state.tokens.known.get(&digest, KNOWN_REMEMBERED).is_none() {
-        state.limiter.admit_lookup().map_err(|wait| {
-            outcome("limited");
-            metrics::counter!("soldonce_rate_limited_total", "limit" => "token_lookup")
-                .increment(1);
-            ApiError::RateLimited(wait.as_secs().saturating_add(1))
-        })?;
+    match state.issued.check(&digest).await {
+        Issued::Maybe => {}
+        Issued::No => {
+            outcome("not_issued");
+            return Err(ApiError::Unauthorized("unknown token"));
+        }
+        Issued::Unsure => {
+            metrics::counter!("soldonce_token_set_fallbacks_total").increment(1);
+            if state.tokens.known.get(&digest, KNOWN_REMEMBERED).is_none() {
+                state.limiter.admit_lookup().map_err(|wait| {
+                    outcome("limited");
+                    metrics::counter!("soldonce_rate_limited_total", "limit" => "token_lookup")
+                        .increment(1);
+                    ApiError::RateLimited(wait.as_secs().saturating_add(1))
+                })?;
+            }
+        }
     }
     match store::accounts::authenticate(&state.pool, token).await? {
         Some(account) => {

@@ -14,6 +14,7 @@
 //! - `request.rs` — parsing and validating an order request
 //! - `view.rs` — the API's resources
 //! - `auth.rs`, `limits.rs` — bearer tokens, rate and hold limits
+//! - `issued.rs` — every issued token's digest prefix, in memory: made-up tokens refused without a lookup
 //! - `error.rs` — `ApiError`, every problem response rendered in one place
 //! - `logging.rs` — each error response logged once, with the request's ids
 //! - `metric_help.rs` — what each metric it records means
@@ -25,6 +26,7 @@ mod auth;
 mod coalesce;
 mod disputes;
 mod error;
+mod issued;
 mod known;
 pub mod limits;
 mod logging;
@@ -306,6 +308,8 @@ pub(crate) struct AppState {
     pub pool: PgPool,
     pub placer: Arc<coalesce::Placer>,
     pub tokens: Arc<auth::TokenCache>,
+    /// Which tokens were issued: an unknown one is refused without a lookup.
+    pub issued: Arc<issued::IssuedTokens>,
     pub limiter: Arc<limits::Limiter>,
     pub webhook_secrets: Option<Arc<Secrets>>,
     /// The digest of `CHECKOUT_ADMIN_TOKEN`, if the admin API is on.
@@ -351,11 +355,13 @@ impl Application {
             },
             settings.coalesce,
         );
+        let issued = Arc::new(issued::IssuedTokens::start(pool.clone()));
         let state = AppState {
             known_payments: Arc::new(known::KnownPayments::start(pool.clone())),
             pool,
             placer: Arc::new(placer),
             tokens: Arc::default(),
+            issued,
             limiter,
             webhook_secrets: settings.webhook_secrets.map(Arc::new),
             admin_token: settings

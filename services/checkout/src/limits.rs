@@ -1,10 +1,11 @@
 //! Abuse limits kept in each checkout process: a token bucket per account
 //! (requests per second) and one for database lookups of tokens the cache
-//! does not know, so a flood of unknown tokens cannot drain the pool that
-//! real buyers need. Limits on what is *held* (units in open reservations,
-//! per-SKU limits) are decided by `domain::limits` on counts read in the
-//! placing transaction instead, where they hold across every checkout
-//! instance — and again wherever a late payment would revive an order.
+//! does not know while the issued set cannot answer (`issued.rs`), so a
+//! flood of unknown tokens cannot drain the pool that real buyers need.
+//! Limits on what is *held* (units in open reservations, per-SKU limits)
+//! are decided by `domain::limits` on counts read in the placing
+//! transaction instead, where they hold across every checkout instance —
+//! and again wherever a late payment would revive an order.
 
 use platform::config::{self, ConfigError};
 use std::collections::HashMap;
@@ -19,7 +20,8 @@ pub struct Limits {
     pub account_rate: u32,
     /// `ACCOUNT_RATE_BURST`, default twice the rate: requests an idle account may send at once.
     pub account_burst: u32,
-    /// `TOKEN_LOOKUP_RATE`, default 100: database lookups per second of tokens the cache does not know (0 = off).
+    /// `TOKEN_LOOKUP_RATE`, default 100: database lookups per second of
+    /// tokens the cache does not know, while the issued set cannot answer (0 = off).
     pub token_lookup_rate: u32,
     /// `ACCOUNT_MAX_RESERVED_UNITS`, default 0 (off): units one account may hold in open reservations.
     pub max_reserved_units: i64,
@@ -71,7 +73,7 @@ impl Limits {
             account_burst,
             token_lookup_rate: config::var(
                 "TOKEN_LOOKUP_RATE",
-                "database lookups a second of tokens the cache does not know (0: off); beyond it 429",
+                "database lookups a second of tokens the cache does not know while the in-memory set of issued tokens cannot answer (0: off); beyond it 429",
             )
             .parsed(100u32)?,
             max_reserved_units,
@@ -158,7 +160,7 @@ impl Limiter {
             .take(rate, burst, now)
     }
 
-    /// Admits one database lookup of an unknown token, or says when to retry.
+    /// Admits one database lookup of a token the issued set could not vouch for, or says when to retry.
     pub(crate) fn admit_lookup(&self) -> Result<(), Duration> {
         if self.limits.token_lookup_rate == 0 {
             return Ok(());

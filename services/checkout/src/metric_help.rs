@@ -46,7 +46,19 @@ pub const METRICS: &[Metric] = &[
     ),
     Metric::counter(
         "soldonce_token_lookups_total",
-        "Bearer token checks, by outcome (found, unknown, cached_unknown, malformed, limited).",
+        "Bearer token checks, by outcome (found, unknown, cached_unknown, malformed, limited; not_issued: refused from memory, never looked up).",
+    ),
+    Metric::gauge(
+        "soldonce_token_set_size",
+        "Issued token digests held in memory (revoked ones stay until a restart).",
+    ),
+    Metric::counter(
+        "soldonce_token_set_reads_total",
+        "Reads of issued tokens into memory, by outcome (ok, error): the full read at start, then one per batch of tokens not held.",
+    ),
+    Metric::counter(
+        "soldonce_token_set_fallbacks_total",
+        "Token checks the in-memory set could not answer (not read yet, or its read failed or was late), looked up within TOKEN_LOOKUP_RATE instead.",
     ),
     Metric::counter(
         "soldonce_rate_limited_total",

@@ -109,6 +109,65 @@ pub async fn authenticate(pool: &PgPool, token: &str) -> Result<Option<Uuid>, St
     Ok(row.map(|r| r.0))
 }
 
+/// Where a reader of newly issued tokens takes up: the oldest transaction
+/// its last read could not see (a snapshot's `xmin`). Every token that read
+/// missed was issued by a transaction at or after it, however late that
+/// transaction committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IssuedSince(i64);
+
+/// Where a reader that has seen nothing yet takes up: call it before
+/// reading [`token_digests`], then read [`issued_since`] from it.
+pub async fn issued_horizon(pool: &PgPool) -> Result<IssuedSince, StoreError> {
+    let xmin: i64 =
+        sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+            .fetch_one(pool)
+            .await?;
+    Ok(IssuedSince(xmin))
+}
+
+/// One page of every stored token digest, in digest order, after `after`.
+pub async fn token_digests(
+    pool: &PgPool,
+    after: Option<&[u8; 32]>,
+    limit: i64,
+) -> Result<Vec<[u8; 32]>, StoreError> {
+    let rows: Vec<Vec<u8>> = sqlx::query_scalar(
+        "SELECT token_sha256 FROM api_tokens WHERE token_sha256 > $1
+         ORDER BY token_sha256 LIMIT $2",
+    )
+    // The empty string sorts before every digest.
+    .bind(after.map_or(&[][..], |a| a.as_slice()))
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter().map(digest_of).collect()
+}
+
+/// The digests of tokens issued by transactions at or after `since`, and
+/// where the next read takes up, in one snapshot. It reads a few rows: those
+/// issued since the oldest transaction still open at the last read.
+pub async fn issued_since(
+    pool: &PgPool,
+    since: IssuedSince,
+) -> Result<(Vec<[u8; 32]>, IssuedSince), StoreError> {
+    let (xmin, rows): (i64, Vec<Vec<u8>>) = sqlx::query_as(
+        "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
+                coalesce(array_agg(token_sha256), '{}')
+         FROM api_tokens WHERE issued_xid >= ($1::bigint)::text::xid8",
+    )
+    .bind(since.0)
+    .fetch_one(pool)
+    .await?;
+    let digests = rows.into_iter().map(digest_of).collect::<Result<_, _>>()?;
+    Ok((digests, IssuedSince(xmin)))
+}
+
+fn digest_of(bytes: Vec<u8>) -> Result<[u8; 32], StoreError> {
+    <[u8; 32]>::try_from(bytes)
+        .map_err(|b| StoreError::Corrupt(format!("a token digest of {} bytes", b.len())))
+}
+
 /// The SHA-256 digest a token is stored as.
 pub fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
