@@ -1,7 +1,8 @@
 //! The protocol model (`services/domain/model/saga.pml`), checked with Spin:
 //! every interleaving of reserve, pay (lost, duplicated, reordered and late
 //! answers, 3-D Secure), cancel, expire, reclaim, ship and capture, void,
-//! refund and reconcile keeps the promise,
+//! refund, reconcile and an operator's cancel keeps the promise, and so do
+//! disputes and their holds with money taken at once or at shipment,
 //! and the model does catch the bugs soldonce once had.
 
 use std::path::Path;
@@ -123,6 +124,23 @@ fn no_interleaving_sells_a_unit_twice_keeps_a_payment_unowned_or_leaves_an_order
 }
 
 #[test]
+fn disputes_hold_unshipped_goods_and_decide_no_money_in_every_interleaving() {
+    // Either capture method per payment, disputes, holds, findings, operator refunds and cancels.
+    let verdict = check(&["DISPUTES"]);
+    assert_eq!(
+        verdict.errors, 0,
+        "the model breaks the promise:\n{}\n{}",
+        verdict.counterexample, verdict.output
+    );
+    assert!(
+        verdict.states > 100_000,
+        "the search explored only {} states: {}",
+        verdict.states,
+        verdict.output
+    );
+}
+
+#[test]
 fn the_webhook_path_before_reconciliation_fails_the_model_with_a_counterexample() {
     // A success for an order that is no longer pending was acknowledged and forgotten.
     let verdict = check(&["NAIVE_WEBHOOK"]);
@@ -188,6 +206,41 @@ fn compensating_an_authorization_with_a_refund_leaves_it_open_and_the_model_says
             .contains("a refund of an authorization, refused")
             && verdict.counterexample.contains("psp[p]!=AUTH"),
         "the counterexample ends with an authorization still open:\n{}",
+        verdict.counterexample
+    );
+}
+
+#[test]
+fn an_operator_cancel_that_ignores_the_shipment_fails_the_model() {
+    // Cancelling an order whose goods left voids a capture decided, or stops goods that left.
+    let verdict = check(&["CANCEL_AFTER_SHIPPING"]);
+    assert!(
+        verdict.errors > 0,
+        "the cancel of shipped goods went unnoticed:\n{}",
+        verdict.output
+    );
+    assert!(
+        verdict.counterexample.contains("an operator cancels order")
+            && verdict.counterexample.contains("assertion violated"),
+        "the counterexample shows the cancel:\n{}",
+        verdict.counterexample
+    );
+}
+
+#[test]
+fn a_warehouse_step_that_trusts_its_first_snapshot_ships_a_held_shipment() {
+    // advance_due must look for holds again once it holds its rows.
+    let verdict = check(&["DISPUTES", "HOLD_NOT_RECHECKED"]);
+    assert!(
+        verdict.errors > 0,
+        "the shipped hold went unnoticed:\n{}",
+        verdict.output
+    );
+    assert!(
+        verdict.counterexample.contains("no hold in its snapshot")
+            && verdict.counterexample.contains("shipment held")
+            && verdict.counterexample.contains("!(held[i])"),
+        "the counterexample ships a held shipment:\n{}",
         verdict.counterexample
     );
 }
