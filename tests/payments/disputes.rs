@@ -338,3 +338,161 @@ async fn findings_bad_input_exits_2_and_a_foreign_dispute_is_a_receipt_only() {
     assert!(open_findings(&saga).is_empty());
     assert_audit_clean(&saga.app).await;
 }
+
+/// Opens a dispute of `amount_minor` at psp-sim; returns it.
+async fn dispute_part(saga: &Saga, payment_id: &str, amount_minor: i64) -> serde_json::Value {
+    let url = format!("{}/admin/payments/{payment_id}/dispute", saga.psp_url);
+    let body = serde_json::json!({ "amount_minor": amount_minor, "reason": "fraudulent" });
+    let r = saga.app.send(saga.app.client.post(url).json(&body)).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    r.body
+}
+
+/// `soldonce findings ack ID --by ana --release` of the open finding about `dispute_id`.
+fn release(saga: &Saga, dispute_id: &str) {
+    let open = open_findings(saga);
+    let finding = open
+        .iter()
+        .find(|f| f["subject"] == dispute_id)
+        .unwrap_or_else(|| panic!("a finding of {dispute_id}: {open:?}"));
+    let id = finding["id"].to_string();
+    let (code, out) = soldonce(&["findings", "ack", &id, "--by", "ana", "--release"], saga);
+    assert_eq!(code, Some(0), "{out}");
+}
+
+/// Two disputes of one payment hold its shipment twice: releasing one
+/// leaves the other standing. An order a dispute holds can still end: an
+/// operator cancels it, giving back none of what the bank took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_dispute_holds_its_shipment_and_a_held_order_can_be_cancelled() {
+    let mut saga = Saga::start_with(SagaOptions {
+        capture_at: payment_worker::psp::CaptureAt::Confirmation,
+        ..SagaOptions::default()
+    })
+    .await;
+    saga.app.add_product("MUG", 2500, 10).await;
+    let (twice, cancelled) = (saga.order("MUG").await, saga.order("MUG").await);
+    for id in [&twice, &cancelled] {
+        assert_eq!(saga.settled_state(id, SETTLE).await, "confirmed");
+    }
+    let paid = psp_payment_in(&saga, &twice, "succeeded").await;
+    let first = dispute_part(&saga, paid["id"].as_str().expect("id"), 1000).await;
+    let second = dispute_part(&saga, paid["id"].as_str().expect("id"), 1500).await;
+    disputed_view(&saga, &twice, 2).await;
+    let other = psp_payment_in(&saga, &cancelled, "succeeded").await;
+    let other_id = other["id"].as_str().expect("id").to_owned();
+    dispute(&saga, &other_id, "fraudulent").await;
+    disputed_view(&saga, &cancelled, 1).await;
+    let holds = |order: &str| {
+        format!("SELECT count(*) FROM shipment_holds WHERE order_id = '{order}' AND released_at IS NULL")
+    };
+    assert_eq!(saga.app.count(&holds(&twice)).await, 2, "one hold per dispute");
+
+    // The warehouse runs; one dispute's hold is released: the other still holds.
+    saga.start_fulfillment(Duration::from_millis(50)).await;
+    release(&saga, first["id"].as_str().expect("id"));
+    let witness = saga.order("MUG").await;
+    assert_eq!(saga.settled_state(&witness, SETTLE).await, "confirmed");
+    wait_delivered(&saga, &witness).await;
+    assert_eq!(shipped_events(&saga, &twice).await, 0, "still held by the second dispute");
+    assert_eq!(saga.app.count(&holds(&twice)).await, 1);
+
+    // The other held order is cancelled: its unit back, its shipment stopped,
+    // no money given back (the bank took it), its finding left for a person.
+    let (code, out) = soldonce(&["order", "cancel", &cancelled, "--by", "ana"], &saga);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(view(&saga, &cancelled).await["state"], "cancelled");
+    assert_eq!(
+        shipment_state(&saga, &cancelled).await.as_deref(),
+        Some("cancelled")
+    );
+    assert_eq!(saga.app.count(&holds(&cancelled)).await, 0, "a moot hold released");
+    assert_eq!(
+        saga.app
+            .count(&format!("SELECT count(*) FROM operator_refunds WHERE order_id = '{cancelled}'"))
+            .await,
+        0,
+        "nothing decided back of a disputed payment"
+    );
+    let other = saga.psp_payment(&other_id).await;
+    assert_eq!(other["refunds"].as_array().map(Vec::len), Some(0), "{other}");
+    assert!(open_findings(&saga)
+        .iter()
+        .any(|f| f["order_id"] == cancelled.as_str()));
+    // Sold: the witness only (the held order's unit is still sold; the cancelled one's back).
+    assert_eq!(saga.app.buckets("MUG").await.sold, 2);
+
+    // The second dispute released too: now it ships.
+    release(&saga, second["id"].as_str().expect("id"));
+    wait_delivered(&saga, &twice).await;
+    assert_eq!(shipped_events(&saga, &twice).await, 1);
+    for f in open_findings(&saga) {
+        let (code, out) = soldonce(&["findings", "ack", &f["id"].to_string(), "--by", "ana"], &saga);
+        assert_eq!(code, Some(0), "{out}");
+    }
+    saga.wait_quiescent(SETTLE).await;
+    assert_audit_clean(&saga.app).await;
+}
+
+/// A dispute that arrives before soldonce learned its payment is a receipt
+/// only; reconciliation, learning the payment, records the dispute too —
+/// held before the warehouse could ship it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispute_of_a_payment_not_yet_learned_is_recorded_by_reconciliation() {
+    let mut saga = Saga::start_with(SagaOptions {
+        faults: r#"{"drop_webhook_rate": 1.0}"#.into(),
+        worker: false,
+        capture_at: payment_worker::psp::CaptureAt::Confirmation,
+        ..SagaOptions::default()
+    })
+    .await;
+    saga.app.add_product("MUG", 2500, 5).await;
+    let (disputed, witness) = (saga.order("MUG").await, saga.order("MUG").await);
+    let mut paid = vec![];
+    for id in [&disputed, &witness] {
+        let p = saga
+            .charge_directly(id, 2500, "BRL", &format!("pay:{id}"))
+            .await;
+        paid.push(p["id"].as_str().expect("id").to_owned());
+    }
+    // The dispute's webhook reaches checkout before anything taught it the payment.
+    let opened = dispute(&saga, &paid[0], "fraudulent").await;
+    assert_eq!(redeliver_dispute(&saga, &opened).await, 200);
+    assert_eq!(
+        saga.app
+            .count("SELECT count(*) FROM events WHERE type = 'order.disputed.v1'")
+            .await,
+        0,
+        "a payment soldonce does not hold yet: a receipt only"
+    );
+    let report = payment_worker::reconcile::run(&saga.app.pool, &saga.psp_client(), None, false)
+        .await
+        .expect("reconcile");
+    let found = report
+        .findings
+        .iter()
+        .find(|f| f.kind == "unrecorded_dispute")
+        .unwrap_or_else(|| panic!("the dispute recorded: {:?}", report.findings));
+    assert!(found.repaired, "{found:?}");
+    let order = disputed_view(&saga, &disputed, 1).await;
+    assert_eq!(order["state"], "confirmed", "{order}");
+    assert_eq!(order["disputes"][0]["id"], opened["id"]);
+    // Run again: nothing recorded twice.
+    payment_worker::reconcile::run(&saga.app.pool, &saga.psp_client(), None, false)
+        .await
+        .expect("reconcile");
+    assert_eq!(
+        saga.app
+            .count("SELECT count(*) FROM events WHERE type = 'order.disputed.v1'")
+            .await,
+        1
+    );
+    saga.start_fulfillment(Duration::from_millis(50)).await;
+    assert_eq!(saga.settled_state(&witness, SETTLE).await, "confirmed");
+    wait_delivered(&saga, &witness).await;
+    assert_eq!(shipped_events(&saga, &disputed).await, 0, "held, never shipped");
+    assert_eq!(
+        violations(&saga).await,
+        [("finding".to_owned(), disputed.clone())]
+    );
+}

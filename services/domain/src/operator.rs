@@ -89,8 +89,10 @@ pub(crate) fn decide_refund(
 
 /// Decides an operator's cancel of `order`. A pending order is cancelled
 /// as a buyer would; a confirmed one only while its goods have not left
-/// (`shipped`, or a capture decided, says they have) and no dispute stands
-/// against its payment. Cancelling again changes nothing.
+/// (`shipped`, or a capture decided, says they have). A disputed payment's
+/// money is the bank's and the dispute's to settle: the cancel gives none
+/// of it back (the finding stays for a person), so a held order can still
+/// end. Cancelling again changes nothing.
 pub(crate) fn decide_cancel(
     order: &Order,
     shipped: bool,
@@ -117,14 +119,16 @@ pub(crate) fn decide_cancel(
     if shipped || matches!(payment.capture, Capture::Decided | Capture::Captured) {
         return Err(DomainError::GoodsLeft);
     }
-    if let Some(dispute) = order.disputes.first() {
-        return Err(DomainError::Disputed(dispute.payment_id.clone()));
-    }
     let mut events = vec![Event::OperatorCancelled {
         reason: reason.to_owned(),
         at,
     }];
+    let disputed = order
+        .disputes
+        .iter()
+        .any(|d| d.payment_id == payment.payment_id);
     let (amount_minor, void) = match payment.capture {
+        _ if disputed => (0, false),
         Capture::Authorized => (payment.amount_minor, true),
         _ => (
             payment.amount_minor.saturating_sub(asked(order)).max(0),

@@ -489,8 +489,6 @@ pub enum DomainError {
     NotDisputable(String),
     #[error("the order's goods have left: refund it instead (soldonce order refund)")]
     GoodsLeft,
-    #[error("payment {0} is disputed: the bank handles its money; settle the dispute at the PSP (soldonce findings list)")]
-    Disputed(String),
     #[error("{0}")]
     InvalidCancel(String),
 }

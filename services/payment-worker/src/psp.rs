@@ -36,6 +36,18 @@ pub struct PspPayment {
     pub created_at: chrono::DateTime<chrono::Utc>,
     #[serde(default)]
     pub refunds: Vec<PspRefund>,
+    /// Disputes (chargebacks) of it, as the provider lists them.
+    #[serde(default)]
+    pub disputes: Vec<PspDispute>,
+}
+
+/// A dispute as the provider lists it on its payment.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PspDispute {
+    pub id: String,
+    pub amount_minor: i64,
+    #[serde(default)]
+    pub reason: String,
 }
 
 impl PspPayment {

@@ -200,7 +200,8 @@ impl Walk {
                             Ok(f) => f,
                             Err(e) => Some(unrecordable(payment, &e)),
                         };
-                    if let Some(f) = finding {
+                    let late = disputes(pool, payment).await;
+                    for f in finding.into_iter().chain(late) {
                         if f.repaired {
                             self.report.repaired += 1;
                         }
@@ -276,6 +277,44 @@ async fn succeeded(
         )),
         Some(_) => None,
     })
+}
+
+/// Records the disputes the PSP lists on a payment of soldonce's that no
+/// webhook recorded: a `dispute.created` that arrived before the payment
+/// was learned was a receipt only. Each is recorded once (hold, finding),
+/// as the webhook would have; one recorded before changes nothing.
+async fn disputes(pool: &PgPool, payment: &PspPayment) -> Vec<Finding> {
+    let mut found = vec![];
+    for d in &payment.disputes {
+        let report = store::disputes::DisputeReport {
+            dispute_id: d.id.clone(),
+            payment_id: payment.id.clone(),
+            amount_minor: d.amount_minor,
+            reason: d.reason.chars().take(64).collect(),
+        };
+        let recorded = async {
+            let mut tx = pool.begin().await?;
+            let meta = |order| events::Metadata::spontaneous("reconcile", order);
+            let recorded = store::disputes::record(&mut tx, &report, meta).await?;
+            tx.commit().await?;
+            Ok::<_, store::StoreError>(recorded)
+        }
+        .await;
+        match recorded {
+            Ok(store::disputes::Recorded::New { order_id, held, .. }) => {
+                let held = if held { ", its shipment held" } else { "" };
+                found.push(finding(
+                    "unrecorded_dispute",
+                    &d.id,
+                    &format!("dispute of payment {} recorded on order {order_id}{held}", payment.id),
+                    true,
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => found.push(unrecordable(payment, &ReconcileError::from(e))),
+        }
+    }
+    found
 }
 
 fn unrecordable(payment: &PspPayment, e: &ReconcileError) -> Finding {

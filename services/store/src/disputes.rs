@@ -94,11 +94,10 @@ pub async fn record(
             .await?;
     let held = matches!(shipment.as_deref(), None | Some("pending" | "picked"));
     if held {
+        // One hold per dispute: releasing another dispute's leaves this one standing.
         sqlx::query(
             "INSERT INTO shipment_holds (order_id, dispute_id) VALUES ($1, $2) \
-             ON CONFLICT (order_id) DO UPDATE SET dispute_id = excluded.dispute_id, held_at = now(), \
-                    released_at = NULL, released_by = NULL \
-             WHERE shipment_holds.released_at IS NOT NULL",
+             ON CONFLICT (order_id, dispute_id) DO NOTHING",
         )
         .bind(order_id)
         .bind(&report.dispute_id)

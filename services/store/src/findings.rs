@@ -99,12 +99,13 @@ pub async fn acknowledge(
     };
     if finding.acknowledged_at.is_some() {
         // Acknowledged before: only a hold still in place may be released now.
-        let released = release && release_hold(&mut tx, finding.order_id, by).await?;
+        let released = release && release_hold(&mut tx, &finding, by).await?;
+        let shipment_held = still_held(&mut tx, finding.order_id).await?;
         tx.commit().await?;
         return Ok(match released {
             true => Acked::Done {
                 finding: Finding {
-                    shipment_held: false,
+                    shipment_held,
                     ..finding
                 },
                 released,
@@ -112,37 +113,56 @@ pub async fn acknowledge(
             false => Acked::Already(finding),
         });
     }
-    let finding: Finding = sqlx::query_as(&format!(
+    let finding: Finding = sqlx::query_as(
         "WITH done AS (UPDATE findings SET acknowledged_at = now(), acknowledged_by = $2, note = $3 \
                        WHERE id = $1 RETURNING *) \
          SELECT f.id, f.kind, f.order_id, f.subject, f.detail, f.created_at, f.acknowledged_at, f.acknowledged_by, f.note, \
-                {held} AS shipment_held FROM done f",
-        held = if release { "false" } else { "EXISTS (SELECT 1 FROM shipment_holds h WHERE h.order_id = f.order_id AND h.released_at IS NULL)" }
-    ))
+                false AS shipment_held FROM done f",
+    )
     .bind(id)
     .bind(by)
     .bind(note)
     .fetch_one(&mut *tx)
     .await?;
-    let released = release && release_hold(&mut tx, finding.order_id, by).await?;
+    let released = release && release_hold(&mut tx, &finding, by).await?;
+    let shipment_held = still_held(&mut tx, finding.order_id).await?;
     tx.commit().await?;
-    Ok(Acked::Done { finding, released })
+    Ok(Acked::Done {
+        finding: Finding {
+            shipment_held,
+            ..finding
+        },
+        released,
+    })
 }
 
-/// Releases the hold on `order`'s shipment, if one is in place.
+/// Releases the hold the finding's dispute (its subject) put on its
+/// order's shipment, if it is in place; another dispute's stays.
 async fn release_hold(
     conn: &mut PgConnection,
-    order: Option<Uuid>,
+    finding: &Finding,
     by: &str,
 ) -> Result<bool, StoreError> {
     let done = sqlx::query(
-        "UPDATE shipment_holds SET released_at = now(), released_by = $2 WHERE order_id = $1 AND released_at IS NULL",
+        "UPDATE shipment_holds SET released_at = now(), released_by = $3 \
+         WHERE order_id = $1 AND dispute_id = $2 AND released_at IS NULL",
     )
-    .bind(order)
+    .bind(finding.order_id)
+    .bind(&finding.subject)
     .bind(by)
     .execute(conn)
     .await?;
     Ok(done.rows_affected() > 0)
+}
+
+/// Whether any hold on `order`'s shipment still stands.
+async fn still_held(conn: &mut PgConnection, order: Option<Uuid>) -> Result<bool, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM shipment_holds h WHERE h.order_id = $1 AND h.released_at IS NULL)",
+    )
+    .bind(order)
+    .fetch_one(conn)
+    .await?)
 }
 
 /// Open findings by kind, and shipments held now: for the gauges.

@@ -5,8 +5,9 @@
 //! shipment (if fulfillment made one) is cancelled, and the money is
 //! decided back as an operator refund under the key `soldonce:cancel` — a
 //! void of an uncaptured authorization, else a refund of what earlier
-//! refunds left — which the payment worker carries out
-//! (`operator_refunds`).
+//! refunds left; nothing of a disputed payment, the bank's to settle —
+//! which the payment worker carries out (`operator_refunds`). A dispute's
+//! hold on the shipment is released with it: the shipment never moves.
 //!
 //! The cancel cannot race the warehouse: the order's row, then its
 //! shipment's, are locked before the shipment's state is read (the lock
@@ -70,10 +71,10 @@ pub async fn cancel(
     let meta = Metadata::spontaneous(source, order_id);
     let mut changes = Changes::new();
     let next = changes.order(Some(&order), &events, &meta)?;
-    if events
+    let stopping = events
         .iter()
-        .any(|e| matches!(e, Event::OperatorCancelled { .. }))
-    {
+        .any(|e| matches!(e, Event::OperatorCancelled { .. }));
+    if stopping {
         let stopped = shipment::decide(shipment.as_ref(), ShipmentCommand::Cancel { at });
         changes.shipment(shipment.as_ref(), &stopped, &meta)?;
     }
@@ -81,6 +82,18 @@ pub async fn cancel(
         return Err(StoreError::Corrupt(format!(
             "order {order_id}: its sold units of {sku} are not in the sold bucket"
         )));
+    }
+    if stopping {
+        // A dispute's hold on a shipment that will never move is moot: released
+        // (its finding stays open for the person who answers the dispute).
+        sqlx::query(
+            "UPDATE shipment_holds SET released_at = now(), released_by = left($2, 200) \
+             WHERE order_id = $1 AND released_at IS NULL",
+        )
+        .bind(order_id)
+        .bind(requested_by)
+        .execute(&mut *tx)
+        .await?;
     }
     let money = if next.operator_refunds.iter().any(|r| r.key == CANCEL_KEY) {
         Some(operator_refunds::insert(&mut tx, &next, CANCEL_KEY, requested_by).await?)
