@@ -386,7 +386,11 @@ async fn each_dispute_holds_its_shipment_and_a_held_order_can_be_cancelled() {
     let holds = |order: &str| {
         format!("SELECT count(*) FROM shipment_holds WHERE order_id = '{order}' AND released_at IS NULL")
     };
-    assert_eq!(saga.app.count(&holds(&twice)).await, 2, "one hold per dispute");
+    assert_eq!(
+        saga.app.count(&holds(&twice)).await,
+        2,
+        "one hold per dispute"
+    );
 
     // The warehouse runs; one dispute's hold is released: the other still holds.
     saga.start_fulfillment(Duration::from_millis(50)).await;
@@ -394,7 +398,11 @@ async fn each_dispute_holds_its_shipment_and_a_held_order_can_be_cancelled() {
     let witness = saga.order("MUG").await;
     assert_eq!(saga.settled_state(&witness, SETTLE).await, "confirmed");
     wait_delivered(&saga, &witness).await;
-    assert_eq!(shipped_events(&saga, &twice).await, 0, "still held by the second dispute");
+    assert_eq!(
+        shipped_events(&saga, &twice).await,
+        0,
+        "still held by the second dispute"
+    );
     assert_eq!(saga.app.count(&holds(&twice)).await, 1);
 
     // The other held order is cancelled: its unit back, its shipment stopped,
@@ -406,16 +414,26 @@ async fn each_dispute_holds_its_shipment_and_a_held_order_can_be_cancelled() {
         shipment_state(&saga, &cancelled).await.as_deref(),
         Some("cancelled")
     );
-    assert_eq!(saga.app.count(&holds(&cancelled)).await, 0, "a moot hold released");
+    assert_eq!(
+        saga.app.count(&holds(&cancelled)).await,
+        0,
+        "a moot hold released"
+    );
     assert_eq!(
         saga.app
-            .count(&format!("SELECT count(*) FROM operator_refunds WHERE order_id = '{cancelled}'"))
+            .count(&format!(
+                "SELECT count(*) FROM operator_refunds WHERE order_id = '{cancelled}'"
+            ))
             .await,
         0,
         "nothing decided back of a disputed payment"
     );
     let other = saga.psp_payment(&other_id).await;
-    assert_eq!(other["refunds"].as_array().map(Vec::len), Some(0), "{other}");
+    assert_eq!(
+        other["refunds"].as_array().map(Vec::len),
+        Some(0),
+        "{other}"
+    );
     assert!(open_findings(&saga)
         .iter()
         .any(|f| f["order_id"] == cancelled.as_str()));
@@ -427,7 +445,10 @@ async fn each_dispute_holds_its_shipment_and_a_held_order_can_be_cancelled() {
     wait_delivered(&saga, &twice).await;
     assert_eq!(shipped_events(&saga, &twice).await, 1);
     for f in open_findings(&saga) {
-        let (code, out) = soldonce(&["findings", "ack", &f["id"].to_string(), "--by", "ana"], &saga);
+        let (code, out) = soldonce(
+            &["findings", "ack", &f["id"].to_string(), "--by", "ana"],
+            &saga,
+        );
         assert_eq!(code, Some(0), "{out}");
     }
     saga.wait_quiescent(SETTLE).await;
@@ -490,7 +511,11 @@ async fn a_dispute_of_a_payment_not_yet_learned_is_recorded_by_reconciliation() 
     saga.start_fulfillment(Duration::from_millis(50)).await;
     assert_eq!(saga.settled_state(&witness, SETTLE).await, "confirmed");
     wait_delivered(&saga, &witness).await;
-    assert_eq!(shipped_events(&saga, &disputed).await, 0, "held, never shipped");
+    assert_eq!(
+        shipped_events(&saga, &disputed).await,
+        0,
+        "held, never shipped"
+    );
     assert_eq!(
         violations(&saga).await,
         [("finding".to_owned(), disputed.clone())]

@@ -306,7 +306,10 @@ async fn disputes(pool: &PgPool, payment: &PspPayment) -> Vec<Finding> {
                 found.push(finding(
                     "unrecorded_dispute",
                     &d.id,
-                    &format!("dispute of payment {} recorded on order {order_id}{held}", payment.id),
+                    &format!(
+                        "dispute of payment {} recorded on order {order_id}{held}",
+                        payment.id
+                    ),
                     true,
                 ));
             }
