@@ -521,3 +521,82 @@ async fn a_dispute_of_a_payment_not_yet_learned_is_recorded_by_reconciliation() 
         [("finding".to_owned(), disputed.clone())]
     );
 }
+
+/// Refunds `amount_minor` of `payment_id` at psp-sim under `key`, as its
+/// dashboard or another system on the account would.
+async fn refund_at_psp(saga: &Saga, payment_id: &str, amount_minor: i64, key: &str) {
+    let url = format!("{}/v1/payments/{payment_id}/refunds", saga.psp_url);
+    let request = saga
+        .app
+        .client
+        .post(url)
+        .header("idempotency-key", key)
+        .json(&serde_json::json!({ "amount_minor": amount_minor }));
+    let r = saga.app.send(request).await;
+    assert!(r.status == 201 || r.status == 200, "{}", r.body);
+}
+
+/// A refund soldonce did not make is named and holds the shipment, once
+/// however often reported; an operator's own refund is not named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_made_elsewhere_holds_the_shipment_and_is_named_and_an_operator_refund_is_not() {
+    let mut saga = Saga::start_with(SagaOptions {
+        faults: r#"{"webhook_duplicates": 2}"#.into(),
+        capture_at: payment_worker::psp::CaptureAt::Confirmation,
+        ..SagaOptions::default()
+    })
+    .await;
+    saga.app.add_product("MUG", 2500, 5).await;
+    let (elsewhere, operator) = (saga.order("MUG").await, saga.order("MUG").await);
+    for id in [&elsewhere, &operator] {
+        assert_eq!(saga.settled_state(id, SETTLE).await, "confirmed");
+    }
+    // An operator refunds part of one order: soldonce's own, named nowhere.
+    let (code, out) = soldonce(
+        &["order", "refund", &operator, "--amount-minor", "700", "--key", "t-1"],
+        &saga,
+    );
+    assert_eq!(code, Some(0), "{out}");
+    saga.app
+        .wait_count(
+            "the operator refund made",
+            "SELECT count(*) FROM operator_refunds WHERE state = 'succeeded'",
+            1,
+        )
+        .await;
+    // Someone refunds part of the other at the PSP's dashboard.
+    let paid = psp_payment_in(&saga, &elsewhere, "succeeded").await;
+    refund_at_psp(&saga, paid["id"].as_str().expect("id"), 1000, "dashboard-1").await;
+    let once = "SELECT count(*) FROM events WHERE type = 'order.refunded_elsewhere.v1'";
+    saga.app.wait_count("the refund recorded", once, 1).await;
+    // Every copy of every refund webhook answered: still one event, one finding.
+    eventually("every refund webhook answered", SETTLE, || async {
+        let answered = saga
+            .psp_metric("psp_sim_webhook_attempts_total{result=\"acknowledged\"}")
+            .await;
+        (answered >= 8.0).then_some(())
+    })
+    .await;
+    assert_eq!(saga.app.count(once).await, 1);
+    let open = open_findings(&saga);
+    assert_eq!(open.len(), 1, "{open:?}");
+    assert_eq!(open[0]["kind"], "refund_elsewhere");
+    assert_eq!(open[0]["order_id"], elsewhere.as_str());
+    assert_eq!(open[0]["shipment_held"], true);
+    assert_eq!(view(&saga, &elsewhere).await["state"], "confirmed");
+    assert_eq!(
+        violations(&saga).await,
+        [("finding".to_owned(), elsewhere.clone())]
+    );
+    // The warehouse runs: the operator-refunded order ships, the other is held.
+    saga.start_fulfillment(Duration::from_millis(50)).await;
+    wait_delivered(&saga, &operator).await;
+    assert_eq!(shipped_events(&saga, &elsewhere).await, 0, "held");
+    // A person decides it ships after all.
+    let id = open[0]["id"].to_string();
+    let (code, out) = soldonce(&["findings", "ack", &id, "--by", "ana", "--release"], &saga);
+    assert_eq!(code, Some(0), "{out}");
+    wait_delivered(&saga, &elsewhere).await;
+    saga.wait_quiescent(SETTLE).await;
+    assert_audit_clean(&saga.app).await;
+}

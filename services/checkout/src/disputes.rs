@@ -63,3 +63,48 @@ pub(crate) async fn receive(
     }
     Ok(StatusCode::OK)
 }
+
+/// Records a `refund.succeeded` that completed no compensation: a refund of
+/// an order's payment soldonce did not make is named to a person and holds
+/// the order's shipment, like a dispute; soldonce's own operator refunds
+/// and payments it holds no order on are left alone.
+pub(crate) async fn refunded_elsewhere(
+    state: &AppState,
+    trace: &RequestTrace,
+    payment_id: &str,
+    refund_id: &str,
+    amount_minor: i64,
+) -> Result<(), ApiError> {
+    use store::refunds_elsewhere::Recorded as Elsewhere;
+    let _slot = crate::webhook_slots::writing_slot(state).await?;
+    let mut tx = state.pool.begin().await.map_err(store::StoreError::from)?;
+    let recorded = store::refunds_elsewhere::record(
+        &mut tx,
+        payment_id,
+        refund_id,
+        amount_minor,
+        |order_id| trace.meta(order_id),
+    )
+    .await?;
+    tx.commit().await.map_err(store::StoreError::from)?;
+    let outcome = match &recorded {
+        Elsewhere::New { held: true, .. } => "held",
+        Elsewhere::New { held: false, .. } => "recorded",
+        Elsewhere::AlreadyKnown(_) => "already_known",
+        Elsewhere::Ours => "ours",
+        Elsewhere::NotAttached => "not_attached",
+    };
+    metrics::counter!("soldonce_refunds_elsewhere_total", "outcome" => outcome).increment(1);
+    if let Elsewhere::New {
+        order_id,
+        finding_id,
+        held,
+    } = recorded
+    {
+        tracing::warn!(
+            %order_id, trace_id = trace.trace_id(), refund_id, payment_id, finding_id, held,
+            "a refund soldonce did not make: a person must look at it (soldonce findings list)"
+        );
+    }
+    Ok(())
+}

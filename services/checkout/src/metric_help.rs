@@ -5,6 +5,10 @@ use platform::metric::Metric;
 /// checkout's own metrics.
 pub const METRICS: &[Metric] = &[
     Metric::counter(
+        "soldonce_refunds_elsewhere_total",
+        "refund.succeeded webhooks that completed no compensation, by outcome (held, recorded: a refund soldonce did not make; already_known; ours: an operator refund; not_attached).",
+    ),
+    Metric::counter(
         "soldonce_operator_cancels_total",
         "Orders operators cancelled through the admin API, by outcome (cancelled, already, refused).",
     ),

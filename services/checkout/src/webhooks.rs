@@ -328,15 +328,27 @@ pub(crate) async fn receive(
             callback.data.payment_id.as_deref(),
             callback.data.amount_minor,
         ) {
-            let _slot = crate::webhook_slots::writing_slot(&state).await?;
-            store::compensations::complete(
-                &state.pool,
-                payment_id,
-                &callback.data.id,
-                Some(amount),
-                "checkout",
-            )
-            .await?;
+            let completed = {
+                let _slot = crate::webhook_slots::writing_slot(&state).await?;
+                store::compensations::complete(
+                    &state.pool,
+                    payment_id,
+                    &callback.data.id,
+                    Some(amount),
+                    "checkout",
+                )
+                .await?
+            };
+            if !completed {
+                crate::disputes::refunded_elsewhere(
+                    &state,
+                    &trace,
+                    payment_id,
+                    &callback.data.id,
+                    amount,
+                )
+                .await?;
+            }
         }
     }
     if callback.event_type == "dispute.created" {

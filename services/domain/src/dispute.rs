@@ -1,7 +1,9 @@
 //! Disputes (chargebacks): the buyer's bank takes money back from a payment
 //! the order was settled on. soldonce does not decide a dispute (a person
 //! answers it at the PSP); it records the fact on the order, once per
-//! dispute id, however often and in whatever order the PSP reports it.
+//! dispute id, however often and in whatever order the PSP reports it. A
+//! refund of the order's payment made outside soldonce is recorded the
+//! same way (`order.refunded_elsewhere`): money went back without it.
 
 use crate::order::{DomainError, Event, Order};
 use chrono::{DateTime, Utc};
@@ -28,6 +30,31 @@ pub struct DisputeFact {
     pub amount_minor: i64,
     pub reason: String,
     pub at: DateTime<Utc>,
+}
+
+/// Records a refund of the order's payment that soldonce did not make.
+/// Only the payment the order stands on: a refund elsewhere of one soldonce
+/// is refunding itself completes that refund instead.
+pub(crate) fn decide_refunded_elsewhere(
+    order: &Order,
+    refund_id: String,
+    payment_id: String,
+    amount_minor: i64,
+    at: DateTime<Utc>,
+) -> Result<Vec<Event>, DomainError> {
+    let attached = order
+        .payment
+        .as_ref()
+        .is_some_and(|p| p.payment_id == payment_id);
+    if !attached || amount_minor < 1 {
+        return Err(DomainError::NotDisputable(payment_id));
+    }
+    Ok(vec![Event::RefundedElsewhere {
+        refund_id,
+        payment_id,
+        amount_minor,
+        at,
+    }])
 }
 
 /// Records a dispute of one of the order's payments (the one it is settled

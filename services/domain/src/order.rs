@@ -243,6 +243,15 @@ pub enum Command {
     },
     /// The PSP reports a dispute of one of the order's payments: record it, once.
     Dispute(DisputeFact),
+    /// The PSP reports a refund of the order's payment that soldonce did
+    /// not make (its dashboard, another system): record it (the store
+    /// records each refund id once).
+    RecordRefundElsewhere {
+        refund_id: String,
+        payment_id: String,
+        amount_minor: i64,
+        at: DateTime<Utc>,
+    },
 }
 
 /// Something that happened to an order. The serde tag is the event's stable
@@ -369,6 +378,16 @@ pub enum Event {
         reason: String,
         at: DateTime<Utc>,
     },
+    /// Money of the order's payment was refunded outside soldonce (at the
+    /// PSP's dashboard, by another system): named to a person, its
+    /// shipment held; the order keeps its state.
+    #[serde(rename = "order.refunded_elsewhere.v1")]
+    RefundedElsewhere {
+        refund_id: String,
+        payment_id: String,
+        amount_minor: i64,
+        at: DateTime<Utc>,
+    },
 }
 
 impl Event {
@@ -389,6 +408,7 @@ impl Event {
             Event::OperatorCancelled { .. } => "order.operator_cancelled.v1",
             Event::ActionRequired { .. } => "order.action_required.v1",
             Event::Disputed { .. } => "order.disputed.v1",
+            Event::RefundedElsewhere { .. } => "order.refunded_elsewhere.v1",
         }
     }
 
@@ -414,7 +434,7 @@ impl Event {
             | Event::OperatorRefundDecided { .. }
             | Event::OperatorRefunded { .. }
             | Event::ActionRequired { .. } => None,
-            Event::Disputed { .. } => None,
+            Event::Disputed { .. } | Event::RefundedElsewhere { .. } => None,
         }
     }
 
@@ -450,7 +470,7 @@ impl Event {
             | Event::OperatorRefunded { at, .. }
             | Event::OperatorCancelled { at, .. }
             | Event::ActionRequired { at, .. } => *at,
-            Event::Disputed { at, .. } => *at,
+            Event::Disputed { at, .. } | Event::RefundedElsewhere { at, .. } => *at,
         }
     }
 }
@@ -564,6 +584,15 @@ fn decide_existing(order: &Order, command: Command) -> Result<Vec<Event>, Domain
             },
         ) => payment::decide_captured(order, &payment_id, amount_minor, at),
         (_, Command::Dispute(fact)) => dispute::decide_disputed(order, fact),
+        (
+            _,
+            Command::RecordRefundElsewhere {
+                refund_id,
+                payment_id,
+                amount_minor,
+                at,
+            },
+        ) => dispute::decide_refunded_elsewhere(order, refund_id, payment_id, amount_minor, at),
         (
             Confirmed,
             Command::RefundByOperator {
@@ -708,6 +737,7 @@ pub fn evolve(state: Option<Order>, event: &Event) -> Option<Order> {
             dispute::evolve_disputed(&mut order, event);
             order.state
         }
+        Event::RefundedElsewhere { .. } => order.state,
         Event::PaymentFailed { .. } => OrderState::PaymentFailed,
         Event::Cancelled { .. } => OrderState::Cancelled,
         Event::Expired { .. } => OrderState::Expired,

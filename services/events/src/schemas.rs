@@ -56,6 +56,10 @@ pub const SCHEMAS: &[(&str, &str)] = &[
         include_str!("../../../proto/events/order.disputed.v1.schema.json"),
     ),
     (
+        "order.refunded_elsewhere.v1",
+        include_str!("../../../proto/events/order.refunded_elsewhere.v1.schema.json"),
+    ),
+    (
         "order.operator_cancelled.v1",
         include_str!("../../../proto/events/order.operator_cancelled.v1.schema.json"),
     ),

@@ -139,6 +139,14 @@ fn event() -> impl Strategy<Value = Event> {
                 at
             }),
         instant().prop_map(|at| Event::Cancelled { at }),
+        (any::<String>(), any::<String>(), any::<i64>(), instant()).prop_map(
+            |(refund_id, payment_id, amount_minor, at)| Event::RefundedElsewhere {
+                refund_id,
+                payment_id,
+                amount_minor,
+                at,
+            }
+        ),
         (any::<String>(), instant())
             .prop_map(|(reason, at)| Event::OperatorCancelled { reason, at }),
         instant().prop_map(|at| Event::Expired { at }),

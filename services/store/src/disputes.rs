@@ -86,35 +86,14 @@ pub async fn record(
             )))
         }
     };
-    // The order's row is locked (above); now its shipment's, as every path locks them.
-    let shipment: Option<String> =
-        sqlx::query_scalar("SELECT state FROM shipments WHERE order_id = $1 FOR UPDATE")
-            .bind(order_id)
-            .fetch_optional(&mut *conn)
-            .await?;
-    let held = matches!(shipment.as_deref(), None | Some("pending" | "picked"));
-    if held {
-        // One hold per dispute: releasing another dispute's leaves this one standing.
-        sqlx::query(
-            "INSERT INTO shipment_holds (order_id, dispute_id) VALUES ($1, $2) \
-             ON CONFLICT (order_id, dispute_id) DO NOTHING",
-        )
-        .bind(order_id)
-        .bind(&report.dispute_id)
-        .execute(&mut *conn)
-        .await?;
-    }
+    let (held, shipment) = hold(conn, order_id, &report.dispute_id).await?;
     let detail = format!(
         "the buyer's bank took back {} {} of payment {} ({}); {}",
         report.amount_minor,
         order.currency,
         report.payment_id,
         report.reason,
-        match shipment.as_deref() {
-            _ if held => "its shipment is held until released (soldonce findings ack ID --release)",
-            Some(state) => state_note(state),
-            None => "no shipment",
-        }
+        shipment_note(held, shipment.as_deref())
     );
     let finding_id =
         crate::findings::open(conn, "dispute", order_id, &report.dispute_id, &detail).await?;
@@ -125,10 +104,42 @@ pub async fn record(
     })
 }
 
-fn state_note(state: &str) -> &'static str {
-    match state {
-        "shipped" => "the goods had shipped already",
-        "delivered" => "the goods had been delivered already",
-        _ => "its shipment is past holding",
+/// Holds `order_id`'s shipment for `cause` (a dispute's or a refund's id)
+/// unless it has shipped, with the order's row already locked: the
+/// shipment's row is locked next, as every path locks them. One hold per
+/// cause: releasing another's leaves this one standing. Whether it is held,
+/// and the shipment's state.
+pub(crate) async fn hold(
+    conn: &mut PgConnection,
+    order_id: Uuid,
+    cause: &str,
+) -> Result<(bool, Option<String>), StoreError> {
+    let shipment: Option<String> =
+        sqlx::query_scalar("SELECT state FROM shipments WHERE order_id = $1 FOR UPDATE")
+            .bind(order_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let held = matches!(shipment.as_deref(), None | Some("pending" | "picked"));
+    if held {
+        sqlx::query(
+            "INSERT INTO shipment_holds (order_id, dispute_id) VALUES ($1, $2) \
+             ON CONFLICT (order_id, dispute_id) DO NOTHING",
+        )
+        .bind(order_id)
+        .bind(cause)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok((held, shipment))
+}
+
+/// What a finding says of the order's shipment once [`hold`] ran.
+pub(crate) fn shipment_note(held: bool, shipment: Option<&str>) -> &'static str {
+    match shipment {
+        _ if held => "its shipment is held until released (soldonce findings ack ID --release)",
+        Some("shipped") => "the goods had shipped already",
+        Some("delivered") => "the goods had been delivered already",
+        Some(_) => "its shipment is past holding",
+        None => "no shipment",
     }
 }

@@ -1,5 +1,5 @@
 //! Findings: facts soldonce cannot settle itself and names to a person (a
-//! dispute: answer it at the PSP). Each stays in the audit until a person
+//! dispute: answer it at the PSP; a refund made outside soldonce). Each stays in the audit until a person
 //! acknowledges it; acknowledging releases nothing unless asked to (a held
 //! shipment stays held: shipping disputed goods is a person's decision).
 
@@ -168,7 +168,7 @@ async fn still_held(conn: &mut PgConnection, order: Option<Uuid>) -> Result<bool
 /// Open findings by kind, and shipments held now: for the gauges.
 pub async fn open_counts(pool: &PgPool) -> Result<(Vec<(String, i64)>, i64), StoreError> {
     let open: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT k, count(f.id) FROM (VALUES ('dispute')) AS kinds(k) \
+        "SELECT k, count(f.id) FROM (VALUES ('dispute'), ('refund_elsewhere')) AS kinds(k) \
          LEFT JOIN findings f ON f.kind = k AND f.acknowledged_at IS NULL GROUP BY k ORDER BY k",
     )
     .fetch_all(pool)

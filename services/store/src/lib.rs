@@ -58,6 +58,7 @@ pub mod placing;
 pub mod projections;
 pub mod rebuild;
 pub mod reconcile;
+pub mod refunds_elsewhere;
 pub mod replay;
 pub mod replication;
 pub mod retention;

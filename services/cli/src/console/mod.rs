@@ -107,6 +107,9 @@ pub async fn run(args: ConsoleArgs) -> Result<std::process::ExitCode, CliError> 
             "CONSOLE_TOKEN must be set to an operator token of at least {MIN_TOKEN} characters"
         )));
     }
+    // The console is a port like checkout's: the same connection hygiene.
+    let limits =
+        platform::http::HttpLimits::from_env().map_err(|e| CliError::Usage(e.to_string()))?;
     let pool = crate::admin::pool().await?;
     let js = match std::env::var("NATS_URL").ok().filter(|u| !u.is_empty()) {
         Some(url) => Some(bus::connect(&url).await.context("connecting to NATS_URL")?),
@@ -149,9 +152,13 @@ pub async fn run(args: ConsoleArgs) -> Result<std::process::ExitCode, CliError> 
         .with_context(|| format!("listening on {}", args.addr))?;
     let addr = listener.local_addr().context("local address")?;
     eprintln!("console: http://{addr}/  (open http://{addr}/#token=<CONSOLE_TOKEN>)");
-    axum::serve(listener, app)
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
         // Ctrl-C or SIGTERM (`docker stop` sends SIGTERM to PID 1).
-        .with_graceful_shutdown(platform::shutdown::signal())
+        platform::shutdown::signal().await;
+        stop.send_replace(true);
+    });
+    platform::http::serve(listener, app, limits, stopped)
         .await
         .context("serving the console")?;
     Ok(std::process::ExitCode::SUCCESS)
