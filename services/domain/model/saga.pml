@@ -26,17 +26,26 @@
  *     on the payment it stands on                         payment-worker capture]
  *   - an operator cancels a confirmed order before its   [store::operator_cancels,
  *     goods leave: the unit back on sale, the shipment     payment-worker operator_refund]
- *     stopped, the authorization voided or the money
- *     taken refunded, once
+ *     stopped, its holds released, the authorization
+ *     voided or the money taken refunded, once, unless
+ *     a dispute of that payment is recorded (then
+ *     nothing: the bank's to settle)
  *   - reconciliation re-learns every payment the PSP     [reconcile]
- *     holds, once mid-run and once at the end
+ *     holds, once mid-run and once at the end (with
+ *     DISPUTES: at any moment, again and again, and it
+ *     records every dispute the PSP lists on a payment
+ *     of soldonce's that no webhook recorded)
  *   - DISPUTES (a second run): each charge asks for      [store::disputes, findings]
  *     either capture method; the buyer's bank disputes
- *     money taken, the PSP reports it (dispute.created,
+ *     money taken (any payment, once: both of one
+ *     order too), the PSP reports it (dispute.created,
  *     late or before the payment itself); soldonce
- *     records it on the order and holds a shipment that
- *     has not shipped; a person acknowledges the finding,
- *     releasing the hold or not; operators refund
+ *     records it on the order (its webhook, else
+ *     reconciliation), and each dispute recorded before
+ *     the shipment shipped holds it with a hold of its
+ *     own; a person acknowledges the finding, releasing
+ *     that dispute's hold or not; operators refund and
+ *     cancel
  * A crash between steps is a step that never happens or a message that is
  * lost: every transaction here is one atomic step, as the database makes it.
  *
@@ -45,20 +54,24 @@
  * exactly one payment attached; a capture is only ever of an attached
  * payment with no void decided and a void only of one decided for a refund
  * or of a cancelled order's uncaptured authorization, so no payment is both
- * captured and voided; a shipment ships only if no hold stands, no dispute
- * recorded before it shipped is unreleased (one dispute a run: see
- * MAXDISPUTES below), and its order was not cancelled.
+ * captured and voided; a shipment ships only if no hold of its order
+ * stands, no dispute recorded before it shipped is unreleased by a person
+ * (whatever became of another dispute's hold), and its order was not
+ * cancelled.
  * Checked once nothing can move: no order is left pending and no payment
  * processing or awaiting the buyer; then, after a last reconciliation,
  * shipment, capture and compensation pass (the real system runs them
  * forever), every capture decided was made, every authorization has ended
- * (captured or voided) unless a hold a person left in place keeps its
- * goods, a confirmed order has its one payment captured and not refunded
- * unless an operator refunded it — money taken = captured − refunded — its
- * goods left (or are held), an operator-cancelled order's goods never left
- * and its money was given back, no other order keeps any money, and a
- * refund the PSP refused is only of money the bank took back. A dispute
- * decides no money: recording it changes only dispute variables.
+ * (captured or voided), a confirmed order has its one payment captured and
+ * not refunded unless an operator refunded it — money taken = captured −
+ * refunded — and its goods left, an operator-cancelled order's goods never
+ * left and its money was given back (or its payment's dispute is recorded),
+ * no other order keeps any money, a refund the PSP refused is only of
+ * money the bank took back, and every dispute is recorded on its order.
+ * So every order ends, a held one too: "nothing can move" includes a
+ * person releasing a finding and an operator cancelling a held order (the
+ * model proves one of them can always end it, not that a person does). A
+ * dispute decides no money: recording it changes only dispute variables.
  *
  * NAIVE_WEBHOOK is the webhook path before payments were reconciled: a
  * success for an order that is no longer pending is acknowledged and
@@ -72,32 +85,41 @@
  * a hold committed after it is not seen. All six must fail: see
  * tests/model.
  *
- * Three stronger promises fail today (not run by tests/model), with
- * DISPUTES: EVERY_DISPUTE_HOLDS (a dispute soldonce hears of before the
- * goods leave holds them: one that arrives before its payment was learned
- * is a receipt only), MAXDISPUTES=2 (a dispute's hold stands until its own
- * finding is released: an order has one hold, which releasing another
- * dispute's finding releases) and HELD_ORDERS_END (every order ends: one
- * whose hold a person leaves in place stays confirmed, its unit sold and
- * its authorization open, and an operator's cancel is refused).
+ * EVERY_DISPUTE_HOLDS, with DISPUTES, is a stronger promise the protocol
+ * does not make (not run by tests/model): a dispute soldonce hears of
+ * before the goods leave holds them. It fails: a dispute.created that
+ * arrives before its payment was learned is a receipt only; the payment is
+ * then learned (by its fact, or by reconciliation, which records the
+ * dispute in a later transaction), its order confirmed and shipped, and
+ * reconciliation records the dispute after: a finding, no hold. Such a
+ * dispute holds the goods only if a walk records it before they ship.
  */
 
 #define N      2            /* orders */
 #define UNITS  1            /* stock of the one SKU */
 #define P      (2 * N)      /* payments: 2i is the worker's for order i, 2i+1 a second one */
 #define ORD(p) ((p) / 2)
+#ifdef DISPUTES
+#define MAXMSG 1            /* see DISPUTES below */
+#else
 #define MAXMSG 2            /* copies of one fact in flight at once */
+#endif
 
 /* The default run takes money at shipment (CAPTURE_AT=shipment) throughout.
    DISPUTES is a second run where each charge asks for either capture
    method (CAPTURE_AT may change while orders are in flight: each payment
    follows its own), so money may be taken before the goods leave and the
-   buyer's bank may dispute it, and operators also refund. To stay small it
-   leaves out what the default run covers: processing and 3-D Secure
-   answers, resent webhooks and the mid-run reconciliation. */
+   buyer's bank may dispute it, and operators also refund. Reconciliation
+   runs at any moment, as often as it likes, and records disputes. To stay
+   small it leaves out what the default run covers: processing and 3-D
+   Secure answers, resent webhooks and duplicated facts. Without processing
+   and 3-D Secure, the first delivery of a payment's one fact decides all
+   it ever will (confirms, fails or refunds, or is a no-op for good), so a
+   second copy would only be a no-op step. Every payment may be disputed,
+   once: the two of order 0 both, so one shipment may have two holds. */
 #ifdef DISPUTES
 #ifndef MAXDISPUTES
-#define MAXDISPUTES 1       /* disputes opened in one run */
+#define MAXDISPUTES P       /* disputes opened in one run: any payment's */
 #endif
 #else
 #define MAXDISPUTES 0
@@ -128,9 +150,9 @@ bool refused[P];            /* the PSP refused a refund soldonce asked: set asid
 
 byte disputes = 0;          /* disputes opened at the PSP */
 bool dispute_sent[P];       /* dispute.created on its way to soldonce */
-byte finding[P];            /* the dispute of p on its order: 0 none, 1 open,
-                               2 acknowledged (a hold stays), 3 released */
-bool held[N];               /* shipment_holds: a hold in place, not released */
+byte finding[P];            /* the dispute of p recorded on its order: 0 not (yet),
+                               1 open, 2 acknowledged (its hold stays), 3 released */
+bool hold[P];               /* shipment_holds (order ORD(p), the dispute of p): in place */
 bool stop[P];               /* the dispute of p reached soldonce before its order's
                                goods left, and no person released it: they must not leave */
 
@@ -148,7 +170,8 @@ bool stop[P];               /* the dispute of p reached soldonce before its orde
 #define SHIPPABLE(i) ((state[i] == CONFIRMED || opcancelled[i]) && ship[i] == NOSHIP)
 /* orders.capture = 'authorized': confirmed on an authorization, no capture decided */
 #define AUTHORIZED(q) (disp[q] == ATTACHED && !atonce[q] && !capture_owed[q])
-#define DISPUTED(i) (finding[2 * (i)] != 0 || finding[2 * (i) + 1] != 0)
+/* advance_due: no hold of the order's shipment stands */
+#define HELD(i) (hold[2 * (i)] || hold[2 * (i) + 1])
 
 /* The capture method a charge asks for. */
 #ifdef DISPUTES
@@ -305,11 +328,13 @@ end:
 #define LEARN(q) :: atomic { inflight[q] > 0 -> inflight[q]--; learn(q) } \
     :: atomic { dispute_sent[q] -> dispute_sent[q] = false; record_dispute(q) }
 
-/* dispute.created, in the webhook's transaction [store::disputes::record]:
-   the order holding the payment (a payments row: soldonce learned it), its
-   row locked, then its shipment's; recorded once per dispute id (a second
-   delivery is a no-op, so none is modelled), a hold if the shipment has not
-   shipped, a finding. It decides no money: only dispute variables change. */
+/* A dispute recorded [store::disputes::record], in the transaction of
+   dispute.created's webhook or of reconciliation: the order holding the
+   payment (a payments row: soldonce learned it), its row locked, then its
+   shipment's; recorded once per dispute id (again, a no-op), a hold of its
+   own if the shipment has not shipped (none, pending or picked: not
+   shipped, delivered or cancelled), a finding. It decides no money: only
+   dispute variables change. */
 inline record_dispute(q) {
     i = ORD(q);
     if
@@ -318,15 +343,47 @@ inline record_dispute(q) {
         stop[q] = UNSHIPPED(i);
 #endif
         printf("MSC: dispute of payment %d: no order holds it yet, receipt only\n", q)
+    :: disp[q] != UNDECIDED && finding[q] != 0 ->
+        printf("MSC: dispute of payment %d recorded before: nothing more\n", q)
     :: else ->
         finding[q] = 1;
         if
-        :: UNSHIPPED(i) -> held[i] = true; stop[q] = true;
+        :: UNSHIPPED(i) -> hold[q] = true; stop[q] = true;
             printf("MSC: dispute of payment %d recorded on order %d: shipment held\n", q, i)
-        :: else -> printf("MSC: dispute of payment %d recorded on order %d: goods had left\n", q, i)
+        :: else -> printf("MSC: dispute of payment %d recorded on order %d: shipment %e, not held\n", q, i, ship[i])
         fi
     fi;
     i = 0
+}
+
+/* Reconciliation [payment-worker reconcile]. With DISPUTES it runs at any
+   moment, again and again (it runs periodically): each step is one
+   transaction of a walk, learning a payment no fact taught soldonce, or
+   recording a dispute the PSP lists on a payment soldonce holds and no
+   webhook recorded (as the webhook would: a hold only if the shipment has
+   not shipped yet). A walk reads the PSP's listing before it records, but
+   a dispute listed then is there still, so recording at the step reads
+   no more than some later walk would. It learns a payment only while no
+   fact of it is on its way, and records a dispute only while no
+   dispute.created is: else the learner can take the very same step now
+   (the copy left over is then a no-op), so no outcome is lost and the
+   search stays small. */
+#define LEARNS(q) (disp[q] == UNDECIDED && (PAID(q) \
+    || ((psp[q] == DECLINED || psp[q] == VOIDED) && state[ORD(q)] == PENDING)))
+#define RECONCILE(q) \
+    :: atomic { LEARNS(q) && inflight[q] == 0 -> printf("MSC: reconciliation learns payment %d\n", q); learn(q) } \
+    :: atomic { disputed[q] && disp[q] != UNDECIDED && finding[q] == 0 && !dispute_sent[q] -> \
+        printf("MSC: reconciliation finds the dispute of payment %d\n", q); record_dispute(q) }
+
+proctype reconciliation() {
+    byte i;
+end:
+    do
+    RECONCILE(0)
+    RECONCILE(1)
+    RECONCILE(2)
+    RECONCILE(3)
+    od
 }
 
 proctype learner() {
@@ -409,8 +466,9 @@ end:
 
 /* Fulfillment [store::shipments, store::captures]: a confirmed order gets
    a shipment (its row share-locked: only a confirmed one), which advance_due
-   moves on unless a hold stands or it was cancelled; once it shipped, the
-   capture sweep decides the capture of the order's authorization. Here
+   moves on unless a hold of its order stands or it was cancelled; once it
+   shipped, the capture sweep decides the capture of the order's
+   authorization. Here
    "none", "pending" and "picked" are one state (NOSHIP): every guard
    treats them alike (a hold, a cancel); an order cancelled before
    fulfillment made its shipment never gets one, so it is STOPPED too.
@@ -418,14 +476,14 @@ end:
    would move on unless the cancel stopped it (SHIPPABLE). The sweep's
    decision is part of the shipping step: between the two nothing can
    cancel the order (it shipped) and only the capture waits for it.
-   advance_due selects its rows (state <> 'cancelled', no hold) in one
-   snapshot, locks them (PostgreSQL re-reads a row changed meanwhile) and
-   looks for holds again: so it is one atomic step, unless
-   HOLD_NOT_RECHECKED, where the hold is only seen in the first snapshot. */
+   advance_due selects its rows (state <> 'cancelled', no hold standing)
+   in one snapshot, locks them (PostgreSQL re-reads a row changed
+   meanwhile) and looks for holds again: so it is one atomic step, unless
+   HOLD_NOT_RECHECKED, where a hold is only seen in the first snapshot. */
 inline advance(i) {
     ship[i] = SHIPPED;
     printf("MSC: order %d's shipment ships\n", i);
-    assert(!held[i]);
+    assert(!hold[2 * i] && !hold[2 * i + 1]);
     assert(!opcancelled[i]);
     assert(!stop[2 * i] && !stop[2 * i + 1]);
     q = ATTACHED_OF(i);
@@ -442,7 +500,7 @@ proctype fulfillment(byte i) {
     bool due;
 end:
     do
-    :: atomic { SHIPPABLE(i) && !held[i] && !due -> due = true;
+    :: atomic { SHIPPABLE(i) && !HELD(i) && !due -> due = true;
         printf("MSC: advance_due selects order %d's shipment: no hold in its snapshot\n", i) }
     :: atomic { due -> due = false;
         if
@@ -452,22 +510,26 @@ end:
     od
 #else
 end:
-    atomic { SHIPPABLE(i) && !held[i] -> advance(i) }
+    atomic { SHIPPABLE(i) && !HELD(i) -> advance(i) }
 #endif
 }
 
-/* An operator cancels a confirmed order [store::operator_cancels]: its row
-   locked, then its shipment's; refused (nothing changes, so not modelled)
-   once its goods left (shipped, or a capture decided) or a dispute is
-   recorded on it. Else, at once: cancelled, the unit back on sale, the
-   shipment (if any) cancelled, and the money decided back once: a void of
-   an authorization, a refund of money taken at once (none if operator
-   refunds took it all). Again, it changes nothing. */
+/* An operator cancels a confirmed order [store::operator_cancels,
+   domain::operator::decide_cancel]: its row locked, then its shipment's;
+   refused (nothing changes, so not modelled) once its goods left (shipped,
+   or a capture decided), disputed or not. Else, at once: cancelled, the
+   unit back on sale, the shipment (if any) cancelled, every hold of the
+   order released (moot: the shipment never moves; the findings stay open),
+   and the money decided back once: a void of an authorization, a refund of
+   money taken at once (none if operator refunds took it all), and nothing
+   if a dispute of that payment is recorded (the bank's to settle; a
+   dispute of another payment changes nothing here). Again, it changes
+   nothing. */
 #ifdef CANCEL_AFTER_SHIPPING
-#define MAY_CANCEL(i) (state[i] == CONFIRMED && !DISPUTED(i))
+#define MAY_CANCEL(i) (state[i] == CONFIRMED)
 #else
 #define MAY_CANCEL(i) (state[i] == CONFIRMED && ship[i] != SHIPPED \
-    && !capture_owed[ATTACHED_OF(i)] && !DISPUTED(i))
+    && !capture_owed[ATTACHED_OF(i)])
 #endif
 
 inline op_cancel(i) {
@@ -478,9 +540,11 @@ inline op_cancel(i) {
     :: ship[i] == NOSHIP -> ship[i] = STOPPED
     :: else -> skip     /* it left: a shipment that shipped is never cancelled */
     fi;
+    hold[2 * i] = false; hold[2 * i + 1] = false;
     if
-    :: !atonce[q] -> opmoney[q] = VOID_OWED
-    :: atonce[q] && opmoney[q] == NOOP -> opmoney[q] = REFUND_OWED
+    :: finding[q] != 0 -> skip  /* its payment's dispute is recorded */
+    :: finding[q] == 0 && !atonce[q] -> opmoney[q] = VOID_OWED
+    :: finding[q] == 0 && atonce[q] && opmoney[q] == NOOP -> opmoney[q] = REFUND_OWED
     :: else -> skip
     fi;
     printf("MSC: an operator cancels order %d: unit back, %e\n", i, opmoney[q]);
@@ -497,11 +561,11 @@ inline op_ask_refund(i) {
 }
 
 /* A person acknowledges the finding of the dispute of q (soldonce findings
-   ack) and leaves the hold in place for good, or releases the order's hold
-   (--release, then or later: at any moment). */
+   ack) and leaves its hold in place for good, or releases that dispute's
+   hold, and only it (--release, then or later: at any moment). */
 inline release_hold(q) {
     finding[q] = 3;
-    held[ORD(q)] = false;
+    hold[q] = false;
     stop[q] = false;
     printf("MSC: a person releases the finding of payment %d's dispute\n", q)
 }
@@ -571,7 +635,9 @@ init {
         run compensation();
         run capturer();
         run operator();
-#ifndef DISPUTES
+#ifdef DISPUTES
+        run reconciliation()
+#else
         run reconcile_once()
 #endif
     }
@@ -580,8 +646,10 @@ init {
        and the PSP settles every processing payment, so none may be left:
        that is "every order ends". Then what runs forever in the real system
        runs once more: reconciliation re-learns every payment, fulfillment
-       ships and decides captures, compensation refunds what is owed. A
-       person is not assumed to act: a held shipment stays held. */
+       ships and decides captures, compensation refunds what is owed (with
+       DISPUTES reconciliation has nothing left: it could move). A held
+       shipment stays held, but nothing can move only once no confirmed
+       order is held: an operator's cancel is enabled for every one. */
     atomic {
         for (i : 0 .. N - 1) {
             assert(state[i] != PENDING)
@@ -594,7 +662,7 @@ init {
         }
         for (i : 0 .. N - 1) {
             if
-            :: SHIPPABLE(i) && !held[i] -> advance(i)
+            :: SHIPPABLE(i) && !HELD(i) -> advance(i)
             :: else -> skip
             fi
         }
@@ -609,38 +677,32 @@ init {
         }
         for (p : 0 .. P - 1) {
             i = ORD(p);
-            /* every authorization ended: captured (its order shipped) or
-               voided, but one whose goods a dispute holds for a person */
-#ifdef HELD_ORDERS_END
+            /* every authorization ended: captured (its order shipped) or voided */
             assert(psp[p] != AUTH);
-#else
-            assert(psp[p] != AUTH
-                || (disp[p] == ATTACHED && state[i] == CONFIRMED && held[i] && ship[i] == NOSHIP));
-#endif
             /* soldonce keeps only the money of confirmed orders */
             assert(!KEPT(p) || (disp[p] == ATTACHED && state[i] == CONFIRMED));
             /* a capture decided was made; a void only of an authorization given back */
             assert(!capture_owed[p] || psp[p] == CAPT);
             assert(psp[p] != VOIDED || disp[p] != ATTACHED || opcancelled[i]);
             /* a refund refused only of money the bank took back */
-            assert(!refused[p] || disputed[p])
+            assert(!refused[p] || disputed[p]);
+            /* every dispute recorded on its order (by its webhook or by
+               reconciliation), whatever the order of the facts */
+            assert(!disputed[p] || finding[p] != 0)
         }
         for (i : 0 .. N - 1) {
             q = ATTACHED_OF(i);
             if
             :: state[i] == CONFIRMED ->
                 /* its money is taken, and given back only by an operator */
-                assert((psp[q] == CAPT && (refunded[q] || refused[q]) == (opmoney[q] != NOOP))
-                    || (psp[q] == AUTH && held[i]));
-                /* its goods left, or wait for a person */
-#ifdef HELD_ORDERS_END
+                assert(psp[q] == CAPT && (refunded[q] || refused[q]) == (opmoney[q] != NOOP));
+                /* its goods left */
                 assert(ship[i] == SHIPPED)
-#else
-                assert(ship[i] == SHIPPED || (held[i] && ship[i] == NOSHIP))
-#endif
             :: opcancelled[i] ->
-                /* nothing kept, nothing left open, the goods never left */
-                assert(opmoney[q] == OP_DONE || opmoney[q] == OP_REFUSED);
+                /* nothing kept, nothing left open, the goods never left;
+                   a disputed payment's money is the bank's to settle */
+                assert(opmoney[q] == OP_DONE || opmoney[q] == OP_REFUSED
+                    || (opmoney[q] == NOOP && finding[q] != 0 && disputed[q]));
                 assert(!STANDING(q) || disputed[q]);
                 assert(ship[i] != SHIPPED)
             :: else ->
