@@ -553,7 +553,15 @@ async fn a_refund_made_elsewhere_holds_the_shipment_and_is_named_and_an_operator
     }
     // An operator refunds part of one order: soldonce's own, named nowhere.
     let (code, out) = soldonce(
-        &["order", "refund", &operator, "--amount-minor", "700", "--key", "t-1"],
+        &[
+            "order",
+            "refund",
+            &operator,
+            "--amount-minor",
+            "700",
+            "--key",
+            "t-1",
+        ],
         &saga,
     );
     assert_eq!(code, Some(0), "{out}");

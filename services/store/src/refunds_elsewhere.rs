@@ -83,19 +83,18 @@ pub async fn record(
         amount_minor,
         at: crate::now(),
     };
-    let order = match orders::transition_in(conn, order_id, None, &meta(order_id), |_| command)
-        .await?
-    {
-        Transition::Applied(order) => order,
-        Transition::Refused(_) | Transition::NotFound | Transition::Unchanged(_) => {
-            return Ok(Recorded::NotAttached)
-        }
-        Transition::StockShort(sku) => {
-            return Err(StoreError::Corrupt(format!(
-                "order {order_id}: a refund moved stock of {sku}"
-            )))
-        }
-    };
+    let order =
+        match orders::transition_in(conn, order_id, None, &meta(order_id), |_| command).await? {
+            Transition::Applied(order) => order,
+            Transition::Refused(_) | Transition::NotFound | Transition::Unchanged(_) => {
+                return Ok(Recorded::NotAttached)
+            }
+            Transition::StockShort(sku) => {
+                return Err(StoreError::Corrupt(format!(
+                    "order {order_id}: a refund moved stock of {sku}"
+                )))
+            }
+        };
     let (held, shipment) = crate::disputes::hold(conn, order_id, refund_id).await?;
     let detail = format!(
         "{amount_minor} {} of payment {payment_id} was refunded outside soldonce (refund {refund_id}); {}",
