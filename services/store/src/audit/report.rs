@@ -24,16 +24,19 @@ pub struct AuditOptions {
     pub shipment_grace: Duration,
     /// Decided refunds not carried out for longer than this are a violation.
     pub compensation_grace: Duration,
-    /// [`incremental`] makes a full pass when the last recorded one is older.
+    /// [`incremental`](crate::audit::incremental) makes a full pass when the
+    /// last recorded one is older.
     pub full_every: Duration,
     /// A sequence number an audit did not see (a transaction in flight, or
     /// rolled back) is looked for again this long, then taken for a rollback.
     pub hole_patience: Duration,
-    /// [`incremental`] checks the changed orders this many at a time, each
-    /// group in a snapshot of its own (short snapshots hold back no vacuum).
+    /// [`incremental`](crate::audit::incremental) checks the changed orders
+    /// this many at a time, each group in a snapshot of its own (short
+    /// snapshots hold back no vacuum).
     pub chunk: usize,
-    /// The share of its time [`incremental`] spends working, in (0, 1]:
-    /// after each group it rests `work × (1 / pace − 1)`, as autovacuum's
+    /// The share of its time [`incremental`](crate::audit::incremental)
+    /// spends working, in (0, 1]: after each group it rests
+    /// `work × (1 / pace − 1)`, as autovacuum's
     /// cost delay does, so a periodic audit never takes more than its share
     /// of the machine from a flash sale (it lags, and catches up after).
     pub pace: f64,
