@@ -7,20 +7,13 @@
 //! any unpaid one; an authorization that lands later is voided or reclaims
 //! the units like any late payment.
 
-use crate::order::{Event, Order, OrderState};
+use crate::event::Event;
+pub use crate::state::NextAction;
+use crate::state::{Order, OrderState};
 use chrono::{DateTime, Duration, Utc};
-use serde::{Deserialize, Serialize};
 
 /// The longest a reservation may be extended for a buyer's action.
 pub const MAX_EXTENSION: Duration = Duration::hours(1);
-
-/// What the buyer must do for the order's payment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NextAction {
-    pub payment_id: String,
-    /// Where the buyer completes the challenge.
-    pub url: String,
-}
 
 /// Decides that the order waits for the buyer's action on `payment_id`:
 /// once per order (the first challenge extends the reservation; a repeat,

@@ -5,22 +5,11 @@
 //! refund of the order's payment made outside soldonce is recorded the
 //! same way (`order.refunded_elsewhere`): money went back without it.
 
-use crate::order::{DomainError, Event, Order};
+use crate::error::DomainError;
+use crate::event::Event;
+pub use crate::state::DisputeRef;
+use crate::state::Order;
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-
-/// A dispute the PSP reported against one of the order's payments.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DisputeRef {
-    /// The PSP's dispute id (`dp_…`).
-    pub dispute_id: String,
-    pub payment_id: String,
-    /// The amount the bank took back, in the order's minor units.
-    pub amount_minor: i64,
-    /// Why, in the PSP's words (`fraudulent`, `product_not_received`, …).
-    pub reason: String,
-    pub at: DateTime<Utc>,
-}
 
 /// What the PSP reports when a dispute is opened.
 #[derive(Debug, Clone, PartialEq, Eq)]

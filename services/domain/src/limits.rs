@@ -5,7 +5,7 @@
 //! late payment would take an expired order's units again — a revival that
 //! would break a limit is refunded (`over_limit`), never confirmed.
 
-use crate::order::Order;
+use crate::state::Order;
 use crate::stock::Sku;
 use std::collections::BTreeMap;
 

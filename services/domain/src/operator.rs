@@ -6,23 +6,11 @@
 //! taken is refunded (what earlier refunds left), both as an operator
 //! refund under [`CANCEL_KEY`].
 
-use crate::order::{Capture, DomainError, Event, Order, OrderState};
+use crate::error::DomainError;
+use crate::event::Event;
+pub use crate::state::OperatorRefund;
+use crate::state::{Capture, Order, OrderState};
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-
-/// A refund an operator asked for, by its key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OperatorRefund {
-    /// The operator's idempotency key: one refund per key, per order.
-    pub key: String,
-    pub payment_id: String,
-    pub amount_minor: i64,
-    /// Whether the PSP has confirmed it.
-    pub refunded: bool,
-    /// An authorization voided (a cancel), not money refunded.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub void: bool,
-}
 
 /// Longest operator refund key accepted, in characters.
 pub const MAX_KEY_CHARS: usize = 128;

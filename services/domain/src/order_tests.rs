@@ -1,5 +1,7 @@
 use super::*;
-use chrono::TimeZone;
+use crate::{DisputeFact, MoneyError, Movement, PaidFact, Quantity, RefundReason, Sku};
+use chrono::{DateTime, TimeZone, Utc};
+use uuid::Uuid;
 
 fn t(secs: i64) -> DateTime<Utc> {
     Utc.timestamp_opt(1_800_000_000 + secs, 0)

@@ -5,9 +5,11 @@
 //! Only `succeeded` confirms and only `failed` declines; every other status
 //! is an unknown outcome, resolved by asking the PSP by key.
 
-use crate::order::{Capture, DomainError, Event, Order, OrderState};
+use crate::error::DomainError;
+use crate::event::Event;
+use crate::state::{Capture, Order, OrderState};
+pub use crate::state::{RefundReason, RefundRef};
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 
 /// A payment's status as the PSP reported it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,59 +60,6 @@ pub struct PaidFact {
     /// voided, not refunded.
     pub captured: bool,
     pub at: DateTime<Utc>,
-}
-
-/// Why a payment is refunded rather than attached to its order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RefundReason {
-    /// The buyer cancelled before the charge landed: a cancel is final.
-    Cancelled,
-    /// The order expired and its units were sold to someone else.
-    UnitsGone,
-    /// The PSP charged another amount than the order's total.
-    AmountMismatch,
-    /// The PSP charged in another currency than the order's.
-    CurrencyMismatch,
-    /// The order is already settled by another payment.
-    SecondPayment,
-    /// The order's payment had already failed definitively.
-    AfterDecline,
-    /// The payment's reference names no order of ours.
-    NoSuchOrder,
-    /// Reviving the expired order would break a per-account limit: the
-    /// buyer holds as many as allowed in orders since.
-    OverLimit,
-}
-
-impl RefundReason {
-    /// The wire and column name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RefundReason::Cancelled => "cancelled",
-            RefundReason::UnitsGone => "units_gone",
-            RefundReason::AmountMismatch => "amount_mismatch",
-            RefundReason::CurrencyMismatch => "currency_mismatch",
-            RefundReason::SecondPayment => "second_payment",
-            RefundReason::AfterDecline => "after_decline",
-            RefundReason::NoSuchOrder => "no_such_order",
-            RefundReason::OverLimit => "over_limit",
-        }
-    }
-}
-
-/// A refund decided against one of the order's payments.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RefundRef {
-    pub payment_id: String,
-    pub amount_minor: i64,
-    pub currency: String,
-    pub reason: RefundReason,
-    /// Whether the PSP has confirmed the refund.
-    pub refunded: bool,
-    /// An uncaptured authorization, voided rather than refunded.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub void: bool,
 }
 
 /// Decides what a succeeded payment does to `order`. `units_gone` says the
@@ -248,7 +197,7 @@ pub(crate) fn evolve_refund(order: &mut Order, event: &Event) {
                 OrderState::Cancelled | OrderState::Expired | OrderState::PaymentFailed
             ) {
                 order.state = OrderState::Refunded;
-                order.payment = Some(crate::order::PaymentRef {
+                order.payment = Some(crate::state::PaymentRef {
                     payment_id: payment_id.clone(),
                     amount_minor: *amount_minor,
                     capture: Capture::Automatic,

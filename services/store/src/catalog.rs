@@ -1,7 +1,8 @@
 //! Products and the stock operations operators perform: receive, adjust,
 //! show. Buckets change only with a ledger row beside them.
 
-use crate::write::{self, Changes, Written};
+use crate::statement::Written;
+use crate::write::{self, Changes};
 use crate::StoreError;
 use domain::{Currency, Movement, Sku};
 use serde::Serialize;

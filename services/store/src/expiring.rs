@@ -11,7 +11,8 @@
 //! keeps the ones it was told about out of its next claims.
 
 use crate::orders::{select_orders, OrderRow};
-use crate::write::{self, Changes, Written};
+use crate::statement::Written;
+use crate::write::{self, Changes};
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use domain::{Command, Order};

@@ -3,7 +3,6 @@
 //! acknowledges it; acknowledging releases nothing unless asked to (a held
 //! shipment stays held: shipping disputed goods is a person's decision).
 
-use crate::audit::AuditReport;
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -180,23 +179,14 @@ pub async fn open_counts(pool: &PgPool) -> Result<(Vec<(String, i64)>, i64), Sto
     Ok((open, held))
 }
 
-/// The audit's check: every finding not acknowledged, named by its order.
-pub(crate) async fn check_open(
+/// Every finding not acknowledged (id, kind, order, subject, detail),
+/// oldest first, at most 1000: what the audit names.
+pub(crate) async fn open_unacknowledged(
     conn: &mut PgConnection,
-    report: &mut AuditReport,
-) -> Result<(), StoreError> {
-    let open: Vec<(i64, String, Option<Uuid>, String, String)> = sqlx::query_as(
+) -> Result<Vec<(i64, String, Option<Uuid>, String, String)>, StoreError> {
+    Ok(sqlx::query_as(
         "SELECT id, kind, order_id, subject, detail FROM findings WHERE acknowledged_at IS NULL ORDER BY id LIMIT 1000",
     )
     .fetch_all(&mut *conn)
-    .await?;
-    for (id, kind, order, subject, detail) in open {
-        let order = order.map_or_else(|| subject.clone(), |o| o.to_string());
-        report.flag(
-            "finding",
-            order,
-            format!("#{id} {kind} {subject}: {detail} (soldonce findings ack {id} --by NAME)"),
-        );
-    }
-    Ok(())
+    .await?)
 }

@@ -5,8 +5,8 @@
 //! `events` and repaired from it. A version already taken in a stream turns into
 //! `StoreError::Conflict`.
 
+use crate::statement::Statement;
 use crate::stream_copy::Message;
-use crate::write::Statement;
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use events::Metadata;

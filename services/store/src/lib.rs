@@ -8,17 +8,18 @@
 //!
 //! Layout:
 //! - `write.rs` — the one write path: `Changes` gathered, then `commit`
+//! - `statement.rs` — the write path's SQL builder: one statement of data-modifying CTEs, each fragment checked
 //! - `journal.rs` — events with their outbox rows, appended in one statement
 //! - `placing/` — placing orders, a whole group per transaction (coalesced reservations); a failing placement fails alone
-//! - `orders.rs` — the orders projection; transitions
+//! - `orders/` — transitions, the projection's SQL, rows read back, loads and history
 //! - `expiring.rs` — overdue reservations released on the database's clock, a bad row set aside
-//! - `shipments.rs` — the shipments projection; create, advance
+//! - `shipments/` — create, advance; the projection's SQL
 //! - `stock.rs` — bucket movements per SKU per batch, with the ledger
 //! - `catalog.rs` — products, prices, limits, receipts and adjustments
 //! - `idempotency.rs`, `inbox.rs`, `dead_letters.rs`, `retention.rs` — dedupe records and their purge
 //! - `outbox.rs` — what the relay claims, publishes and parks
 //! - `stream_copy.rs` — what the stream must hold, from `events`, for its repair and audit
-//! - `payments.rs`, `compensations.rs`, `reconcile.rs` — PSP facts, refunds owed, reconciliation state
+//! - `payments/`, `compensations.rs`, `reconcile.rs` — PSP facts, refunds owed, reconciliation state
 //! - `disputes.rs`, `findings.rs` — chargebacks recorded and shipments held; findings a person acknowledges
 //! - `accounts.rs` — accounts and bearer tokens
 //! - `replication.rs` — positive confirmation that a commit is on the synchronous standbys
@@ -27,14 +28,10 @@
 //! - `metric_help.rs` — what each metric the store records means
 //! - `connect.rs` — pools on one server or several (`DATABASE_URL` with a list of hosts), following the primary after a failover
 //! - `console.rs` — the operator console's figures, in one snapshot
-//! - `audit.rs`, `audit_money.rs` (the checks), `audit_delta.rs`, `audit_frontier.rs`, `audit_runs.rs` (the incremental audit and recorded runs), `projections.rs`, `rebuild.rs` (the projections rebuilt in batches beside live traffic), `replay.rs`, `order_counts.rs` — checks, rebuilds and reads for operators
+//! - `audit/` (the checks, the incremental audit and recorded runs), `projections.rs`, `rebuild.rs` (the projections rebuilt in batches beside live traffic), `replay.rs`, `order_counts.rs` — checks, rebuilds and reads for operators
 
 pub mod accounts;
 pub mod audit;
-mod audit_delta;
-mod audit_frontier;
-mod audit_money;
-mod audit_runs;
 pub mod captures;
 pub mod catalog;
 pub mod clock;
@@ -63,6 +60,7 @@ pub mod replay;
 pub mod replication;
 pub mod retention;
 pub mod shipments;
+mod statement;
 mod stock;
 pub mod stream_copy;
 pub mod timeouts;

@@ -18,7 +18,8 @@
 
 use crate::operator_refunds::{self, OperatorRefund};
 use crate::orders;
-use crate::write::{self, Changes, Written};
+use crate::statement::Written;
+use crate::write::{self, Changes};
 use crate::StoreError;
 use domain::operator::CANCEL_KEY;
 use domain::shipment::{self, ShipmentCommand};

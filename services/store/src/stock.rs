@@ -5,7 +5,7 @@
 //! ledger row per movement. A batch of several SKUs locks them in SKU order first, so two
 //! batches never deadlock.
 
-use crate::write::Statement;
+use crate::statement::Statement;
 use crate::StoreError;
 use domain::{Movement, Sku};
 use sqlx::PgConnection;

@@ -10,7 +10,8 @@
 
 use super::{GroupReport, Placement};
 use crate::idempotency::StoredResponse;
-use crate::write::{Changes, Statement, Written};
+use crate::statement::{Statement, Written};
+use crate::write::Changes;
 use crate::StoreError;
 use sqlx::PgConnection;
 

@@ -4,7 +4,7 @@
 
 use super::Placement;
 use crate::idempotency::{self, Claim, KeyedRequest, StoredResponse};
-use crate::write::Statement;
+use crate::statement::Statement;
 use crate::StoreError;
 use sqlx::PgConnection;
 use uuid::Uuid;

@@ -30,7 +30,7 @@ mod isolate;
 mod keys;
 
 use crate::idempotency::{Claim, KeyedRequest, StoredResponse};
-use crate::write::Written;
+use crate::statement::Written;
 use crate::StoreError;
 use domain::{Event, Order, Sku};
 use events::Metadata;

@@ -3,7 +3,8 @@
 //! without running another, and the incremental audit knows when the last
 //! full pass was. Runs older than [`KEEP_DAYS`] are purged as runs are added.
 
-use crate::audit::{Audit, AuditKind};
+use super::delta::Checkpoint;
+use super::report::{AuditKind, AuditReport};
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -32,6 +33,16 @@ pub struct RecordedAudit {
     pub checks: BTreeMap<String, u64>,
     /// The first violations, each `{check, subject, detail}`.
     pub violations: serde_json::Value,
+}
+
+/// An audit done, to be [recorded](Audit::record).
+#[derive(Debug)]
+pub struct Audit {
+    pub report: AuditReport,
+    pub(crate) started_at: chrono::DateTime<chrono::Utc>,
+    pub(crate) seconds: f64,
+    /// Where this run leaves the next incremental one.
+    pub(crate) checkpoint: Checkpoint,
 }
 
 impl Audit {
@@ -66,8 +77,7 @@ impl Audit {
             .execute(&mut *tx)
             .await?;
         let stored =
-            crate::audit_delta::save(&mut tx, report.kind, &self.checkpoint, self.started_at)
-                .await?;
+            super::delta::save(&mut tx, report.kind, &self.checkpoint, self.started_at).await?;
         if !stored {
             tracing::debug!("another audit stored a newer checkpoint; this run's is dropped");
         }

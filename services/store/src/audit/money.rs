@@ -4,7 +4,7 @@
 //! last reconciliation against the PSP's own books found nothing it could
 //! not repair.
 
-use crate::audit::{AuditOptions, AuditReport};
+use super::report::{AuditOptions, AuditReport};
 use crate::StoreError;
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -197,5 +197,21 @@ pub(crate) async fn check_open(
     for (kind, subject, detail) in findings {
         report.flag("reconciliation", subject, format!("{kind}: {detail}"));
     }
-    crate::findings::check_open(conn, report).await
+    check_findings(conn, report).await
+}
+
+/// Every finding not acknowledged, named by its order.
+async fn check_findings(
+    conn: &mut PgConnection,
+    report: &mut AuditReport,
+) -> Result<(), StoreError> {
+    for (id, kind, order, subject, detail) in crate::findings::open_unacknowledged(conn).await? {
+        let order = order.map_or_else(|| subject.clone(), |o| o.to_string());
+        report.flag(
+            "finding",
+            order,
+            format!("#{id} {kind} {subject}: {detail} (soldonce findings ack {id} --by NAME)"),
+        );
+    }
+    Ok(())
 }

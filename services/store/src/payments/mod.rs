@@ -5,15 +5,32 @@
 //! of it recorded as a compensation (`refund`). The decision is made once;
 //! the `payments` primary key serialises two deciders and a trigger keeps it
 //! final, so no later fact can confirm on a refunded payment or the reverse.
+//!
+//! Layout:
+//! - `mod.rs` — the facts learned, one or a batch, and what is already known
+//! - `fact.rs` — what the PSP reported, which path heard it, what became of it
+//! - `rows.rs` — the `payments` rows a batch records
+//! - `extension.rs` — how long a buyer's 3-D Secure action extends a reservation
 
 use crate::orders::{self, Waiting};
-use crate::write::{Changes, Statement, Written};
+use crate::statement::{Statement, Written};
+use crate::write::Changes;
 use crate::StoreError;
-use domain::{Command, Event, Order, PaidFact, PspStatus, RefundReason};
+use domain::{Command, Event, Order, PaidFact, PspStatus};
 use events::Metadata;
 use sqlx::{PgConnection, PgPool};
 use std::collections::{HashMap, HashSet};
 use uuid::Uuid;
+
+mod extension;
+mod fact;
+mod rows;
+
+pub use extension::{action_extension_setting, set_action_extension};
+pub use fact::{Learned, PaymentFact, Source};
+
+use extension::action_extension;
+use rows::{Disposition, NewPayments};
 
 /// The payment id of a free order's settlement: no PSP holds it.
 pub const FREE_PREFIX: &str = "free:";
@@ -33,106 +50,6 @@ pub fn own_order(reference: Option<&str>, idempotency_key: Option<&str>) -> Opti
         .parse::<Uuid>()
         .ok()?;
     (key_names == order).then_some(order)
-}
-
-/// How long a reservation is extended, once, for a buyer's 3-D Secure
-/// action: `ACTION_EXTENSION` as the service read it at start (10 minutes
-/// unless set; at most [`domain::action::MAX_EXTENSION`]).
-static ACTION_EXTENSION: std::sync::OnceLock<chrono::Duration> = std::sync::OnceLock::new();
-
-/// Reads `ACTION_EXTENSION` (default 10 minutes, at most an hour): the
-/// payment worker and checkout both learn of buyers' challenges, so both
-/// read it alike.
-pub fn action_extension_setting() -> Result<std::time::Duration, platform::config::ConfigError> {
-    let setting = platform::config::var(
-        "ACTION_EXTENSION",
-        "how much longer a reservation lasts, once, while the buyer completes a 3-D Secure challenge (at most 1h)",
-    );
-    let d = setting.duration(std::time::Duration::from_secs(600))?;
-    if d > std::time::Duration::from_secs(3600) {
-        return Err(platform::config::ConfigError::new(
-            setting.name(),
-            "must be at most 1h",
-        ));
-    }
-    Ok(d)
-}
-
-/// Sets the action extension for this process (once, at start).
-pub fn set_action_extension(extension: std::time::Duration) {
-    let extension = chrono::Duration::from_std(extension)
-        .unwrap_or(domain::action::MAX_EXTENSION)
-        .min(domain::action::MAX_EXTENSION);
-    let _ = ACTION_EXTENSION.set(extension);
-}
-
-fn action_extension() -> chrono::Duration {
-    *ACTION_EXTENSION.get_or_init(|| chrono::Duration::minutes(10))
-}
-
-/// Which path learned a fact.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    Worker,
-    Webhook,
-    Lookup,
-    Reconcile,
-    /// A free order, settled without a PSP.
-    Free,
-}
-
-impl Source {
-    /// The column and metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Source::Worker => "worker",
-            Source::Webhook => "webhook",
-            Source::Lookup => "lookup",
-            Source::Reconcile => "reconcile",
-            Source::Free => "free",
-        }
-    }
-}
-
-/// What the PSP reported about one payment.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PaymentFact {
-    pub payment_id: String,
-    /// The order soldonce made the payment for ([`own_order`]); `None` for
-    /// a payment soldonce did not make.
-    pub order_id: Option<Uuid>,
-    pub status: PspStatus,
-    pub amount_minor: i64,
-    pub currency: String,
-    pub failure_reason: Option<String>,
-    /// The buyer left the payment's 3-D Secure challenge unfinished (the
-    /// PSP canceled it, reason `abandoned`): its order expires.
-    pub abandoned: bool,
-    /// Where the buyer must act, for a payment that `requires_action`.
-    pub next_action_url: Option<String>,
-}
-
-/// What became of a fact.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Learned {
-    /// The order is confirmed on the payment (`reclaimed`: an expired order's units were taken back).
-    Confirmed { order: Order, reclaimed: bool },
-    /// The payment is to be refunded; the compensation is recorded.
-    RefundDecided(RefundReason),
-    /// A definite failure declined the order.
-    Declined(Order),
-    /// Nothing new: the payment's disposition was decided before, the
-    /// failure no longer applies, or a free order's settlement came after
-    /// its order ended (no money to give back).
-    AlreadyKnown,
-    /// Not a clear answer: ask the PSP again by key. Nothing was changed.
-    Unknown(String),
-    /// The payment waits for the buyer's action (3-D Secure); the order
-    /// waits with it (its reservation extended once, if this is news).
-    AwaitingAction,
-    /// Not soldonce's payment: made without its key, or for an order it
-    /// does not hold. Nothing was recorded; it is never refunded.
-    Foreign,
 }
 
 /// Applies `fact` inside the caller's transaction, which the caller commits.
@@ -395,96 +312,6 @@ fn decide(order: &Order, command: Command) -> Result<Vec<Event>, StoreError> {
     domain::decide(Some(order), command)
         .map_err(|e| StoreError::Corrupt(format!("order {}: {e}", order.id)))
 }
-
-enum Disposition {
-    Attached,
-    /// Refunded, or voided (`true`) when only authorized.
-    Refund(RefundReason, bool),
-}
-
-/// Payments to record, one row each, inserted in one statement.
-#[derive(Default)]
-struct NewPayments<'a> {
-    ids: Vec<&'a str>,
-    orders: Vec<Option<Uuid>>,
-    amounts: Vec<i64>,
-    currencies: Vec<&'a str>,
-    dispositions: Vec<&'static str>,
-    reasons: Vec<Option<&'static str>>,
-    sources: Vec<&'static str>,
-    methods: Vec<&'static str>,
-}
-
-impl<'a> NewPayments<'a> {
-    fn push(
-        &mut self,
-        fact: &'a PaymentFact,
-        order_id: Option<Uuid>,
-        disposition: Disposition,
-        source: Source,
-    ) {
-        let (disposition, reason, method) = match disposition {
-            Disposition::Attached => ("attached", None, "refund"),
-            Disposition::Refund(reason, void) => (
-                "refund",
-                Some(reason.as_str()),
-                if void { "void" } else { "refund" },
-            ),
-        };
-        self.ids.push(&fact.payment_id);
-        self.orders.push(order_id);
-        self.amounts.push(fact.amount_minor);
-        self.currencies.push(&fact.currency);
-        self.dispositions.push(disposition);
-        self.reasons.push(reason);
-        self.sources.push(source.as_str());
-        self.methods.push(method);
-    }
-
-    /// Inserts the rows, as the first fragment of `statement`; returns the
-    /// index of what it returns ([`Statement::returning`]), `None` when there
-    /// is nothing to insert.
-    fn insert_into<'q>(
-        &'q self,
-        statement: &mut Statement<'q>,
-    ) -> Result<Option<usize>, StoreError> {
-        if self.ids.is_empty() {
-            return Ok(None);
-        }
-        let s = statement;
-        let (ids, orders, amounts) = (
-            s.bind(&self.ids)?,
-            s.bind(&self.orders)?,
-            s.bind(&self.amounts)?,
-        );
-        let (currencies, dispositions) = (s.bind(&self.currencies)?, s.bind(&self.dispositions)?);
-        let (reasons, sources) = (s.bind(&self.reasons)?, s.bind(&self.sources)?);
-        let methods = s.bind(&self.methods)?;
-        s.cte(
-            "recorded",
-            &format!(
-                "INSERT INTO payments (payment_id, order_id, amount_minor, currency, disposition, reason, learned_from, refund_state, next_attempt_at, refund_method) \
-                 SELECT p, o, a, c, d, r, s, CASE WHEN d = 'refund' THEN 'pending' END, CASE WHEN d = 'refund' THEN now() END, m \
-                 FROM unnest({ids}::text[], {orders}::uuid[], {amounts}::bigint[], {currencies}::text[], {dispositions}::text[], {reasons}::text[], {sources}::text[], {methods}::text[]) AS t(p, o, a, c, d, r, s, m) \
-                 ON CONFLICT DO NOTHING RETURNING payment_id"
-            ),
-        );
-        Ok(Some(s.returning("recorded")))
-    }
-
-    /// The payment ids another decider recorded first: those the insert did not return.
-    fn lost(&self, inserted: Option<&Vec<String>>) -> HashSet<&'a str> {
-        let inserted: HashSet<&str> = inserted
-            .map(|ids| ids.iter().map(String::as_str).collect())
-            .unwrap_or_default();
-        self.ids
-            .iter()
-            .copied()
-            .filter(|id| !inserted.contains(id))
-            .collect()
-    }
-}
-
 /// Which of `payment_ids` are already recorded (attached to their order, or
 /// owed a refund). A recorded payment's disposition is final, so every later
 /// report of its success is already known; a plain read, no lock. One

@@ -8,8 +8,8 @@
 //! `reserved`/`sold` equalities without reading the orders that did not
 //! change.
 
-use crate::audit::{AuditKind, AuditOptions, AuditReport};
-use crate::audit_frontier::Frontier;
+use super::frontier::Frontier;
+use super::report::{AuditKind, AuditOptions, AuditReport};
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;

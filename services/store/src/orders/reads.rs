@@ -1,0 +1,189 @@
+//! Orders read from the projection: one, many, locked, streamed, an
+//! account's pages.
+
+use super::row::{select_orders, OrderRow, SELECT_ORDER};
+use crate::StoreError;
+use domain::{Event, Order};
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+/// Age in seconds of the oldest reservation still waiting for payment.
+pub async fn oldest_pending_seconds(pool: &PgPool) -> Result<f64, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 FROM orders WHERE state = 'payment_pending'",
+    )
+    .fetch_one(pool)
+    .await?)
+}
+
+/// Whether a writer waits for the rows another writer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waiting {
+    /// Until the holder commits (every path's default).
+    Wait,
+    /// Not at all: a row held elsewhere is `StoreError::Busy`.
+    NoWait,
+}
+
+/// The orders with these ids, locked for update (in id order); with
+/// [`Waiting::NoWait`], `StoreError::Busy` naming the first id when any of
+/// the rows is held by another writer.
+pub(crate) async fn load_many_locking(
+    conn: &mut PgConnection,
+    ids: &[Uuid],
+    waiting: Waiting,
+) -> Result<Vec<Order>, StoreError> {
+    const WAIT: &str = concat!(
+        select_orders!(),
+        " WHERE o.id = ANY($1) ORDER BY o.id FOR UPDATE OF o"
+    );
+    const NO_WAIT: &str = concat!(
+        select_orders!(),
+        " WHERE o.id = ANY($1) ORDER BY o.id FOR UPDATE OF o NOWAIT"
+    );
+    let sql = match waiting {
+        Waiting::Wait => WAIT,
+        Waiting::NoWait => NO_WAIT,
+    };
+    let rows: Result<Vec<OrderRow>, sqlx::Error> =
+        sqlx::query_as(sql).bind(ids).fetch_all(&mut *conn).await;
+    let rows = match rows {
+        // lock_not_available: another writer holds one of the rows.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => {
+            return Err(StoreError::Busy(ids.first().copied().unwrap_or_default()))
+        }
+        other => other?,
+    };
+    rows.into_iter().map(Order::try_from).collect()
+}
+
+/// Every order of the projection, streamed.
+pub fn stream_all(pool: &PgPool) -> impl futures::Stream<Item = Result<Order, StoreError>> + '_ {
+    use futures::StreamExt;
+    sqlx::query_as::<_, OrderRow>(select_orders!())
+        .fetch(pool)
+        .map(|r| r.map_err(StoreError::from).and_then(Order::try_from))
+}
+
+/// Every projection row (or those of `only`) with its events in recorded
+/// order, streamed in one query (each row's events aggregated beside it),
+/// for the audit.
+pub(crate) fn stream_with_history<'a>(
+    conn: &'a mut PgConnection,
+    only: Option<&'a [Uuid]>,
+) -> impl futures::Stream<Item = Result<(Order, Vec<Event>), StoreError>> + 'a {
+    use futures::StreamExt;
+    #[derive(sqlx::FromRow)]
+    struct WithHistory {
+        #[sqlx(flatten)]
+        row: OrderRow,
+        history: serde_json::Value,
+    }
+    const SQL: &str = concat!(
+        "SELECT x.*, (SELECT coalesce(jsonb_agg(jsonb_build_array(e.type, e.data) ORDER BY e.version), '[]') \
+            FROM events e WHERE e.stream_id = x.id) AS history FROM (",
+        select_orders!(),
+        ") x"
+    );
+    const SOME: &str = concat!(
+        "SELECT x.*, (SELECT coalesce(jsonb_agg(jsonb_build_array(e.type, e.data) ORDER BY e.version), '[]') \
+            FROM events e WHERE e.stream_id = x.id) AS history FROM (",
+        select_orders!(),
+        " WHERE o.id = ANY($1)) x"
+    );
+    let rows = match only {
+        None => sqlx::query_as::<_, WithHistory>(SQL).fetch(conn),
+        Some(ids) => sqlx::query_as::<_, WithHistory>(SOME).bind(ids).fetch(conn),
+    };
+    rows.map(|r| {
+        let r = r?;
+        let id = r.row.id;
+        let parts: Vec<(String, serde_json::Value)> = serde_json::from_value(r.history)
+            .map_err(|e| StoreError::Corrupt(format!("events of {id}: {e}")))?;
+        let events = parts
+            .into_iter()
+            .map(|(t, data)| Event::from_parts(&t, data))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StoreError::Corrupt(format!("event of {id}: {e}")))?;
+        Ok((Order::try_from(r.row)?, events))
+    })
+}
+
+/// The orders of `ids` that exist, in no particular order, read in one
+/// query without locks.
+pub async fn load_many(pool: &PgPool, ids: &[Uuid]) -> Result<Vec<Order>, StoreError> {
+    let rows: Vec<OrderRow> = sqlx::query_as(concat!(select_orders!(), " WHERE o.id = ANY($1)"))
+        .bind(ids)
+        .fetch_all(pool)
+        .await?;
+    rows.into_iter().map(Order::try_from).collect()
+}
+
+/// Where a page of an account's orders ends: the last order's creation time
+/// and id (orders are listed newest first, ties by id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageEnd {
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub id: Uuid,
+}
+
+/// Up to `limit` of `account`'s orders, newest first, after `after` (a
+/// keyset page: an order placed meanwhile never shifts a later page), and
+/// where the page ends when more may follow.
+pub async fn list_for_account(
+    pool: &PgPool,
+    account: Uuid,
+    after: Option<PageEnd>,
+    limit: i64,
+) -> Result<(Vec<Order>, Option<PageEnd>), StoreError> {
+    let rows: Vec<OrderRow> = sqlx::query_as(concat!(
+        select_orders!(),
+        " WHERE o.account_id = $1 AND ($2::timestamptz IS NULL OR (o.created_at, o.id) < ($2, $3)) \
+         ORDER BY o.created_at DESC, o.id DESC LIMIT $4"
+    ))
+    .bind(account)
+    .bind(after.map(|a| a.created_at))
+    .bind(after.map(|a| a.id))
+    .bind(limit + 1)
+    .fetch_all(pool)
+    .await?;
+    let more = rows.len() as i64 > limit;
+    let orders = rows
+        .into_iter()
+        .take(usize::try_from(limit).unwrap_or(0))
+        .map(Order::try_from)
+        .collect::<Result<Vec<_>, _>>()?;
+    let end = orders.last().filter(|_| more).map(|o| PageEnd {
+        created_at: o.created_at,
+        id: o.id,
+    });
+    Ok((orders, end))
+}
+
+/// The order as the projection holds it; `account` scopes the lookup.
+pub async fn load(
+    pool: &PgPool,
+    order_id: Uuid,
+    account: Option<Uuid>,
+) -> Result<Option<Order>, StoreError> {
+    let row: Option<OrderRow> = sqlx::query_as(SELECT_ORDER)
+        .bind(order_id)
+        .bind(account)
+        .fetch_optional(pool)
+        .await?;
+    row.map(Order::try_from).transpose()
+}
+
+pub(crate) async fn load_locked(
+    conn: &mut PgConnection,
+    order_id: Uuid,
+    account: Option<Uuid>,
+) -> Result<Option<Order>, StoreError> {
+    let sql = format!("{SELECT_ORDER} FOR UPDATE OF o");
+    let row: Option<OrderRow> = sqlx::query_as(&sql)
+        .bind(order_id)
+        .bind(account)
+        .fetch_optional(&mut *conn)
+        .await?;
+    row.map(Order::try_from).transpose()
+}
