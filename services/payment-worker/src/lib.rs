@@ -12,7 +12,7 @@
 //! Layout:
 //! - `lib.rs` — settings and wiring
 //! - `handler.rs` — `order.placed`: charge once, learn the answer
-//! - `psp.rs` — the PSP client (keys, retries, lookups)
+//! - `psp/` — the PSP client (keys, retries, lookups); `psp/replies.rs` what the provider answers
 //! - `compensate.rs` — refunds and voids owed, carried out until the PSP confirms them
 //! - `capture.rs` — captures owed (an authorized order shipped), likewise
 //! - `operator_refund.rs` — refunds operators asked for, likewise
