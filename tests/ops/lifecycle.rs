@@ -140,7 +140,8 @@ async fn sigterm_to_each_service_in_turn_during_load_loses_no_order_and_no_event
                 .count(
                     "SELECT (SELECT count(*) FROM orders WHERE state = 'payment_pending') + (SELECT count(*) FROM outbox) \
                           + (SELECT count(*) FROM orders o WHERE o.state = 'confirmed' AND NOT EXISTS \
-                               (SELECT 1 FROM shipments s WHERE s.order_id = o.id AND s.state = 'delivered'))",
+                               (SELECT 1 FROM shipments s WHERE s.order_id = o.id AND s.state = 'delivered')) \
+                          + (SELECT count(*) FROM orders WHERE capture IN ('authorized', 'decided'))",
                 )
                 .await;
             let events = app.count("SELECT count(*) FROM events").await;
