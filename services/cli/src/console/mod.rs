@@ -107,7 +107,7 @@ pub async fn run(args: ConsoleArgs) -> Result<std::process::ExitCode, CliError> 
             "CONSOLE_TOKEN must be set to an operator token of at least {MIN_TOKEN} characters"
         )));
     }
-    let pool = crate::admin::pool().await?;
+    let pool = crate::database::pool().await?;
     let js = match std::env::var("NATS_URL").ok().filter(|u| !u.is_empty()) {
         Some(url) => Some(bus::connect(&url).await.context("connecting to NATS_URL")?),
         None => None,
