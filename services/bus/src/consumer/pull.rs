@@ -1,9 +1,9 @@
 //! Pulling: the durable consumer on the stream, its messages taken in
 //! batches and opened into deliveries, and the lag it reports.
 
+use super::handler::{ConsumerSpec, Delivery, Handler};
 use super::record::{handle, recorder, Job};
-use super::settle::{dead_letter, duplicate};
-use super::{ConsumerSpec, Delivery, Handler, InHand};
+use super::settle::{dead_letter, duplicate, InHand};
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use events::{CloudEvent, Inbox};
 use futures::{FutureExt, StreamExt};

@@ -1,8 +1,8 @@
 //! Recording: a batch prepared at once, each prepared message recorded by
 //! the consumer's recorders in one transaction with its inbox rows.
 
-use super::settle::settle;
-use super::{ConsumerSpec, Delivery, HandleError, Handler, InHand};
+use super::handler::{ConsumerSpec, Delivery, HandleError, Handler};
+use super::settle::{settle, InHand};
 use events::Inbox;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};

@@ -1,9 +1,21 @@
 //! Settling: acking a message once recorded, retrying it later (`Nak`
 //! with backoff), or dead-lettering it.
 
-use super::{ConsumerSpec, HandleError, InHand};
+use super::handler::{ConsumerSpec, Delivery, HandleError};
 use async_nats::jetstream::{self, AckKind};
 use events::{DeadLetter, Inbox};
+use platform::otel::Hop;
+use std::sync::Arc;
+
+/// A message in a batch, with its delivery once the envelope is valid.
+pub(super) struct InHand {
+    pub(super) message: jetstream::Message,
+    pub(super) seq: u64,
+    pub(super) delivery: Arc<Delivery>,
+    /// The consumer span (recorded when the message leaves the hand); the
+    /// delivery's `traceparent` names it, so what the handler writes continues it.
+    pub(super) hop: Option<std::sync::Mutex<Hop>>,
+}
 
 /// Acks, retries or dead-letters one message by its outcome.
 pub(super) async fn settle<I: Inbox>(
