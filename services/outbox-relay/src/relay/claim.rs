@@ -1,7 +1,8 @@
 //! Claiming: a batch of outbox rows taken in a transaction of its own, and
 //! held back until no failover could take them back.
 
-use super::{seconds_between, Relay};
+use super::lag::seconds_between;
+use super::Relay;
 use sqlx::{Postgres, Transaction};
 use store::outbox::OutboxRow;
 

@@ -10,10 +10,11 @@
 //! are deleted all the same, so one failing row never holds the others.
 //!
 //! Its parts: the lanes and their wake-ups here; a batch's steps in
-//! `claim.rs`, `publish.rs` and `settle.rs`; the backlog gauges and the
-//! outbox's vacuum in `upkeep.rs`.
+//! `claim.rs`, `publish.rs` and `settle.rs`, timed by `lag.rs`; the backlog
+//! gauges and the outbox's vacuum in `upkeep.rs`.
 
 mod claim;
+mod lag;
 mod publish;
 mod settle;
 mod upkeep;
@@ -238,12 +239,6 @@ impl Relay {
         let sent = publish::publish(&self.js, &rows).await;
         self.settle(tx, &rows, floor, sent).await
     }
-}
-
-/// Seconds from `from` to `to`, never negative (the two clocks are the
-/// database's and this process's: on one machine, one clock).
-fn seconds_between(from: chrono::DateTime<chrono::Utc>, to: chrono::DateTime<chrono::Utc>) -> f64 {
-    ((to - from).num_microseconds().unwrap_or(0) as f64 / 1e6).max(0.0)
 }
 
 async fn listen(pool: &PgPool) -> Option<PgListener> {

@@ -2,7 +2,7 @@
 //! `Nats-Msg-Id`, and every PubAck awaited; a row that can never be
 //! published is set apart to be parked.
 
-use super::seconds_between;
+use super::lag::seconds_between;
 use crate::poison::{self, Poison};
 use async_nats::jetstream::{self, context::PublishAckFuture, message::PublishMessage};
 use platform::otel::{Hop, Kind};
