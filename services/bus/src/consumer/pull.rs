@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch, AcquireError, OwnedSemaphorePermit, Semaphore};
 use uuid::Uuid;
 
 /// Creates (or updates) the durable consumer on the stream. Beside its own
@@ -86,21 +86,8 @@ pub async fn run<H: Handler>(
                 continue;
             }
         };
-        let mut held = vec![permits.clone().acquire_owned().await?];
-        let mut batch = vec![first];
-        // The batch is what the pull has already buffered, up to the limit.
-        while batch.len() < spec.batch_size.max(1) {
-            let Ok(permit) = permits.clone().try_acquire_owned() else {
-                break;
-            };
-            match messages.next().now_or_never() {
-                Some(Some(Ok(m))) => {
-                    held.push(permit);
-                    batch.push(m);
-                }
-                _ => break,
-            }
-        }
+        let (batch, held) =
+            take_batch(first, &mut messages, &permits, spec.batch_size.max(1)).await?;
         let (inbox, spec, handler, to_record) = (
             inbox.clone(),
             spec.clone(),
@@ -129,6 +116,33 @@ pub async fn run<H: Handler>(
         );
     }
     Ok(())
+}
+
+/// A batch starting with `first`, each message with the permit it holds:
+/// `first` waits for its permit; the rest is what the pull has already
+/// buffered, up to `most` messages.
+async fn take_batch(
+    first: jetstream::Message,
+    messages: &mut pull::Stream,
+    permits: &Arc<Semaphore>,
+    most: usize,
+) -> Result<(Vec<jetstream::Message>, Vec<OwnedSemaphorePermit>), AcquireError> {
+    let mut held = vec![permits.clone().acquire_owned().await?];
+    let mut batch = vec![first];
+    // The batch is what the pull has already buffered, up to the limit.
+    while batch.len() < most {
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            break;
+        };
+        match messages.next().now_or_never() {
+            Some(Some(Ok(m))) => {
+                held.push(permit);
+                batch.push(m);
+            }
+            _ => break,
+        }
+    }
+    Ok((batch, held))
 }
 
 /// How often the consumer's lag is read from JetStream.
@@ -178,78 +192,9 @@ async fn process<H: Handler>(
     let mut hand = Vec::with_capacity(batch.len());
     let mut ids = HashSet::new();
     for message in batch {
-        let (seq, delivered, published_ns) = message
-            .info()
-            .map(|i| {
-                (
-                    i.stream_sequence,
-                    i.delivered,
-                    i128::from(i.published.timestamp_nanos_opt().unwrap_or(0)),
-                )
-            })
-            .unwrap_or((0, 1, 0));
-        let event: CloudEvent = match serde_json::from_slice(&message.payload) {
-            Ok(e) => e,
-            Err(e) => {
-                let reason = format!("invalid envelope: {e}");
-                dead_letter(inbox, spec, &message, seq, &reason).await;
-                continue;
-            }
-        };
-        if !spec.types.iter().any(|t| t == &event.event_type) {
-            let reason = format!("unknown event type or version {}", event.event_type);
-            dead_letter(inbox, spec, &message, seq, &reason).await;
-            continue;
+        if let Some(h) = open(inbox, spec, message, &mut ids).await {
+            hand.push(h);
         }
-        // The same event twice in one batch: the first one's effect is the only one.
-        if !ids.insert(event.id) {
-            duplicate(spec, &message).await;
-            continue;
-        }
-        // The stage before this one: from the stream's PubAck to the handler's start.
-        if published_ns > 0 && delivered == 1 {
-            let now_ns = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as i128)
-                .unwrap_or(0);
-            metrics::histogram!("soldonce_consumer_wait_seconds", "consumer" => spec.name.clone())
-                .record((now_ns - published_ns).max(0) as f64 / 1e9);
-        }
-        let header = |name: &str| {
-            message
-                .headers
-                .as_ref()
-                .and_then(|h| h.get(name))
-                .map(|v| v.as_str().to_owned())
-        };
-        let tracestate = platform::trace::tracestate(header("tracestate").as_deref());
-        let hop = header("traceparent")
-            .and_then(|v| platform::trace::TraceParent::parse(&v))
-            .map(|parent| {
-                let mut hop = Hop::start(
-                    Kind::Consumer,
-                    format!("process {}", message.subject),
-                    Some(parent),
-                )
-                .with_tracestate(tracestate.clone());
-                hop.attribute("messaging.system", "nats");
-                hop.attribute("messaging.consumer.group.name", spec.name.clone());
-                hop.attribute("messaging.message.id", event.id.to_string());
-                hop.attribute("messaging.message.delivery_count", delivered);
-                hop
-            });
-        let traceparent = hop.as_ref().map(|h| h.traceparent().to_string());
-        hand.push(InHand {
-            message,
-            seq,
-            delivery: Arc::new(Delivery {
-                event,
-                delivered,
-                traceparent,
-                tracestate,
-            }),
-            hop: hop.map(std::sync::Mutex::new),
-        });
     }
     if hand.is_empty() {
         return;
@@ -283,4 +228,88 @@ async fn process<H: Handler>(
             }
         }
     }
+}
+
+/// Opens one message of a batch into a delivery in hand, recording its wait
+/// and starting its consumer span; `None` once it is dead-lettered (an
+/// invalid envelope, a type this consumer does not know) or acked as the
+/// same event as one earlier in its batch (`ids`).
+async fn open<I: Inbox>(
+    inbox: &I,
+    spec: &ConsumerSpec,
+    message: jetstream::Message,
+    ids: &mut HashSet<Uuid>,
+) -> Option<InHand> {
+    let (seq, delivered, published_ns) = message
+        .info()
+        .map(|i| {
+            (
+                i.stream_sequence,
+                i.delivered,
+                i128::from(i.published.timestamp_nanos_opt().unwrap_or(0)),
+            )
+        })
+        .unwrap_or((0, 1, 0));
+    let event: CloudEvent = match serde_json::from_slice(&message.payload) {
+        Ok(e) => e,
+        Err(e) => {
+            let reason = format!("invalid envelope: {e}");
+            dead_letter(inbox, spec, &message, seq, &reason).await;
+            return None;
+        }
+    };
+    if !spec.types.iter().any(|t| t == &event.event_type) {
+        let reason = format!("unknown event type or version {}", event.event_type);
+        dead_letter(inbox, spec, &message, seq, &reason).await;
+        return None;
+    }
+    // The same event twice in one batch: the first one's effect is the only one.
+    if !ids.insert(event.id) {
+        duplicate(spec, &message).await;
+        return None;
+    }
+    // The stage before this one: from the stream's PubAck to the handler's start.
+    if published_ns > 0 && delivered == 1 {
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as i128)
+            .unwrap_or(0);
+        metrics::histogram!("soldonce_consumer_wait_seconds", "consumer" => spec.name.clone())
+            .record((now_ns - published_ns).max(0) as f64 / 1e9);
+    }
+    let header = |name: &str| {
+        message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(name))
+            .map(|v| v.as_str().to_owned())
+    };
+    let tracestate = platform::trace::tracestate(header("tracestate").as_deref());
+    let hop = header("traceparent")
+        .and_then(|v| platform::trace::TraceParent::parse(&v))
+        .map(|parent| {
+            let mut hop = Hop::start(
+                Kind::Consumer,
+                format!("process {}", message.subject),
+                Some(parent),
+            )
+            .with_tracestate(tracestate.clone());
+            hop.attribute("messaging.system", "nats");
+            hop.attribute("messaging.consumer.group.name", spec.name.clone());
+            hop.attribute("messaging.message.id", event.id.to_string());
+            hop.attribute("messaging.message.delivery_count", delivered);
+            hop
+        });
+    let traceparent = hop.as_ref().map(|h| h.traceparent().to_string());
+    Some(InHand {
+        message,
+        seq,
+        delivery: Arc::new(Delivery {
+            event,
+            delivered,
+            traceparent,
+            tracestate,
+        }),
+        hop: hop.map(std::sync::Mutex::new),
+    })
 }
