@@ -8,7 +8,9 @@
 //!
 //! Layout:
 //! - `lib.rs` — the stream's topology, connecting, NATS readiness
-//! - `consumer.rs` — the consumer runtime: pull, dedupe through an `events::Inbox`, ack, retry, dead letters
+//! - `consumer/` — the consumer runtime: pull, dedupe through an `events::Inbox`, ack, retry, dead letters
+//!   (`handler.rs` what a consuming service implements, `pull.rs` the pull and its batches,
+//!   `record.rs` the transactions, `settle.rs` ack, retry, dead letter)
 //! - `repair.rs` — the stream compared with `events` (the authority), and what it lost republished
 //! - `metric_help.rs` — what each metric it records means
 //! - `redrive.rs` — dead letters sent again to the consumer that gave up on them

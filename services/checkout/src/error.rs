@@ -272,7 +272,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = if self.is_remembered() {
             // Rendered from its stored form, so a replay repeats it byte for byte.
-            crate::place::stored_response(&self.to_stored(), false)
+            crate::reply::stored_response(&self.to_stored(), false)
         } else {
             self.problem().into_response()
         };

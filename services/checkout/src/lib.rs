@@ -6,9 +6,11 @@
 //! Layout:
 //! - `lib.rs` — settings, the router, the run
 //! - `place.rs` — `POST /v1/orders`: a request checked, then placed with its group
+//! - `reply.rs` — a stored answer rendered as its response (placed, replayed, refused)
 //! - `coalesce.rs` — gathering concurrent placements into groups (lanes)
 //! - `orders.rs` — reading and cancelling an order
 //! - `webhooks.rs` — the PSP's signed webhooks
+//! - `webhook_payload.rs` — a webhook's body read: the payment fact or dispute it reports
 //! - `disputes.rs` — `dispute.created`: recorded on the order, its shipment held, a finding opened
 //! - `known.rs` — whether webhooks' payments are recorded, many asked in one statement
 //! - `request.rs` — parsing and validating an order request
@@ -32,10 +34,12 @@ pub mod limits;
 mod logging;
 mod orders;
 mod place;
+mod reply;
 // Public for the property tests in tests/fuzz only; not an API.
 #[doc(hidden)]
 pub mod request;
 mod view;
+mod webhook_payload;
 mod webhook_slots;
 // Public for the property tests in tests/fuzz only; not an API.
 #[doc(hidden)]

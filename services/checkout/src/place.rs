@@ -7,14 +7,15 @@
 use crate::auth::Account;
 use crate::error::ApiError;
 use crate::logging::RequestTrace;
+use crate::reply::stored_response;
 use crate::request::{self, OrderRequest};
 use crate::view::OrderView;
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use domain::{Command, Money, PlaceOrder};
 use events::Metadata;
 use sqlx::PgPool;
@@ -283,27 +284,4 @@ fn claim_response(claim: Claim) -> Answer {
         Claim::InFlight => Err(ApiError::KeyInFlight),
         Claim::Mismatch => Err(ApiError::KeyReused),
     }
-}
-
-/// Renders a stored answer: its status, body and, for an order, Location.
-pub(crate) fn stored_response(stored: &StoredResponse, replayed: bool) -> Response {
-    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let content_type = if status.is_success() {
-        "application/json"
-    } else {
-        "application/problem+json"
-    };
-    let mut response =
-        (status, serde_json::to_vec(&stored.body).unwrap_or_default()).into_response();
-    let h = response.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    if let Some(id) = stored.order_id.filter(|_| status.is_success()) {
-        if let Ok(location) = HeaderValue::from_str(&format!("/v1/orders/{id}")) {
-            h.insert(header::LOCATION, location);
-        }
-    }
-    if replayed {
-        h.insert("idempotent-replayed", HeaderValue::from_static("true"));
-    }
-    response
 }

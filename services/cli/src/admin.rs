@@ -1,11 +1,11 @@
 //! Migrations, stock, accounts, projections and the audit.
 
+use crate::database::pool;
 use crate::output::Output;
 use crate::CliError;
 use anyhow::Context;
 use clap::Subcommand;
 use domain::Sku;
-use sqlx::PgPool;
 use std::process::ExitCode;
 use store::catalog::{CatalogError, StockRow};
 
@@ -67,14 +67,6 @@ pub enum AccountCommand {
         /// The account's id.
         account: String,
     },
-}
-
-/// Connects using DATABASE_URL.
-pub async fn pool() -> Result<PgPool, CliError> {
-    let url = platform::config::database_url().map_err(|e| CliError::Usage(e.to_string()))?;
-    Ok(store::connect(&url, 4)
-        .await
-        .context("connecting to DATABASE_URL")?)
 }
 
 pub(crate) fn sku(s: &str) -> Result<Sku, CliError> {

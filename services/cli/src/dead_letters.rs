@@ -3,7 +3,7 @@
 //! that gave up on each (see `bus::redrive` for how, and why it is safe to
 //! run twice and beside the consumers).
 
-use crate::admin::pool;
+use crate::database::pool;
 use crate::output::Output;
 use crate::CliError;
 use anyhow::Context;

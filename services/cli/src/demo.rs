@@ -55,7 +55,7 @@ pub async fn run(cmd: DemoCommand, out: &Output) -> Result<ExitCode, CliError> {
     let token = platform::config::var("SOLDONCE_TOKEN", "an account's API token")
         .required()
         .map_err(usage)?;
-    let pool = crate::admin::pool().await?;
+    let pool = crate::database::pool().await?;
     flash_sale(&pool, &url, &token, buyers, stock, out).await
 }
 

@@ -99,7 +99,7 @@ pub async fn show(id: &str, out: &Output) -> Result<ExitCode, CliError> {
     let id: Uuid = id
         .parse()
         .map_err(|_| CliError::Usage(format!("{id:?} is not an order id (a UUID)")))?;
-    let pool = crate::admin::pool().await?;
+    let pool = crate::database::pool().await?;
     let Some(order) = store::orders::load(&pool, id, None)
         .await
         .context("reading the order")?

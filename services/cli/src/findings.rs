@@ -3,7 +3,7 @@
 //! Acknowledging does not release a shipment a dispute held: shipping
 //! disputed goods is a decision, taken with `--release` (or never).
 
-use crate::admin::pool;
+use crate::database::pool;
 use crate::output::Output;
 use crate::CliError;
 use anyhow::Context;

@@ -129,7 +129,7 @@ pub async fn run(mut args: LoadArgs, out: &Output) -> Result<ExitCode, CliError>
     let pool = if args.no_verify {
         None
     } else {
-        Some(crate::admin::pool().await?)
+        Some(crate::database::pool().await?)
     };
     let report = measure(&args, pool.as_ref()).await?;
     out.print(&report, || render(&report));

@@ -6,6 +6,7 @@
 //! Layout:
 //! - `main.rs` — the command tree and exit codes
 //! - `admin.rs` — migrate, stock, accounts, projections, the audit
+//! - `database.rs` — the connection to DATABASE_URL every command uses
 //! - `product.rs` — the catalogue: add, show, update, deactivate/activate, limits
 //! - `dead_letters.rs` — `dead-letters list|redrive`
 //! - `findings.rs` — `findings list|ack`: disputes and the like, for a person
@@ -25,6 +26,7 @@
 mod admin;
 mod bench;
 mod console;
+mod database;
 mod dead_letters;
 mod demo;
 mod events;

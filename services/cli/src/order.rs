@@ -48,7 +48,7 @@ pub struct CancelArgs {
 /// Cancels the order; exit 2 when it is refused (nothing changed).
 pub async fn cancel(args: CancelArgs, out: &Output) -> Result<ExitCode, CliError> {
     let id = order_id(&args.id)?;
-    let pool = crate::admin::pool().await?;
+    let pool = crate::database::pool().await?;
     let cancelled = store::operator_cancels::cancel(&pool, id, &args.reason, &args.by, "cli")
         .await
         .context("cancelling the order")?;
@@ -95,7 +95,7 @@ fn order_id(raw: &str) -> Result<Uuid, CliError> {
 /// Decides the refund; exit 2 when it is refused (nothing changed).
 pub async fn refund(args: RefundArgs, out: &Output) -> Result<ExitCode, CliError> {
     let id = order_id(&args.id)?;
-    let pool = crate::admin::pool().await?;
+    let pool = crate::database::pool().await?;
     let amount = match args.amount_minor {
         Some(amount) => amount,
         None => lines_amount(&pool, id, &args.line).await?,

@@ -5,7 +5,7 @@
 //! any later event of its order still waiting); a row already requeued is
 //! not there to requeue again.
 
-use crate::admin::pool;
+use crate::database::pool;
 use crate::output::Output;
 use crate::CliError;
 use anyhow::Context;

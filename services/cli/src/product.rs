@@ -1,7 +1,8 @@
 //! `soldonce product`: the catalogue — add, show, update, take off sale and
 //! put back, flash-sale limits.
 
-use crate::admin::{catalog_error, pool, sku};
+use crate::admin::{catalog_error, sku};
+use crate::database::pool;
 use crate::output::Output;
 use crate::CliError;
 use anyhow::Context;

@@ -4,7 +4,7 @@
 //! worker carries it out); payments soldonce did not make are listed as
 //! foreign and never touched; what cannot be repaired is named, with exit code 1.
 
-use crate::admin::pool;
+use crate::database::pool;
 use crate::output::Output;
 use crate::CliError;
 use anyhow::Context;

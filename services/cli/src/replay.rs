@@ -56,7 +56,7 @@ pub struct ReplayReport {
 
 pub async fn run(args: ReplayArgs, out: &Output) -> Result<ExitCode, CliError> {
     let nats_url = platform::config::nats_url().map_err(|e| CliError::Usage(e.to_string()))?;
-    let pool = crate::admin::pool().await?;
+    let pool = crate::database::pool().await?;
     let schemas = Schemas::load()?;
     let js = bus::connect(&nats_url)
         .await

@@ -64,7 +64,7 @@ pub async fn run(cmd: StreamCommand, out: &Output) -> Result<ExitCode, CliError>
     };
     let since = window.since()?;
     let nats_url = platform::config::nats_url().map_err(|e| CliError::Usage(e.to_string()))?;
-    let pool = crate::admin::pool().await?;
+    let pool = crate::database::pool().await?;
     let js = if dry_run {
         let js = bus::connect(&nats_url)
             .await

@@ -11,7 +11,9 @@
 //!
 //! Layout:
 //! - `lib.rs` — settings and wiring
-//! - `relay.rs` — claim, publish with PubAck, delete; the wake-up listener
+//! - `relay/` — the lanes and their wake-up listener (`mod.rs`); a batch's steps: `claim.rs`,
+//!   `publish.rs` (with PubAck), `settle.rs` (delete, park, commit), `lag.rs` their clock;
+//!   `upkeep.rs` the backlog and vacuum
 //! - `poison.rs` — rows that can never be published, parked with their reason
 //! - `watch.rs` — notices a stream that lost acknowledged messages and repairs it from `events`
 //! - `metric_help.rs` — what each metric it records means

@@ -110,7 +110,7 @@ pub async fn run(args: ConsoleArgs) -> Result<std::process::ExitCode, CliError> 
     // The console is a port like checkout's: the same connection hygiene.
     let limits =
         platform::http::HttpLimits::from_env().map_err(|e| CliError::Usage(e.to_string()))?;
-    let pool = crate::admin::pool().await?;
+    let pool = crate::database::pool().await?;
     let js = match std::env::var("NATS_URL").ok().filter(|u| !u.is_empty()) {
         Some(url) => Some(bus::connect(&url).await.context("connecting to NATS_URL")?),
         None => None,
