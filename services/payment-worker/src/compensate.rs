@@ -4,7 +4,7 @@
 //! across restarts (the work lives in the database, claimed by lease, so N
 //! workers share it and a crashed worker's claims come back).
 
-use crate::psp::{Psp, PspError};
+use crate::psp::{Psp, PspError, Void};
 use futures::StreamExt;
 use sqlx::PgPool;
 use std::time::Duration;
@@ -77,26 +77,8 @@ async fn carry_out(pool: &PgPool, psp: &Psp, c: Compensation) -> Outcome {
 
 /// Voids an uncaptured authorization: nothing was taken, nothing is given back.
 async fn void(pool: &PgPool, psp: &Psp, c: &Compensation) -> Outcome {
-    let payment = match psp.cancel_once(&c.payment_id, &c.refund_key()).await {
-        Ok(payment) => payment,
-        // Canceled already (lapsed, abandoned, voided at the dashboard) or captured: look.
-        Err(PspError::WrongState(why)) => match psp.payment(&c.payment_id).await {
-            Ok(Some(payment)) => payment,
-            Ok(None) => {
-                return refuse(
-                    pool,
-                    c,
-                    &format!("{why}; the PSP no longer holds the payment"),
-                )
-                .await
-            }
-            Err(e) => return postpone(pool, c, &format!("{why}; looking it up: {e}")).await,
-        },
-        Err(PspError::Retryable(why)) => return postpone(pool, c, &why).await,
-        Err(e) => return refuse(pool, c, &format!("the PSP refused the void: {e}")).await,
-    };
-    match payment.status.as_str() {
-        "canceled" => {
+    match psp.void(&c.payment_id, &c.refund_key()).await {
+        Void::Voided(payment) => {
             match compensations::complete(pool, &c.payment_id, &payment.id, None, "payment-worker")
                 .await
             {
@@ -111,14 +93,8 @@ async fn void(pool: &PgPool, psp: &Psp, c: &Compensation) -> Outcome {
                 Err(e) => postpone(pool, c, &format!("recording the void: {e}")).await,
             }
         }
-        "succeeded" => {
-            let detail = format!(
-                "the authorization was captured ({} taken) before its void: the buyer is owed a refund a person must decide",
-                payment.amount_captured.unwrap_or(payment.amount_minor)
-            );
-            refuse(pool, c, &detail).await
-        }
-        other => postpone(pool, c, &format!("payment {} is {other}", payment.id)).await,
+        Void::Retry(why) => postpone(pool, c, &why).await,
+        Void::NeedsPerson(why) => refuse(pool, c, &why).await,
     }
 }
 

@@ -5,7 +5,7 @@
 //! cancel of an order whose payment is an uncaptured authorization asks
 //! for a void instead, with the key `void:<payment_id>`.
 
-use crate::psp::{Psp, PspError, PspPayment};
+use crate::psp::{Psp, PspError, Void};
 use futures::StreamExt;
 use sqlx::PgPool;
 use std::time::Duration;
@@ -64,29 +64,8 @@ async fn carry_out(pool: &PgPool, psp: &Psp, r: OperatorRefund) {
 /// taken, nothing is given back. One that lapsed or was voided already is
 /// as good; one captured meanwhile needs a person.
 async fn void(pool: &PgPool, psp: &Psp, r: &OperatorRefund) -> Attempt {
-    let payment: PspPayment = match psp.cancel_once(&r.payment_id, &r.psp_key()).await {
-        Ok(payment) => payment,
-        Err(PspError::WrongState(why)) => match psp.payment(&r.payment_id).await {
-            Ok(Some(payment)) => payment,
-            Ok(None) => {
-                let why = format!("{why}; the PSP no longer holds the payment");
-                return ("refused", Some((false, why)));
-            }
-            Err(e) => {
-                return (
-                    "postponed",
-                    Some((true, format!("{why}; looking it up: {e}"))),
-                )
-            }
-        },
-        Err(PspError::Retryable(why)) => return ("postponed", Some((true, why))),
-        Err(e) => {
-            let why = format!("the PSP refused the void: {e}");
-            return ("refused", Some((false, why)));
-        }
-    };
-    match payment.status.as_str() {
-        "canceled" => {
+    match psp.void(&r.payment_id, &r.psp_key()).await {
+        Void::Voided(payment) => {
             match operator_refunds::complete(pool, r, &payment.id, "payment-worker").await {
                 Ok(_) => {
                     tracing::info!(
@@ -101,17 +80,8 @@ async fn void(pool: &PgPool, psp: &Psp, r: &OperatorRefund) -> Attempt {
                 ),
             }
         }
-        "succeeded" => {
-            let why = format!(
-                "the authorization was captured ({} taken) before its void: the buyer is owed a refund a person must decide",
-                payment.amount_captured.unwrap_or(payment.amount_minor)
-            );
-            ("refused", Some((false, why)))
-        }
-        other => (
-            "postponed",
-            Some((true, format!("payment {} is {other}", payment.id))),
-        ),
+        Void::Retry(why) => ("postponed", Some((true, why))),
+        Void::NeedsPerson(why) => ("refused", Some((false, why))),
     }
 }
 

@@ -359,3 +359,43 @@ async fn get_optional<T: serde::de::DeserializeOwned>(
         _ => Err(classify(response).await),
     }
 }
+
+/// What a void came to.
+#[derive(Debug)]
+pub enum Void {
+    /// The authorization is canceled at the PSP: by this void, or before it
+    /// (lapsed, abandoned, voided at the dashboard).
+    Voided(Box<PspPayment>),
+    /// No answer yet: ask again later.
+    Retry(String),
+    /// It cannot be voided (captured meanwhile, gone, refused): a person must look.
+    NeedsPerson(String),
+}
+
+impl Psp {
+    /// Voids the uncaptured authorization `payment_id` with `key`, once;
+    /// when the PSP says it cannot (its state), looks at the payment to
+    /// tell a void already in effect from a capture that beat it.
+    pub async fn void(&self, payment_id: &str, key: &str) -> Void {
+        let payment = match self.cancel_once(payment_id, key).await {
+            Ok(payment) => payment,
+            Err(PspError::WrongState(why)) => match self.payment(payment_id).await {
+                Ok(Some(payment)) => payment,
+                Ok(None) => {
+                    return Void::NeedsPerson(format!("{why}; the PSP no longer holds the payment"))
+                }
+                Err(e) => return Void::Retry(format!("{why}; looking it up: {e}")),
+            },
+            Err(PspError::Retryable(why)) => return Void::Retry(why),
+            Err(e) => return Void::NeedsPerson(format!("the PSP refused the void: {e}")),
+        };
+        match payment.status.as_str() {
+            "canceled" => Void::Voided(Box::new(payment)),
+            "succeeded" => Void::NeedsPerson(format!(
+                "the authorization was captured ({} taken) before its void: the buyer is owed a refund a person must decide",
+                payment.amount_captured.unwrap_or(payment.amount_minor)
+            )),
+            other => Void::Retry(format!("payment {} is {other}", payment.id)),
+        }
+    }
+}
