@@ -16,7 +16,7 @@ pub struct Saga {
     psp_timeout: Duration,
     compensation_interval: Duration,
     reconcile_interval: Duration,
-    capture_at: payment_worker::psp::CaptureAt,
+    capture_at: payments::psp::CaptureAt,
     relay: Option<tokio::sync::oneshot::Sender<()>>,
     /// The payment worker, fulfillment and expiry: stopped by [`Saga::stop_workers`].
     workers: Vec<tokio::sync::oneshot::Sender<()>>,
@@ -40,7 +40,7 @@ pub struct SagaOptions {
     /// mostly reconcile explicitly, so each run is seen).
     pub reconcile_interval: Duration,
     /// When the worker's charges take the money (the product's default: at shipment).
-    pub capture_at: payment_worker::psp::CaptureAt,
+    pub capture_at: payments::psp::CaptureAt,
 }
 
 impl Default for SagaOptions {
@@ -52,7 +52,7 @@ impl Default for SagaOptions {
             worker: true,
             compensation_interval: Duration::from_millis(100),
             reconcile_interval: Duration::ZERO,
-            capture_at: payment_worker::psp::CaptureAt::default(),
+            capture_at: payments::psp::CaptureAt::default(),
         }
     }
 }
@@ -286,8 +286,8 @@ impl Saga {
     }
 
     /// A PSP client like the payment worker's.
-    pub fn psp_client(&self) -> payment_worker::psp::Psp {
-        payment_worker::psp::Psp::new(
+    pub fn psp_client(&self) -> payments::psp::Psp {
+        payments::psp::Psp::new(
             &self.psp_url,
             Duration::from_secs(5),
             Duration::from_secs(20),

@@ -232,13 +232,14 @@ fn recorded_names(source: &str) -> BTreeSet<String> {
 /// one declared and never recorded is stale.
 #[test]
 fn every_metric_the_services_record_is_declared_and_in_the_reference() {
-    let lists: [(&str, &[Metric]); 8] = [
+    let lists: [(&str, &[Metric]); 9] = [
         ("platform", platform::metric::METRICS),
         ("store", store::METRICS),
         ("bus", bus::METRICS),
         ("checkout", checkout::METRICS),
         ("outbox-relay", outbox_relay::METRICS),
         ("payment-worker", payment_worker::METRICS),
+        ("payments", payments::METRICS),
         ("expiry", expiry::METRICS),
         ("fulfillment", fulfillment::METRICS),
     ];

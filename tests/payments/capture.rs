@@ -118,7 +118,7 @@ async fn an_authorized_order_is_captured_once_when_it_ships_and_not_before() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capture_at_confirmation_takes_the_money_at_once() {
     let saga = Saga::start_with(SagaOptions {
-        capture_at: payment_worker::psp::CaptureAt::Confirmation,
+        capture_at: payments::psp::CaptureAt::Confirmation,
         ..SagaOptions::default()
     })
     .await;

@@ -126,7 +126,7 @@ async fn shipped_events(saga: &Saga, order_id: &str) -> i64 {
 async fn a_dispute_before_shipment_holds_it_and_is_named_until_acked() {
     let mut saga = Saga::start_with(SagaOptions {
         faults: r#"{"webhook_duplicates": 3, "webhook_reorder": true}"#.into(),
-        capture_at: payment_worker::psp::CaptureAt::Confirmation,
+        capture_at: payments::psp::CaptureAt::Confirmation,
         ..SagaOptions::default()
     })
     .await;
@@ -366,7 +366,7 @@ fn release(saga: &Saga, dispute_id: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_dispute_holds_its_shipment_and_a_held_order_can_be_cancelled() {
     let mut saga = Saga::start_with(SagaOptions {
-        capture_at: payment_worker::psp::CaptureAt::Confirmation,
+        capture_at: payments::psp::CaptureAt::Confirmation,
         ..SagaOptions::default()
     })
     .await;
@@ -463,7 +463,7 @@ async fn a_dispute_of_a_payment_not_yet_learned_is_recorded_by_reconciliation() 
     let mut saga = Saga::start_with(SagaOptions {
         faults: r#"{"drop_webhook_rate": 1.0}"#.into(),
         worker: false,
-        capture_at: payment_worker::psp::CaptureAt::Confirmation,
+        capture_at: payments::psp::CaptureAt::Confirmation,
         ..SagaOptions::default()
     })
     .await;
@@ -486,7 +486,7 @@ async fn a_dispute_of_a_payment_not_yet_learned_is_recorded_by_reconciliation() 
         0,
         "a payment soldonce does not hold yet: a receipt only"
     );
-    let report = payment_worker::reconcile::run(&saga.app.pool, &saga.psp_client(), None, false)
+    let report = payments::reconcile::run(&saga.app.pool, &saga.psp_client(), None, false)
         .await
         .expect("reconcile");
     let found = report
@@ -499,7 +499,7 @@ async fn a_dispute_of_a_payment_not_yet_learned_is_recorded_by_reconciliation() 
     assert_eq!(order["state"], "confirmed", "{order}");
     assert_eq!(order["disputes"][0]["id"], opened["id"]);
     // Run again: nothing recorded twice.
-    payment_worker::reconcile::run(&saga.app.pool, &saga.psp_client(), None, false)
+    payments::reconcile::run(&saga.app.pool, &saga.psp_client(), None, false)
         .await
         .expect("reconcile");
     assert_eq!(
@@ -542,7 +542,7 @@ async fn refund_at_psp(saga: &Saga, payment_id: &str, amount_minor: i64, key: &s
 async fn a_refund_made_elsewhere_holds_the_shipment_and_is_named_and_an_operator_refund_is_not() {
     let mut saga = Saga::start_with(SagaOptions {
         faults: r#"{"webhook_duplicates": 2}"#.into(),
-        capture_at: payment_worker::psp::CaptureAt::Confirmation,
+        capture_at: payments::psp::CaptureAt::Confirmation,
         ..SagaOptions::default()
     })
     .await;

@@ -23,7 +23,7 @@ async fn the_psp_client_keeps_a_connection_alive_for_each_call_in_flight() {
         public_url: None,
     })
     .await;
-    let client = payment_worker::psp::Psp::new(
+    let client = payments::psp::Psp::new(
         &psp_url,
         Duration::from_secs(5),
         Duration::from_secs(20),
@@ -31,7 +31,7 @@ async fn the_psp_client_keeps_a_connection_alive_for_each_call_in_flight() {
     )
     .expect("psp client")
     // Charges that take the money at once, counted by psp-sim as succeeded.
-    .capturing_at(payment_worker::psp::CaptureAt::Confirmation);
+    .capturing_at(payments::psp::CaptureAt::Confirmation);
 
     let mut accepted = vec![];
     let mut books = String::new();

@@ -140,7 +140,7 @@ async fn a_late_charge_is_refunded_exactly_once(ended: Ended, path: Path) {
     let mut saga = Saga::start_with(SagaOptions {
         ttl,
         worker,
-        capture_at: payment_worker::psp::CaptureAt::Confirmation,
+        capture_at: payments::psp::CaptureAt::Confirmation,
         ..SagaOptions::default()
     })
     .await;
@@ -154,7 +154,7 @@ async fn a_late_charge_is_refunded_exactly_once(ended: Ended, path: Path) {
     saga.start_expiry(Duration::from_millis(50)).await;
     let (order, payment_id) = end_then_charge(&mut saga, "TEE", ended, path).await;
     if path == Path::Reconcile {
-        let report = payment_worker::reconcile::run(&app.pool, &saga.psp_client(), None, false)
+        let report = payments::reconcile::run(&app.pool, &saga.psp_client(), None, false)
             .await
             .expect("reconcile");
         let found = report
@@ -310,7 +310,7 @@ async fn a_refund_in_flight_never_lets_its_payment_confirm_when_a_unit_frees_up(
     // ...and the payment is reported again, by a webhook retry and by reconciliation.
     let settled = saga.psp_payment(&payment_id).await;
     assert_eq!(redeliver_payment_webhook(&app, &settled).await, 200);
-    payment_worker::reconcile::run(&app.pool, &saga.psp_client(), None, false)
+    payments::reconcile::run(&app.pool, &saga.psp_client(), None, false)
         .await
         .expect("reconcile");
     assert_eq!(
@@ -444,7 +444,7 @@ async fn payments_naming_an_order_without_its_key_are_left_alone() {
     let second = saga
         .charge_directly(&order, 2500, "BRL", "second-charge")
         .await;
-    let report = payment_worker::reconcile::run(&app.pool, &saga.psp_client(), None, false)
+    let report = payments::reconcile::run(&app.pool, &saga.psp_client(), None, false)
         .await
         .expect("reconcile");
     let odd = [&wrong_amount, &wrong_currency, &second];

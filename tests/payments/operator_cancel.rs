@@ -166,7 +166,7 @@ async fn a_cancel_before_shipment_voids_the_authorization_once_and_puts_the_unit
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_refunds_what_operators_left_and_a_shipped_order_cannot_be_cancelled() {
     let mut saga = Saga::start_with(SagaOptions {
-        capture_at: payment_worker::psp::CaptureAt::Confirmation,
+        capture_at: payments::psp::CaptureAt::Confirmation,
         ..SagaOptions::default()
     })
     .await;

@@ -56,7 +56,7 @@ async fn psp_refunds(saga: &Saga, order: &str, n: usize) -> Vec<i64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partial_refund_asked_twice_with_one_key_is_made_once_and_never_beyond_what_was_taken() {
     let saga = Saga::start_with(SagaOptions {
-        capture_at: payment_worker::psp::CaptureAt::Confirmation,
+        capture_at: payments::psp::CaptureAt::Confirmation,
         ..SagaOptions::default()
     })
     .await;

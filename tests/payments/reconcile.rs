@@ -173,7 +173,7 @@ async fn a_fact_that_cannot_be_recorded_is_named_and_the_walk_goes_on() {
     assert_eq!(decline["status"], "failed", "{decline}");
     let psp = saga.psp_client();
 
-    let first = payment_worker::reconcile::run(&app.pool, &psp, None, true)
+    let first = payments::reconcile::run(&app.pool, &psp, None, true)
         .await
         .expect("the run goes on past the payment it cannot record");
     let named: Vec<(&str, &str)> = first
@@ -212,7 +212,7 @@ async fn a_fact_that_cannot_be_recorded_is_named_and_the_walk_goes_on() {
         .expect("lock");
     let again = tokio::time::timeout(
         Duration::from_secs(20),
-        payment_worker::reconcile::run(&app.pool, &psp, None, false),
+        payments::reconcile::run(&app.pool, &psp, None, false),
     )
     .await
     .expect("a decline already recorded is not learned again")
@@ -231,7 +231,7 @@ async fn a_fact_that_cannot_be_recorded_is_named_and_the_walk_goes_on() {
         .expect("drop trigger");
     // Past every payment: only the payment named last time is asked for again.
     let later = Some(chrono::Utc::now() + chrono::Duration::seconds(1));
-    let second = payment_worker::reconcile::run(&app.pool, &psp, later, true)
+    let second = payments::reconcile::run(&app.pool, &psp, later, true)
         .await
         .expect("third run");
     assert_eq!(second.payments_seen, 1, "{second:#?}");

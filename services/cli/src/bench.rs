@@ -4,7 +4,7 @@
 //! on DATABASE_URL's server, dropped at the end): three plain SQL ones over
 //! tables of their own — `naive` read-check-write (it oversells: that is the
 //! point), `for-update` and `conditional` (one order per transaction) — and
-//! soldonce's real checkout, started in-process and driven over HTTP, with
+//! soldonce's real checkout binary, started beside this one and driven over HTTP, with
 //! coalescing off (`checkout`) and on (`coalesced`).
 //!
 //! Two workloads: a sellout (many buyers race for one unit, repeated; units
@@ -17,7 +17,7 @@
 //!
 //! Layout:
 //! - `bench.rs` — arguments, the run over strategies, exit codes
-//! - `bench/target.rs` — what a strategy is driven through: SQL or in-process checkout
+//! - `bench/target.rs` — what a strategy is driven through: SQL or the checkout binary
 //! - `bench/sql.rs` — the bench database and the plain SQL strategies (the only SQL here)
 //! - `bench/workload.rs` — the sellout and the throughput loops
 //! - `bench/report.rs` — figures, the machine, report.md and report.json

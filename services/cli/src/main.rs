@@ -25,6 +25,7 @@
 
 mod admin;
 mod bench;
+mod children;
 mod console;
 mod database;
 mod dead_letters;

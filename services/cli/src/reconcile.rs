@@ -42,9 +42,9 @@ pub async fn run(args: ReconcileArgs, out: &Output) -> Result<ExitCode, CliError
     let psp_url = platform::config::psp_url().map_err(|e| CliError::Usage(e.to_string()))?;
     let pool = pool().await?;
     // Reconciliation reads the provider's books one page at a time.
-    let psp = payment_worker::psp::Psp::new(&psp_url, args.psp_timeout, args.psp_timeout, 1)
+    let psp = payments::psp::Psp::new(&psp_url, args.psp_timeout, args.psp_timeout, 1)
         .context("PSP client")?;
-    let report = payment_worker::reconcile::run(&pool, &psp, args.since, false)
+    let report = payments::reconcile::run(&pool, &psp, args.since, false)
         .await
         .context("reconciling with the PSP")?;
     out.print(&serde_json::json!({ "clean": report.clean(), "report": report }), || {

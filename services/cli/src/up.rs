@@ -4,6 +4,7 @@
 //! account; starts the services as child processes with prefixed logs; and
 //! stops everything on Ctrl-C. With `--demo` it runs a flash sale and exits.
 
+use crate::children::{spawn_console, spawn_service, stop, wait_ready};
 use crate::output::Output;
 use crate::CliError;
 use anyhow::Context;
@@ -11,10 +12,9 @@ use base64::Engine;
 use clap::Args;
 use localservers::{Nats, PgOptions, Postgres};
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
-use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use std::process::ExitCode;
+use std::time::Duration;
+use tokio::process::Child;
 
 #[derive(Debug, Args)]
 pub struct UpArgs {
@@ -289,103 +289,6 @@ async fn seed(pool: &sqlx::PgPool) -> Result<String, CliError> {
         .await
         .context("creating the demo account")?;
     Ok(account.token)
-}
-
-fn binary_path(name: &str) -> Result<PathBuf, CliError> {
-    let exe = std::env::current_exe().context("locating the soldonce binary")?;
-    let path = exe
-        .parent()
-        .map(|d| d.join(name))
-        .unwrap_or_else(|| PathBuf::from(name));
-    if !path.is_file() {
-        return Err(anyhow::anyhow!(
-            "{} not found beside soldonce; build the workspace (cargo build --release)",
-            path.display()
-        )
-        .into());
-    }
-    Ok(path)
-}
-
-fn spawn_service(name: &'static str, env: &[(&str, String)]) -> Result<Child, CliError> {
-    let mut command = Command::new(binary_path(name)?);
-    command
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("starting {name}"))?;
-    if let Some(stdout) = child.stdout.take() {
-        tokio::spawn(prefix_lines(name, BufReader::new(stdout)));
-    }
-    if let Some(stderr) = child.stderr.take() {
-        tokio::spawn(prefix_lines(name, BufReader::new(stderr)));
-    }
-    Ok(child)
-}
-
-async fn prefix_lines<R: tokio::io::AsyncRead + Unpin>(name: &str, reader: BufReader<R>) {
-    let mut lines = reader.lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        eprintln!("[{name}] {line}");
-    }
-}
-
-async fn wait_ready(url: &str) -> Result<(), CliError> {
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(r) = client.get(url).send().await {
-            if r.status().is_success() {
-                return Ok(());
-            }
-        }
-        if Instant::now() > deadline {
-            return Err(anyhow::anyhow!("{url} did not become ready within 30 s").into());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn stop(children: Vec<Child>) {
-    for mut child in children {
-        if let Some(pid) = child.id() {
-            // SIGTERM first so services drain; kill if they linger.
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(pid.to_string())
-                .status()
-                .await;
-        }
-        if tokio::time::timeout(Duration::from_secs(10), child.wait())
-            .await
-            .is_err()
-        {
-            let _ = child.kill().await;
-        }
-    }
-}
-
-/// `soldonce console`, this very binary, with its output prefixed like a service's.
-fn spawn_console(env: &[(&str, String)]) -> Result<Child, CliError> {
-    let exe = std::env::current_exe().context("locating the soldonce binary")?;
-    let mut child = Command::new(exe)
-        .arg("console")
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .context("starting the console")?;
-    if let Some(stderr) = child.stderr.take() {
-        tokio::spawn(prefix_lines("console", BufReader::new(stderr)));
-    }
-    if let Some(stdout) = child.stdout.take() {
-        tokio::spawn(prefix_lines("console", BufReader::new(stdout)));
-    }
-    Ok(child)
 }
 
 fn print_banner(checkout: &str, db: &str, nats: &str, token: &str, env_file: &Path) {

@@ -12,13 +12,14 @@
 //! Layout:
 //! - `lib.rs` — settings and wiring
 //! - `handler.rs` — `order.placed`: charge once, learn the answer
-//! - `psp/` — the PSP client (keys, retries, lookups); `psp/replies.rs` what the provider answers
 //! - `compensate.rs` — refunds and voids owed, carried out until the PSP confirms them
 //! - `capture.rs` — captures owed (an authorized order shipped), likewise
 //! - `operator_refund.rs` — refunds operators asked for, likewise
-//! - `reconcile.rs` — the PSP's listing against soldonce's books
 //! - `metric_help.rs` — what each metric it records means
 //! - `main.rs` — `--check-config` and the run
+//!
+//! The PSP client and reconciliation live in the `payments` library, which
+//! the `soldonce` CLI uses too.
 
 mod metric_help;
 pub use metric_help::METRICS;
@@ -26,8 +27,7 @@ pub mod capture;
 pub mod compensate;
 mod handler;
 pub mod operator_refund;
-pub mod psp;
-pub mod reconcile;
+use payments::{psp, reconcile};
 
 use anyhow::Context;
 use platform::app::{self, App};
@@ -192,6 +192,7 @@ impl Application {
             platform::metric::METRICS,
             store::METRICS,
             bus::METRICS,
+            payments::METRICS,
             METRICS,
         ]);
         let pool_size = u32::try_from(settings.concurrency)

@@ -65,6 +65,20 @@ where
     F: Future<Output = anyhow::Result<()>>,
 {
     let about = "a service of soldonce, the order saga (every unit sold once, every payment charged once, every order ends)";
+    run_program(service, about, read, body)
+}
+
+/// [`run`] for a program that describes itself (`--help`) with `about`:
+/// psp-sim, which stands in for another company's service.
+pub fn run_program<S, F>(
+    service: &'static str,
+    about: &str,
+    read: impl Fn() -> Result<S, ConfigError>,
+    body: impl FnOnce(S) -> F,
+) -> anyhow::Result<()>
+where
+    F: Future<Output = anyhow::Result<()>>,
+{
     let read_all = || {
         let threads = worker_threads()?;
         let logging = Logging::from_env()?;

@@ -1,9 +1,11 @@
 //! The shutdown signal: Ctrl-C or SIGTERM.
 
-/// Resolves when the process is asked to stop.
+/// Resolves when the process is asked to stop. A signal that cannot be
+/// watched is logged and never fires.
 pub async fn signal() {
     let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::error!(%error, "cannot watch Ctrl-C");
             std::future::pending::<()>().await;
         }
     };
@@ -13,7 +15,10 @@ pub async fn signal() {
             Ok(mut s) => {
                 s.recv().await;
             }
-            Err(_) => std::future::pending::<()>().await,
+            Err(error) => {
+                tracing::error!(%error, "cannot watch SIGTERM");
+                std::future::pending::<()>().await;
+            }
         }
     };
     #[cfg(not(unix))]

@@ -22,8 +22,11 @@
 //! [`ledger`].
 //!
 //! It stands in for another company's system, so it must never depend on soldonce's crates
-//! (only on `platform`, the shared runtime), never persist anything outside its own data
-//! directory, and never be pointed at real money: it charges nothing.
+//! that know orders, stock or payments (`domain`, `events`, `store`, `bus`, `payments`, any
+//! service): only on `platform`, the runtime any HTTP service could share (configuration,
+//! telemetry and traces, the run of a program, problem responses); `deploy/lint.sh` checks
+//! it. It never persists anything outside its own data directory, and is never pointed at
+//! real money: it charges nothing.
 //!
 //! Layout:
 //! - `lib.rs`, `settings.rs` — the server and its settings

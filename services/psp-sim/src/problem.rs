@@ -1,30 +1,14 @@
-//! The one HTTP error type: every failure renders as RFC 9457 `application/problem+json`.
+//! The one HTTP error type: every failure renders as RFC 9457
+//! `application/problem+json`, with `platform`'s [`Problem`].
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
-use serde::{Deserialize, Serialize};
 
 use crate::faults::FaultsError;
 use crate::ledger::LedgerError;
 use crate::model::InvalidRequest;
 
-/// Media type of every error body.
-pub const PROBLEM_JSON: &str = "application/problem+json";
-
-/// An RFC 9457 problem details body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Problem {
-    /// `urn:psp-sim:problem:<slug>`, stable per kind of failure.
-    #[serde(rename = "type")]
-    pub problem_type: String,
-    /// Short summary of the kind of failure.
-    pub title: String,
-    /// The HTTP status code.
-    pub status: u16,
-    /// What went wrong with this request.
-    pub detail: String,
-}
+pub use platform::problem::{Problem, PROBLEM_JSON};
 
 /// Everything an API call can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -118,12 +102,12 @@ impl ApiError {
     /// The problem body this error renders as.
     pub fn problem(&self) -> Problem {
         let (status, slug, title) = self.kind();
-        Problem {
-            problem_type: format!("urn:psp-sim:problem:{slug}"),
-            title: title.to_owned(),
-            status: status.as_u16(),
-            detail: self.to_string(),
-        }
+        Problem::typed(
+            status,
+            format!("urn:psp-sim:problem:{slug}"),
+            title,
+            self.to_string(),
+        )
     }
 }
 
@@ -200,12 +184,7 @@ fn ledger_kind(error: &LedgerError) -> (StatusCode, &'static str, &'static str) 
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let (status, _, _) = self.kind();
-        let mut response = (status, Json(self.problem())).into_response();
-        response
-            .headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-        response
+        self.problem().into_response()
     }
 }
 
@@ -217,7 +196,10 @@ mod tests {
     fn a_reused_key_is_a_422_problem() {
         let response = ApiError::Ledger(LedgerError::KeyReused).into_response();
         assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
-        assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
+        assert_eq!(
+            response.headers()[axum::http::header::CONTENT_TYPE],
+            PROBLEM_JSON
+        );
     }
 
     #[test]

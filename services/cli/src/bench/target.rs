@@ -1,5 +1,5 @@
 //! What a strategy is driven through: a pool running one of the plain SQL
-//! writes, or soldonce's checkout started in-process and reached over HTTP
+//! writes, or soldonce's checkout binary started beside this one and reached over HTTP
 //! with keep-alive, as a real client would. soldonce's products, stock and
 //! account are made through `store`, never by SQL of the bench's own.
 
@@ -98,7 +98,7 @@ pub struct Target {
 }
 
 impl Target {
-    /// Opens the strategy's pool, or starts checkout in-process.
+    /// Opens the strategy's pool, or starts checkout.
     pub async fn start(
         strategy: Strategy,
         fixtures: &Fixtures,
@@ -118,10 +118,7 @@ impl Target {
                 checkout: None,
             });
         }
-        let coalesce = checkout::Coalesce {
-            enabled: strategy == Strategy::Coalesced,
-            ..checkout::Coalesce::default()
-        };
+        let coalesce = strategy == Strategy::Coalesced;
         let (running, addr) =
             RunningCheckout::start(&fixtures.url, args.checkout_pool, coalesce).await?;
         // Idle connections are dropped before checkout's HTTP_IDLE_TIMEOUT (5 s by default).
@@ -238,7 +235,7 @@ async fn add_product(pool: &PgPool, sku: &str, units: i64) -> Result<(), CliErro
     Ok(())
 }
 
-/// A client of the in-process checkout.
+/// A client of the checkout the bench started.
 #[derive(Clone)]
 pub struct HttpBuyer {
     client: reqwest::Client,
@@ -283,45 +280,46 @@ impl HttpBuyer {
     }
 }
 
-/// checkout running in this process.
+/// The checkout binary, started beside this one for the run: the program
+/// operators deploy, measured as they run it.
 struct RunningCheckout {
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    child: tokio::process::Child,
 }
 
 impl RunningCheckout {
     async fn start(
         url: &str,
         pool_size: u32,
-        coalesce: checkout::Coalesce,
+        coalesce: bool,
     ) -> Result<(RunningCheckout, SocketAddr), CliError> {
-        let settings = checkout::Settings {
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            ops_addr: None,
-            database_url: url.to_owned(),
-            reservation_ttl: Duration::from_secs(15 * 60),
-            pool_size,
-            webhook_secrets: None,
-            limits: checkout::Limits::unlimited(),
-            coalesce,
-            http: checkout::HttpLimits::default(),
-            admin_token: None,
-            action_extension: std::time::Duration::from_secs(600),
-        };
-        let app = checkout::Application::build(settings)
-            .await
-            .context("starting checkout in-process")?;
-        let addr = app.local_addr();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(app.run_until_stopped(async move {
-            let _ = stopped.await;
-        }));
-        Ok((RunningCheckout { stop, task }, addr))
+        let port = localservers::free_port().context("finding a port for checkout")?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let env = [
+            ("CHECKOUT_ADDR", addr.to_string()),
+            ("DATABASE_URL", url.to_owned()),
+            ("DATABASE_POOL_SIZE", pool_size.to_string()),
+            (
+                "CHECKOUT_COALESCE",
+                if coalesce { "on" } else { "off" }.to_owned(),
+            ),
+            // One account drives the whole run: no rate limit, and no
+            // database lookups capped (every token is issued in the run).
+            ("ACCOUNT_RATE_LIMIT", "0".to_owned()),
+            ("TOKEN_LOOKUP_RATE", "0".to_owned()),
+            ("ACCOUNT_MAX_RESERVED_UNITS", "0".to_owned()),
+            ("RUST_LOG", "warn".to_owned()),
+        ];
+        let child = crate::children::spawn_service("checkout", &env)?;
+        let running = RunningCheckout { child };
+        if let Err(e) = crate::children::wait_ready(&format!("http://{addr}/readyz")).await {
+            running.stop().await;
+            return Err(e);
+        }
+        Ok((running, addr))
     }
 
-    /// Asks checkout to stop and gives it a while to finish.
+    /// SIGTERM, so checkout drains; killed if it lingers.
     async fn stop(self) {
-        let _ = self.stop.send(());
-        let _ = tokio::time::timeout(Duration::from_secs(30), self.task).await;
+        crate::children::stop(vec![self.child]).await;
     }
 }
