@@ -1,3 +1,9 @@
+//! `soldonce bench …`: measurement. `saga`, `compare`, `relay` and `expiry`
+//! start a private system (PostgreSQL, NATS and one build's service
+//! binaries, seeded through `store`) per run and print Markdown or, with
+//! `--json`, the figures as numbers; `flash-sale` works on a database of
+//! its own on DATABASE_URL's server.
+//!
 //! `soldonce bench flash-sale`: how the way a checkout writes stock decides
 //! both whether a flash sale oversells and how many orders per second it can
 //! take. Five strategies run against a database of the bench's own (created
@@ -22,10 +28,29 @@
 //! - `bench/workload.rs` — the sellout and the throughput loops
 //! - `bench/report.rs` — figures, the machine, report.md and report.json
 //! - `bench/chart.rs` — throughput.svg
+//! - `bench/saga.rs`, `bench/saga_report.rs` — `bench saga`: the run and its figures
+//! - `bench/compare.rs` — `bench compare`: saga rounds per side, medians and ratios
+//! - `bench/relay.rs` — `bench relay`: one relay draining a backlog of real orders
+//! - `bench/expiry.rs` — `bench expiry`: releases/s, then audit and replay timed
+//! - `bench/system.rs`, `bench/bins.rs` — a private system from a build's bin dir
+//! - `bench/cpu.rs`, `bench/scrape.rs` — CPU by program from /proc; the services' histograms
+//! - `bench/machine.rs`, `bench/progress.rs`, `bench/stats.rs` — the machine, progress lines, medians
 
+mod bins;
 mod chart;
+mod compare;
+mod cpu;
+mod expiry;
+mod machine;
+mod progress;
+mod relay;
 mod report;
+mod saga;
+mod saga_report;
+mod scrape;
 mod sql;
+mod stats;
+mod system;
 mod target;
 mod workload;
 
@@ -46,6 +71,20 @@ pub enum BenchCommand {
     /// Compare flash-sale write strategies on a database of the bench's own
     /// (created on DATABASE_URL's server and dropped at the end).
     FlashSale(FlashSaleArgs),
+    /// The whole saga on a private system of one build's services: open loops
+    /// at 300 orders/s (202 → confirmed, delivered, captured; the stages; CPU
+    /// per order) and closed loops at 300 connections, for one hot SKU and 10,000.
+    Saga(saga::SagaArgs),
+    /// Two builds (or one build under two settings) through the same saga,
+    /// rounds alternated, each on a fresh system: every figure's median per
+    /// side with its rounds, and the ratio after/before.
+    Compare(compare::CompareArgs),
+    /// One relay draining a backlog of real orders after the outbox was
+    /// analyzed nearly empty; events/s per round, builds alternated.
+    Relay(relay::RelayArgs),
+    /// One expiry process releasing orders nobody paid, then `audit` and
+    /// `replay` timed over the result.
+    Expiry(expiry::ExpiryArgs),
 }
 
 /// The flash-sale bench's knobs.
@@ -163,7 +202,16 @@ fn validate(args: &mut FlashSaleArgs) -> Result<(), CliError> {
 
 /// `soldonce bench …`.
 pub async fn run(cmd: BenchCommand, out: &Output) -> Result<ExitCode, CliError> {
-    let BenchCommand::FlashSale(args) = cmd;
+    match cmd {
+        BenchCommand::FlashSale(args) => run_flash_sale(args, out).await,
+        BenchCommand::Saga(args) => saga::run(args, out).await,
+        BenchCommand::Compare(args) => compare::run(args, out).await,
+        BenchCommand::Relay(args) => relay::run(args, out).await,
+        BenchCommand::Expiry(args) => expiry::run(args, out).await,
+    }
+}
+
+async fn run_flash_sale(args: FlashSaleArgs, out: &Output) -> Result<ExitCode, CliError> {
     let url = platform::config::database_url().map_err(|e| CliError::Usage(e.to_string()))?;
     let progress = progress_bar(&args, out);
     let report = flash_sale(&url, args.clone(), &progress).await;

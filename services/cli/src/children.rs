@@ -32,6 +32,29 @@ pub fn spawn_service(name: &'static str, env: &[(&str, String)]) -> Result<Child
     spawn(name, Command::new(binary_path(name)?), env)
 }
 
+/// Starts the program at `path` with `env` added to this environment, its
+/// output appended to `log` (a benchmark keeps its terminal for figures).
+pub fn spawn_logged(
+    path: &std::path::Path,
+    env: &[(String, String)],
+    log: &std::path::Path,
+) -> Result<Child, CliError> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))?;
+    let err = file.try_clone().context("sharing the log file")?;
+    Ok(Command::new(path)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(file))
+        .stderr(Stdio::from(err))
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", path.display()))?)
+}
+
 /// `soldonce console`, this very binary, with its output prefixed like a service's.
 pub fn spawn_console(env: &[(&str, String)]) -> Result<Child, CliError> {
     let exe = std::env::current_exe().context("locating the soldonce binary")?;

@@ -15,7 +15,7 @@
 //! - `demo.rs` — a flash sale shown end to end
 //! - `load.rs` — the load generator
 //! - `console/` — `console`: the live operator page (its assets in `console/assets/`)
-//! - `bench.rs` — `bench flash-sale`: write strategies compared on a database of its own
+//! - `bench.rs` — `bench flash-sale|saga|compare|relay|expiry`: measurement
 //! - `events.rs` — `events tail` and `order show`
 //! - `replay.rs` — rebuild from the stream and diff with the live projections
 //! - `stream.rs` — `stream check|repair`: the stream against `events`, and what it lost republished
@@ -128,7 +128,8 @@ enum Commands {
     Projections(admin::ProjectionsCommand),
     /// Drive load at a running checkout and check the result against the database.
     Load(load::LoadArgs),
-    /// Benchmarks on a database of the bench's own (created on DATABASE_URL's server, then dropped).
+    /// Benchmarks: the saga, two builds compared, the relay, expiry (each on private
+    /// servers of its own), and flash-sale write strategies (on a database of its own).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
     /// Run the whole system locally (private PostgreSQL and NATS unless DATABASE_URL/NATS_URL are set).

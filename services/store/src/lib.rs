@@ -28,10 +28,12 @@
 //! - `metric_help.rs` — what each metric the store records means
 //! - `connect.rs` — pools on one server or several (`DATABASE_URL` with a list of hosts), following the primary after a failover
 //! - `console.rs` — the operator console's figures, in one snapshot
+//! - `bench.rs`, `timings.rs` — what the benchmarks do between phases on their own servers, and how long orders took to each milestone
 //! - `audit/` (the checks, the incremental audit and recorded runs), `projections.rs`, `rebuild.rs` (the projections rebuilt in batches beside live traffic), `replay.rs`, `order_counts.rs` — checks, rebuilds and reads for operators
 
 pub mod accounts;
 pub mod audit;
+pub mod bench;
 pub mod captures;
 pub mod catalog;
 pub mod clock;
@@ -64,6 +66,7 @@ mod statement;
 mod stock;
 pub mod stream_copy;
 pub mod timeouts;
+pub mod timings;
 mod write;
 
 mod metric_help;

@@ -1,6 +1,7 @@
-//! Counts over the orders for the load generator and the demo: how many of
-//! the accepted orders exist, and what became of the orders of one SKU.
-//! Reads only.
+//! Counts over the orders for the load generator, the demo and the
+//! benchmarks: how many of the accepted orders exist, what became of the
+//! orders of one SKU, what the services have still to do, and the orders
+//! by state. Reads only.
 
 use crate::StoreError;
 use sqlx::PgPool;
@@ -44,4 +45,91 @@ pub async fn of_sku(pool: &PgPool, sku: &str) -> Result<SkuOrders, StoreError> {
         expired,
         delivered,
     })
+}
+
+/// What the services still have to do with the orders in the database.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Unfinished {
+    /// Orders waiting for their payment.
+    pub payment_pending: i64,
+    /// Confirmed orders whose shipment has not been delivered (or does not exist yet).
+    pub undelivered: i64,
+    /// Confirmed orders whose authorization is not captured yet (`authorized` or `decided`).
+    pub uncaptured: i64,
+    /// Outbox rows not yet published.
+    pub outbox: i64,
+}
+
+impl Unfinished {
+    /// Whether nothing is left to do.
+    pub fn is_none(&self) -> bool {
+        *self == Unfinished::default()
+    }
+}
+
+/// What is left to do, in one snapshot.
+pub async fn unfinished(pool: &PgPool) -> Result<Unfinished, StoreError> {
+    let (payment_pending, undelivered, uncaptured, outbox) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM orders WHERE state = 'payment_pending'), \
+                (SELECT count(*) FROM orders o LEFT JOIN shipments s ON s.order_id = o.id \
+                  WHERE o.state = 'confirmed' AND s.state IS DISTINCT FROM 'delivered'), \
+                (SELECT count(*) FROM orders WHERE state = 'confirmed' AND capture IN ('authorized', 'decided')), \
+                (SELECT count(*) FROM outbox)",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(Unfinished {
+        payment_pending,
+        undelivered,
+        uncaptured,
+        outbox,
+    })
+}
+
+/// Every order by state, and the events recorded, in one snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub by_state: std::collections::BTreeMap<String, i64>,
+    pub events: i64,
+}
+
+impl Totals {
+    /// Orders in `state`.
+    pub fn state(&self, state: &str) -> i64 {
+        self.by_state.get(state).copied().unwrap_or(0)
+    }
+
+    /// Orders in any state.
+    pub fn orders(&self) -> i64 {
+        self.by_state.values().sum()
+    }
+}
+
+/// The orders by state and the events, counted in one snapshot.
+pub async fn totals(pool: &PgPool) -> Result<Totals, StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await?;
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT state, count(*) FROM orders GROUP BY state")
+            .fetch_all(&mut *tx)
+            .await?;
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM events")
+        .fetch_one(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(Totals {
+        by_state: rows.into_iter().collect(),
+        events,
+    })
+}
+
+/// Orders whose payment window has not passed yet, on the database's clock.
+pub async fn unexpired(pool: &PgPool) -> Result<i64, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT count(*) FROM orders WHERE expires_at > now()")
+            .fetch_one(pool)
+            .await?,
+    )
 }
