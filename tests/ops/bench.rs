@@ -1,13 +1,19 @@
-//! `soldonce bench flash-sale` against the test server, run as an operator
-//! runs it: every strategy that must not oversell sells the one unit once in
-//! every sellout run, by its answers and by the database; every strategy
-//! takes orders under load; the reports are written; the bench's own
-//! database is gone afterwards.
+//! `soldonce bench …` run as an operator runs it. `flash-sale` against the
+//! test server: every strategy that must not oversell sells the one unit
+//! once in every sellout run, by its answers and by the database; every
+//! strategy takes orders under load; the reports are written; the bench's
+//! own database is gone afterwards. `saga` and `compare` on the servers and
+//! services they start themselves from the debug binaries: every accepted
+//! order is confirmed, counted from the load's answers, the orders' states
+//! and their events; both sides of a comparison are measured and compared;
+//! a bin dir missing a service is refused before anything starts.
 
 use serde_json::Value;
 use soldonce_tests::relay::binary;
 use soldonce_tests::servers;
 use sqlx::{Connection, PgConnection};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 const STRATEGIES: [&str; 5] = [
     "naive",
@@ -104,4 +110,211 @@ async fn the_flash_sale_bench_sells_the_unit_once_with_every_safe_strategy_and_d
         .await
         .expect("count databases");
     assert_eq!(left, 0, "the bench dropped {database}");
+}
+
+/// The directory of the debug build's service binaries.
+fn debug_bin_dir() -> PathBuf {
+    binary("checkout")
+        .parent()
+        .expect("the target directory")
+        .to_path_buf()
+}
+
+/// Runs `soldonce --json bench ARGS` (at most `limit`); its exit code, stdout and stderr.
+async fn bench(args: &[&str], limit: Duration) -> (Option<i32>, String, String) {
+    let run = tokio::process::Command::new(binary("soldonce"))
+        .arg("--json")
+        .arg("bench")
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("TMPDIR", std::env::temp_dir())
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(limit, run)
+        .await
+        .unwrap_or_else(|_| panic!("soldonce bench {args:?} did not finish within {limit:?}"))
+        .expect("run soldonce bench");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The saga's open loop follows every order to its end: the orders the load
+/// generator saw accepted are the orders in the database, every one of them
+/// confirmed by its state and by its own `order.confirmed` event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_saga_bench_confirms_every_order_it_accepted() {
+    let dir = debug_bin_dir();
+    let (code, stdout, stderr) = bench(
+        &["saga", "--seconds", "2", "--cases", "hot", "--no-closed"]
+            .into_iter()
+            .chain(["--bin-dir", dir.to_str().expect("a UTF-8 path")])
+            .collect::<Vec<_>>(),
+        Duration::from_secs(240),
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let report: Value = serde_json::from_str(stdout.trim()).expect("a JSON report");
+    let cases = report["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 1, "the hot case only: {report}");
+    let open = &cases[0]["open"];
+    assert_eq!(cases[0]["case"], "hot");
+    assert!(cases[0]["closed"].is_null(), "--no-closed: {open}");
+    let confirmed = open["confirmed"].as_u64().expect("confirmed");
+    assert!(confirmed > 0, "orders were confirmed: {open}");
+    assert_eq!(
+        open["accepted"].as_u64(),
+        Some(confirmed),
+        "accepted = confirmed: {open}"
+    );
+    assert_eq!(
+        open["accepted_in_database"].as_u64(),
+        Some(confirmed),
+        "{open}"
+    );
+    assert_eq!(
+        open["orders"].as_u64(),
+        Some(confirmed),
+        "no order ended otherwise: {open}"
+    );
+    assert_eq!(
+        open["to_confirmed"]["orders"].as_u64(),
+        Some(confirmed),
+        "one order.confirmed event per confirmed order: {open}"
+    );
+    assert!(
+        open["to_confirmed"]["p99_ms"]
+            .as_f64()
+            .is_some_and(|ms| ms > 0.0),
+        "{open}"
+    );
+    assert!(
+        open["cpu"]["ms_per_order"]
+            .as_f64()
+            .is_some_and(|ms| ms > 0.0),
+        "{open}"
+    );
+    assert!(
+        open["stages"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|s| s["stage"] == "outbox_commit_to_puback")),
+        "the relay's stage was scraped: {open}"
+    );
+    assert!(
+        report["machine"]["cores"].as_u64().is_some_and(|c| c > 0),
+        "{report}"
+    );
+    assert_eq!(
+        report["binaries"]["path"].as_str(),
+        dir.canonicalize().ok().as_deref().and_then(Path::to_str)
+    );
+}
+
+/// Both sides run the same loops on a fresh system each, and every figure
+/// is given per side with its round and as a ratio.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_compare_bench_gives_both_sides_and_their_ratio() {
+    let dir = debug_bin_dir();
+    let dir = dir.to_str().expect("a UTF-8 path");
+    let args = [
+        "compare",
+        "--before",
+        dir,
+        "--after",
+        dir,
+        "--after-env",
+        "RUST_LOG=warn",
+        "--rounds",
+        "1",
+        "--seconds",
+        "2",
+        "--cases",
+        "hot",
+    ];
+    let (code, stdout, stderr) = bench(&args, Duration::from_secs(300)).await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let report: Value = serde_json::from_str(stdout.trim()).expect("a JSON report");
+    assert_eq!(report["after"]["env"], serde_json::json!(["RUST_LOG=warn"]));
+    for side in ["before", "after"] {
+        let runs = report["runs"][side].as_array().expect("runs");
+        assert_eq!(runs.len(), 1, "one round of {side}");
+        let open = &runs[0]["cases"][0]["open"];
+        assert!(
+            open["confirmed"].as_u64().is_some_and(|n| n > 0),
+            "{side}: {open}"
+        );
+        let closed = &runs[0]["cases"][0]["closed"];
+        assert!(
+            closed["settled_per_second"]
+                .as_f64()
+                .is_some_and(|r| r > 0.0),
+            "{side}: {closed}"
+        );
+    }
+    let figures = report["figures"].as_array().expect("figures");
+    for name in [
+        "open: 202 → confirmed p99 (ms)",
+        "closed: settled orders/s",
+        "closed: accepted orders/s",
+    ] {
+        let f = figures
+            .iter()
+            .find(|f| f["case"] == "hot" && f["figure"] == name)
+            .unwrap_or_else(|| panic!("{name} is compared: {figures:?}"));
+        for side in ["before", "after"] {
+            assert_eq!(f[side]["rounds"].as_array().map(Vec::len), Some(1), "{f}");
+            assert_eq!(
+                f[side]["median"], f[side]["rounds"][0],
+                "one round's median is that round: {f}"
+            );
+        }
+        let ratio = f["ratio"].as_f64().expect("a ratio");
+        let (before, after) = (
+            f["before"]["median"].as_f64().expect("before"),
+            f["after"]["median"].as_f64().expect("after"),
+        );
+        assert!((ratio - after / before).abs() < 1e-9, "{f}");
+    }
+}
+
+/// A bin dir without one of the services is bad input: one line naming
+/// the option, the directory and the binary, exit 2, and no server started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compare_with_a_bin_dir_missing_a_service_is_refused() {
+    let empty = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(binary("checkout"), empty.path().join("checkout")).expect("copy checkout");
+    let bad = empty.path().to_str().expect("a UTF-8 path");
+    let good = debug_bin_dir();
+    let started = Instant::now();
+    let (code, stdout, stderr) = bench(
+        &[
+            "compare",
+            "--before",
+            bad,
+            "--after",
+            good.to_str().expect("a UTF-8 path"),
+        ],
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, Some(2), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "", "nothing measured");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {stderr}");
+    assert!(
+        lines[0].contains("--before")
+            && lines[0].contains(bad)
+            && lines[0].contains("outbox-relay"),
+        "names the option, the directory and what it lacks: {stderr}"
+    );
+    // Starting PostgreSQL alone takes seconds: refused before anything started.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
 }

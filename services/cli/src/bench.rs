@@ -34,8 +34,9 @@
 //! - `bench/expiry.rs` — `bench expiry`: releases/s, then audit and replay timed
 //! - `bench/system.rs`, `bench/bins.rs` — a private system from a build's bin dir
 //! - `bench/cpu.rs`, `bench/scrape.rs` — CPU by program from /proc; the services' histograms
-//! - `bench/machine.rs`, `bench/progress.rs`, `bench/stats.rs` — the machine, progress lines, medians
+//! - `bench/machine.rs`, `bench/progress.rs`, `bench/stats.rs`, `bench/args.rs` — the machine, progress lines, medians, option parsers
 
+mod args;
 mod bins;
 mod chart;
 mod compare;

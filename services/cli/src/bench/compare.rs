@@ -42,10 +42,10 @@ pub struct CompareArgs {
     #[arg(long, value_name = "DIR")]
     pub after: PathBuf,
     /// A variable for the before side's services only, NAME=value (repeatable).
-    #[arg(long = "before-env", value_name = "NAME=VALUE", value_parser = saga::env_pair)]
+    #[arg(long = "before-env", value_name = "NAME=VALUE", value_parser = super::args::env_pair)]
     pub before_env: Vec<(String, String)>,
     /// A variable for the after side's services only, NAME=value (repeatable).
-    #[arg(long = "after-env", value_name = "NAME=VALUE", value_parser = saga::env_pair)]
+    #[arg(long = "after-env", value_name = "NAME=VALUE", value_parser = super::args::env_pair)]
     pub after_env: Vec<(String, String)>,
     /// Rounds; each runs both sides once.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]

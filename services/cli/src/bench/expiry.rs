@@ -32,7 +32,7 @@ pub struct ExpiryArgs {
     #[arg(long, value_name = "DIR")]
     pub bin_dir: Option<PathBuf>,
     /// A variable for every service, NAME=value (repeatable).
-    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = super::saga::env_pair)]
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = super::args::env_pair)]
     pub env: Vec<(String, String)>,
 }
 

@@ -54,7 +54,7 @@ pub struct SagaOptions {
     #[arg(long, value_name = "JSON", default_value = r#"{"latency_ms": 20}"#)]
     pub psp_faults: String,
     /// A PostgreSQL server setting to try, name=value (repeatable).
-    #[arg(long = "pg-setting", value_name = "NAME=VALUE", value_parser = pg_setting)]
+    #[arg(long = "pg-setting", value_name = "NAME=VALUE", value_parser = super::args::pg_setting)]
     pub pg_settings: Vec<String>,
 }
 
@@ -70,12 +70,13 @@ pub struct SagaArgs {
     #[arg(long, value_name = "DIR")]
     pub bin_dir: Option<PathBuf>,
     /// A variable for every service, NAME=value (repeatable), e.g. CAPTURE_AT=confirmation.
-    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = env_pair)]
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = super::args::env_pair)]
     pub env: Vec<(String, String)>,
 }
 
 /// One case of the saga.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Case {
     /// Every order buys the same SKU.
     Hot,
@@ -398,33 +399,4 @@ async fn webhook_outcomes(system: &System) -> std::collections::BTreeMap<String,
         .collect();
     let scrape = Scrape::take(&reqwest::Client::new(), &checkout).await;
     scrape.counts_by(&Scrape::default(), "soldonce_webhooks_total", "outcome")
-}
-
-/// `NAME=value`, NAME an environment variable's name.
-pub fn env_pair(text: &str) -> Result<(String, String), String> {
-    let (name, value) = text
-        .split_once('=')
-        .ok_or_else(|| format!("{text:?}: expected NAME=value"))?;
-    let valid = !name.is_empty()
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !valid {
-        return Err(format!("{name:?} is not a variable's name"));
-    }
-    Ok((name.to_owned(), value.to_owned()))
-}
-
-/// `name=value`, name a PostgreSQL setting's name.
-fn pg_setting(text: &str) -> Result<String, String> {
-    let (name, value) = text
-        .split_once('=')
-        .ok_or_else(|| format!("{text:?}: expected name=value"))?;
-    let valid = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
-    if !valid || value.is_empty() {
-        return Err(format!("{text:?}: expected a setting's name=value"));
-    }
-    Ok(format!("{name}={value}"))
 }

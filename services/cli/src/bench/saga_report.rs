@@ -248,6 +248,27 @@ fn case_markdown(md: &mut String, r: &SagaReport, case: &CaseReport) {
             }
         }
     }
+    stages_markdown(md, o);
+    if let Some(c) = &case.closed {
+        let statuses: Vec<String> = c
+            .by_status
+            .iter()
+            .map(|(s, n)| format!("{s} {}", thousands(*n as i64)))
+            .collect();
+        let _ = writeln!(
+            md,
+            "Closed loop, {} connections, {} requests: {}. Answers: {}.\n",
+            r.connections,
+            thousands(c.requests as i64),
+            c.line(),
+            statuses.join(", ")
+        );
+    }
+    cpu_markdown(md, &o.cpu, case.closed.as_ref().map(|c| &c.cpu));
+}
+
+/// The stages' table and the consumers' messages per batch.
+fn stages_markdown(md: &mut String, o: &OpenLoop) {
     md.push_str(
         "\n| stage (between two scrapes) | p50 ms | p99 ms | observed |\n|---|---|---|---|\n",
     );
@@ -275,22 +296,6 @@ fn case_markdown(md: &mut String, r: &SagaReport, case: &CaseReport) {
         })
         .collect();
     let _ = writeln!(md, "\nMessages: {}.\n", messages.join("; "));
-    if let Some(c) = &case.closed {
-        let statuses: Vec<String> = c
-            .by_status
-            .iter()
-            .map(|(s, n)| format!("{s} {}", thousands(*n as i64)))
-            .collect();
-        let _ = writeln!(
-            md,
-            "Closed loop, {} connections, {} requests: {}. Answers: {}.\n",
-            r.connections,
-            thousands(c.requests as i64),
-            c.line(),
-            statuses.join(", ")
-        );
-    }
-    cpu_markdown(md, &o.cpu, case.closed.as_ref().map(|c| &c.cpu));
 }
 
 fn cpu_markdown(md: &mut String, open: &CpuUse, closed: Option<&CpuUse>) {
