@@ -472,7 +472,7 @@ async fn claim_plan_after_statistics_of(left: i64) {
     // The relay then deletes the rows it published, 500 at a time. Planned
     // on the same statistics with the position in two indexes, that delete
     // walked the whole order index to find them (deletes of 300-800 ms in
-    // relay.sh). Each batch must be found by probing the key: planned for
+    // `soldonce bench relay`). Each batch must be found by probing the key: planned for
     // its positions (a custom plan, as the relay's first five are) and with
     // the plan kept after them.
     for (batch, plan) in ["custom", "kept"].into_iter().enumerate() {

@@ -6,7 +6,7 @@
 //! (`webhooks.rs`). Asked one by one, each look was a statement and a
 //! transaction of its own, with the pool's round trips around it: 1.17 per
 //! order at saturation, more than half of all transactions
-//! (`deploy/bench/statements.sh CLOSED=1`). Here one task answers the
+//! (`scripts/bench/statements.sh CLOSED=1`). Here one task answers the
 //! looks: it takes every look waiting, asks for all their payments in one
 //! statement, answers each, and takes the looks that arrived meanwhile.
 //! Nothing waits for a batch to fill: a look that finds the task idle is

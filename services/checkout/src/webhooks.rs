@@ -256,7 +256,7 @@ pub(crate) async fn receive(
     // order's lock itself. Trying the lock first cost a transaction that
     // found the order locked and rolled back (four round trips and an
     // error in the server's log), for about a quarter of all orders under
-    // load (`deploy/bench/statements.sh`). A payment the worker never
+    // load (`scripts/bench/statements.sh`). A payment the worker never
     // records (its reply was lost, the worker is down) is learned here
     // about 40 ms later than it could be. The looks of every webhook in
     // progress are asked together, on one connection (`known.rs`).

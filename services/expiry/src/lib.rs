@@ -247,7 +247,7 @@ impl SetAside {
 /// One loop at a time left a core idle: a batch is a claim, a load, one
 /// write statement and a commit, each a wait on the other side. Two loops
 /// released 1.5 times as many orders a second on 2 cores
-/// (`deploy/bench/saga.sh`); four no more than two, their write statements
+/// (`soldonce bench expiry`); four no more than two, their write statements
 /// queueing on the SKUs' stock rows they share.
 pub async fn release_overdue(
     pool: &PgPool,

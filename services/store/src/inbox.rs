@@ -15,7 +15,7 @@ use uuid::Uuid;
 /// statistics of the last `ANALYZE`: on a new system those say the inbox is
 /// nearly empty, and the plan kept read every inbox row of the consumer at
 /// each call until autovacuum analyzed the table again (0.6 ms a call over
-/// 4,500 rows in `deploy/bench/statements.sh 10k 15`, which starts empty).
+/// 4,500 rows in `scripts/bench/statements.sh 10k 15`, which starts empty).
 ///
 /// Each id is its own probe (`EXISTS … OFFSET 0` keeps it a subquery run
 /// per id, on both columns of the key) rather than `event_id = ANY($2)`

@@ -41,7 +41,7 @@ pub struct OutboxRow {
 /// it, or looked for each row's older rows by position with a filter on the
 /// order, so each claim cost more as the backlog grew and the relay fell
 /// further behind: seen as claims of 3 to 10 s with 8,000 rows waiting, and
-/// in `deploy/bench/relay.sh` as no row of 50,020 relayed in 120 s. With these
+/// in the relay bench (`soldonce bench relay`) as no row of 50,020 relayed in 120 s. With these
 /// settings the only plan left walks `outbox_position` in order and looks
 /// each row's order up in `outbox_stream_position`: about `limit` index
 /// probes, however many rows wait. (The disabled paths are penalized rather

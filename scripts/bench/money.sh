@@ -4,9 +4,9 @@
 #  1. audit wall time and peak RSS at SMALL and at LARGE confirmed orders;
 #  2. reconcile wall time and peak RSS with psp-sim holding SMALL succeeded
 #     payments, each the one an order in the database is confirmed on.
-#   bash deploy/bench/money.sh [small=100000] [large=1000000]   (large 0: skip)
-#   BIN=<dir with soldonce and psp-sim> bash deploy/bench/money.sh   (skips the build)
-# Orders are seeded straight into PostgreSQL (deploy/bench/money.seed.sql) as
+#   bash scripts/bench/money.sh [small=100000] [large=1000000]   (large 0: skip)
+#   BIN=<dir with soldonce and psp-sim> bash scripts/bench/money.sh   (skips the build)
+# Orders are seeded straight into PostgreSQL (scripts/bench/money.seed.sql) as
 # the services write them: events, projection, lines, attached payment,
 # shipment, ledger rows. Both commands must report clean (exit 0); anything
 # else is printed with its first violations and fails the run.
@@ -19,7 +19,7 @@ if [ -z "${BIN:-}" ]; then
   cargo build --release --locked -p soldonce-cli -p psp-sim >&2
 fi
 bin="${BIN:-$CARGO_TARGET_DIR/release}"
-. deploy/bench/lib.sh
+. scripts/bench/lib.sh
 # lib.sh's trap stops `soldonce up`; ours also stops the psp-sim we start.
 psp=""
 trap '[ -n "$psp" ] && kill "$psp" 2>/dev/null; [ -n "$psp" ] && wait "$psp" 2>/dev/null
@@ -50,7 +50,7 @@ seed_to() {
   local n="$1" start; start=$(date +%s.%N)
   while [ "$seeded" -lt "$n" ]; do
     local to=$(( seeded + 100000 < n ? seeded + 100000 : n ))
-    sql -v from=$(( seeded + 1 )) -v to="$to" -v t0="$t0" -f deploy/bench/money.seed.sql
+    sql -v from=$(( seeded + 1 )) -v to="$to" -v t0="$t0" -f scripts/bench/money.seed.sql
     seeded=$to
   done
   sql -c 'VACUUM (FREEZE, ANALYZE)'
@@ -106,7 +106,7 @@ audit_at "$small"
 # Reconcile: psp-sim's books are its journal, replayed at start; writing the
 # journal of the seeded payments is far faster than charging them over HTTP.
 mkdir -p "$dir/psp"
-sql -v journal="$dir/psp/ledger.jsonl" -f deploy/bench/money.seed.sql
+sql -v journal="$dir/psp/ledger.jsonl" -f scripts/bench/money.seed.sql
 psp_addr="127.0.0.1:$(free_port)"
 start=$(date +%s.%N)
 PSP_SIM_ADDR="$psp_addr" PSP_SIM_DATA_DIR="$dir/psp" "$bin/psp-sim" >"$dir/psp.log" 2>&1 &

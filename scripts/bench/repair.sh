@@ -4,14 +4,14 @@
 # an empty stream, then `soldonce stream check` (compare: headers only) and
 # `soldonce stream repair` (republish, in order), each timed, and a second
 # check that must find nothing missing. Rounds repeat it on a fresh stream.
-#   bash deploy/bench/repair.sh [events] [rounds]
+#   bash scripts/bench/repair.sh [events] [rounds]
 # BIN_DIR=… runs binaries already built.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . deploy/setup.sh >&2
 n="${1:-100000}"
 rounds="${2:-3}"
-. deploy/bench/lib.sh
+. scripts/bench/lib.sh
 release_bins
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr); $(postgres --version)" | tee "$results"
 start_system checkout

@@ -8,14 +8,14 @@
 # (from checkout's histogram), the time a request waits for a lane and the
 # group transaction's time, and the CPU each of checkout, PostgreSQL and the
 # load generator used.
-#   bash deploy/bench/coalesce.sh [seconds-per-phase] [rounds]
+#   bash scripts/bench/coalesce.sh [seconds-per-phase] [rounds]
 # BIN_DIR=… uses binaries already built (a release build) instead of building.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . deploy/setup.sh >&2
 secs="${1:-15}"
 rounds="${2:-1}"
-. deploy/bench/lib.sh
+. scripts/bench/lib.sh
 release_bins
 start_system checkout
 seed_bench_products

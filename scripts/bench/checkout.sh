@@ -2,13 +2,13 @@
 # Checkout benchmark (and the relay's lag under it): `soldonce load` against
 # a release build of checkout + outbox-relay, and, in the same run, pgbench
 # driving checkout's own statements straight at PostgreSQL (the floor).
-#   bash deploy/bench/checkout.sh [seconds-per-phase]
+#   bash scripts/bench/checkout.sh [seconds-per-phase]
 # BIN_DIR=… uses binaries already built instead of building.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . deploy/setup.sh
 secs="${1:-20}"
-. deploy/bench/lib.sh
+. scripts/bench/lib.sh
 release_bins
 start_system checkout,outbox-relay
 seed_bench_products

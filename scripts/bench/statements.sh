@@ -5,11 +5,11 @@
 # order, the statements that read the most blocks per call, and the CPU each
 # program used per order. Time in a statement
 # includes waiting for row locks and for a core, so read it beside the CPU.
-#   bash deploy/bench/statements.sh [hot|10k] [seconds]
+#   bash scripts/bench/statements.sh [hot|10k] [seconds]
 # or, for expiry: N orders placed over 10,000 SKUs with a 1 s reservation
 # window and nobody paying, then one expiry process releasing them all (per
 # order: per released order):
-#   bash deploy/bench/statements.sh expiry [orders]
+#   bash scripts/bench/statements.sh expiry [orders]
 # BIN_DIR=… runs binaries already built (e.g. an older build); PG_SETTINGS="a=1 b=2"
 # adds server settings (e.g. plan_cache_mode=force_generic_plan), to try one.
 # CLOSED=1 runs the saga's case as a closed loop at saturation (300
@@ -32,7 +32,7 @@ case "$case" in
   *) echo "statements.sh: the case is hot, 10k or expiry, not '$case'" >&2; exit 2 ;;
 esac
 [ -n "${PERF:-}" ] && ! command -v perf >/dev/null && { echo "statements.sh: PERF=1 needs perf (Debian: linux-perf)" >&2; exit 2; }
-. deploy/bench/lib.sh
+. scripts/bench/lib.sh
 release_bins
 
 # PostgreSQL refuses to run as root: as root, the server runs as `postgres`.

@@ -1,4 +1,4 @@
--- Seeds confirmed, paid and shipped orders for deploy/bench/money.sh, exactly as
+-- Seeds confirmed, paid and shipped orders for scripts/bench/money.sh, exactly as
 -- the services would have written them, so `soldonce audit` must find them clean:
 --   psql -v from=1 -v to=100000 -v t0=<epoch s> -f money.seed.sql     orders from..to
 --   psql -v journal=<dir>/ledger.jsonl -f money.seed.sql              psp-sim's journal of their payments

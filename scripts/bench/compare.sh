@@ -3,7 +3,7 @@
 # (closed loop, 300 connections) on one hot SKU and over 10,000 SKUs, and one
 # expiry process's releases/s, alternating the builds for ROUNDS rounds on
 # fresh systems, then the median of each figure and the ratio after/before.
-#   bash deploy/bench/compare.sh BEFORE_BIN_DIR AFTER_BIN_DIR [seconds-per-phase] [rounds]
+#   bash scripts/bench/compare.sh BEFORE_BIN_DIR AFTER_BIN_DIR [seconds-per-phase] [rounds]
 # A bin dir holds checkout, outbox-relay, expiry and soldonce of one build,
 # e.g. `git worktree add /tmp/before <rev>` built with `cargo build --release`.
 set -euo pipefail
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."
 . deploy/setup.sh
 before="$1" after="$2" secs="${3:-10}" rounds="${4:-3}"
 bin="$before"
-. deploy/bench/lib.sh
+. scripts/bench/lib.sh
 export RESERVATION_TTL=1s
 closed() { load --sku "$1" --sku-count "$2" --connections 300 --requests $(( secs * 1500 )) --no-verify | json accepted_per_second; }
 

@@ -1,4 +1,5 @@
-# Shared pieces of the benchmark scripts (sourced).
+# Shared pieces of the development benchmark scripts in scripts/bench (sourced).
+# The saga, relay and expiry benches are `soldonce bench saga|compare|relay|expiry`.
 dir="$(mktemp -d "${TMPDIR:-/tmp}/soldonce-bench.XXXXXX")"
 results="$dir/results.txt"
 up=""
@@ -16,8 +17,6 @@ sql() { psql -qtA "$DATABASE_URL" -c "$1"; }
 # Until no order waits for its payment / every confirmed order is delivered.
 wait_settled() { while [ "$(sql "SELECT count(*) FROM orders WHERE state = 'payment_pending'")" != "0" ]; do sleep 0.2; done; }
 wait_delivered() { while [ "$(sql "SELECT count(*) FROM orders o LEFT JOIN shipments s ON s.order_id = o.id WHERE o.state = 'confirmed' AND s.state IS DISTINCT FROM 'delivered'")" != "0" ]; do sleep 0.2; done; }
-# Every confirmed order's authorization captured (CAPTURE_AT=shipment; nothing to wait for otherwise).
-wait_captured() { while [ "$(sql "SELECT count(*) FROM orders WHERE state = 'confirmed' AND capture IN ('authorized', 'decided')")" != "0" ]; do sleep 0.2; done; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # Benchmarks drive one account far past the default per-account rate limit.
 export ACCOUNT_RATE_LIMIT=0
@@ -68,7 +67,7 @@ start_expiry() {
 load() { "$bin/soldonce" --json load --url "$CHECKOUT_URL" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(' '.join(str(d[k]) for k in sys.argv[1:]))" "$@"; }
 pgb() {
-  pgbench -n -M prepared -c 32 -j 2 -T "$secs" -D skus="$1" -f deploy/bench/checkout.pgbench.sql "$DATABASE_URL" 2>/dev/null \
+  pgbench -n -M prepared -c 32 -j 2 -T "$secs" -D skus="$1" -f scripts/bench/checkout.pgbench.sql "$DATABASE_URL" 2>/dev/null \
     | sed -n 's/^tps = \([0-9.]*\).*/\1/p'
 }
 

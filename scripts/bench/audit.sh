@@ -7,7 +7,7 @@
 # periodic audit runs, AUDIT_PACE), and the same unpaced (`--pace 1`). Prints
 # accepted orders/s per mode and round, the medians, each mode's ratio to
 # no audit, and how many audits ran with their median duration.
-#   bash deploy/bench/audit.sh [history] [seconds-per-drop] [rounds]
+#   bash scripts/bench/audit.sh [history] [seconds-per-drop] [rounds]
 # BIN_DIR=… runs binaries already built.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,7 +15,7 @@ cd "$(dirname "$0")/../.."
 history="${1:-200000}"
 secs="${2:-15}"
 rounds="${3:-3}"
-. deploy/bench/lib.sh
+. scripts/bench/lib.sh
 release_bins
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr); $(postgres --version)" | tee "$results"
 start_system checkout,outbox-relay

@@ -2,7 +2,7 @@
 -- for one accepted single-line order, in the same order, one round trip
 -- each, straight at PostgreSQL. Run with -M prepared and
 --   -D skus=1      (one hot SKU, BENCH-0)   or   -D skus=10000
--- against a database seeded by deploy/bench/checkout.sh.
+-- against a database seeded by scripts/bench/checkout.sh.
 \set n random(1, 9000000000000000000)
 \set i random(0, :skus - 1)
 SELECT sku, price_minor, currency FROM products WHERE sku = ANY(ARRAY[concat('BENCH-', :i::text)]);
