@@ -172,9 +172,9 @@ async fn release(
     let cpu = Snapshot::take().since(&cpu_before, released);
     system.stop_service("expiry").await;
     progress.line(format!(
-        "[expiry] released {} orders in {seconds:.1} s: {:.0} releases/s; CPU {}",
+        "[expiry] released {} orders in {seconds:.1} s: {} releases/s; CPU {}",
         thousands(released as i64),
-        released as f64 / seconds.max(1e-9),
+        thousands((released as f64 / seconds.max(1e-9)).round() as i64),
         cpu.line()
     ));
     progress.phase("soldonce audit over the result");

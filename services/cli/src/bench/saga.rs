@@ -287,9 +287,9 @@ async fn measure_alone(plan: &Plan, progress: &Progress) -> Result<Vec<(Case, f6
             )
             .await?;
             progress.line(format!(
-                "[{} alone] checkout alone, {CONNECTIONS} connections: {:.0} orders accepted/s",
+                "[{} alone] checkout alone, {CONNECTIONS} connections: {} orders accepted/s",
                 case.name(),
-                report.accepted_per_second
+                super::stats::thousands(report.accepted_per_second.round() as i64)
             ));
             rates.push((case, report.accepted_per_second));
         }
