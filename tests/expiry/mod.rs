@@ -424,3 +424,54 @@ async fn a_direct_edit_of_available_is_reported_by_the_audit_with_exit_1() {
         "names the SKU and the check: {text}"
     );
 }
+
+/// The purge forgets idempotency keys, inbox rows and webhook receipts past
+/// the retention, and nothing younger: their time columns are BRIN indexes
+/// (a summary per range of pages), which must find exactly the old rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_purge_forgets_what_is_past_retention_and_nothing_younger() {
+    let app = TestApp::spawn().await;
+    app.add_product("KEPT", 100, 100).await;
+    for _ in 0..6 {
+        assert_eq!(app.buy("KEPT", 1).await.status, 202);
+    }
+    for statement in [
+        "INSERT INTO inbox (consumer, event_id) SELECT 'purge-test', gen_random_uuid() FROM generate_series(1, 6)",
+        "INSERT INTO webhook_receipts (webhook_id, event_type) SELECT 'wh_' || i, 'payment.succeeded' FROM generate_series(1, 6) i",
+        // Half of each table's rows are two days old.
+        "UPDATE idempotency_keys SET created_at = now() - interval '2 days' WHERE ctid IN (SELECT ctid FROM idempotency_keys LIMIT 3)",
+        "UPDATE inbox SET processed_at = now() - interval '2 days' WHERE ctid IN (SELECT ctid FROM inbox LIMIT 3)",
+        "UPDATE webhook_receipts SET received_at = now() - interval '2 days' WHERE ctid IN (SELECT ctid FROM webhook_receipts LIMIT 3)",
+    ] {
+        sqlx::query(statement).execute(&app.pool).await.unwrap();
+    }
+    let purged = store::retention::purge(&app.pool, Duration::from_secs(24 * 3600))
+        .await
+        .unwrap();
+    assert_eq!(purged, 9, "three old rows of each table");
+    for (table, column) in [
+        ("idempotency_keys", "created_at"),
+        ("inbox", "processed_at"),
+        ("webhook_receipts", "received_at"),
+    ] {
+        let (left, old): (i64, i64) = sqlx::query_as(&format!(
+            "SELECT count(*), count(*) FILTER (WHERE {column} < now() - interval '1 day') FROM {table}"
+        ))
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            (left, old),
+            (3, 0),
+            "{table}: the young rows stay, no old one"
+        );
+    }
+    // The purge is set-based over the BRIN index once the table is large
+    // enough; it is an index on each time column either way.
+    let brin = app
+        .count(
+            "SELECT count(*) FROM pg_indexes WHERE indexname IN ('idempotency_keys_created', 'inbox_processed', 'webhook_receipts_received') AND indexdef LIKE '%USING brin%'",
+        )
+        .await;
+    assert_eq!(brin, 3);
+}

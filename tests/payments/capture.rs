@@ -112,6 +112,33 @@ async fn an_authorized_order_is_captured_once_when_it_ships_and_not_before() {
         0,
         "nothing voided or refunded"
     );
+    // The PSP's confirmations replayed (a worker whose lease ran out asking
+    // again): the round's record finds nothing pending and writes nothing.
+    let captured: Vec<String> = sqlx::query_scalar(
+        "SELECT payment_id FROM payments WHERE capture_state = 'captured' ORDER BY payment_id",
+    )
+    .fetch_all(&saga.app.pool)
+    .await
+    .unwrap();
+    assert_eq!(captured.len(), 4);
+    let again: Vec<store::captures::Captured> = captured
+        .iter()
+        .map(|id| store::captures::Captured {
+            payment_id: id.clone(),
+            captured_minor: 2500,
+        })
+        .collect();
+    let recorded = store::captures::complete_many(&saga.app.pool, &again, "test")
+        .await
+        .unwrap();
+    assert!(recorded.is_empty(), "recorded again: {recorded:?}");
+    assert_eq!(
+        saga.app
+            .count("SELECT count(*) FROM events WHERE type = 'order.captured.v1'")
+            .await,
+        4,
+        "still one capture recorded per order"
+    );
     assert_audit_clean(&saga.app).await;
 }
 
