@@ -443,11 +443,14 @@ async fn the_purge_forgets_what_is_past_retention_and_nothing_younger() {
         "UPDATE inbox SET processed_at = now() - interval '2 days' WHERE ctid IN (SELECT ctid FROM inbox LIMIT 3)",
         "UPDATE webhook_receipts SET received_at = now() - interval '2 days' WHERE ctid IN (SELECT ctid FROM webhook_receipts LIMIT 3)",
     ] {
-        sqlx::query(statement).execute(&app.pool).await.unwrap();
+        sqlx::query(statement)
+            .execute(&app.pool)
+            .await
+            .expect(statement);
     }
     let purged = store::retention::purge(&app.pool, Duration::from_secs(24 * 3600))
         .await
-        .unwrap();
+        .expect("purge");
     assert_eq!(purged, 9, "three old rows of each table");
     for (table, column) in [
         ("idempotency_keys", "created_at"),

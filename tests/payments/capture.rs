@@ -119,7 +119,7 @@ async fn an_authorized_order_is_captured_once_when_it_ships_and_not_before() {
     )
     .fetch_all(&saga.app.pool)
     .await
-    .unwrap();
+    .expect("captured payments");
     assert_eq!(captured.len(), 4);
     let again: Vec<store::captures::Captured> = captured
         .iter()
@@ -130,7 +130,7 @@ async fn an_authorized_order_is_captured_once_when_it_ships_and_not_before() {
         .collect();
     let recorded = store::captures::complete_many(&saga.app.pool, &again, "test")
         .await
-        .unwrap();
+        .expect("recording the captures again");
     assert!(recorded.is_empty(), "recorded again: {recorded:?}");
     assert_eq!(
         saga.app
