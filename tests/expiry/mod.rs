@@ -462,7 +462,7 @@ async fn the_purge_forgets_what_is_past_retention_and_nothing_younger() {
         ))
         .fetch_one(&app.pool)
         .await
-        .unwrap();
+        .expect(table);
         assert_eq!(
             (left, old),
             (3, 0),
