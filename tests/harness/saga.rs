@@ -330,7 +330,11 @@ impl Saga {
             )
             .await;
         assert_eq!(r.status, 200, "{}", r.body);
-        r.body["payments"].as_array().cloned().unwrap_or_default()
+        // Never an empty list by default: an answer without one fails.
+        r.body["payments"]
+            .as_array()
+            .cloned()
+            .unwrap_or_else(|| panic!("psp-sim's answer holds no payments list: {}", r.body))
     }
 
     /// Waits until the order leaves `payment_pending`; returns its state.
