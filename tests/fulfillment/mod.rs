@@ -36,6 +36,14 @@ async fn every_confirmed_order_is_delivered_with_one_shipment_and_no_other_order
         confirmed > 300 && confirmed < 500,
         "about 80% paid: {confirmed}"
     );
+    let failed = app
+        .count("SELECT count(*) FROM orders WHERE state = 'payment_failed'")
+        .await;
+    assert_eq!(
+        (confirmed + failed, saga.faults_injected("decline").await),
+        (500, failed as f64),
+        "every order paid or declined, each decline the PSP's"
+    );
     assert_eq!(
         app.count("SELECT count(*) FROM shipments").await,
         confirmed,
@@ -136,6 +144,12 @@ async fn replaying_the_stream_reproduces_the_live_projections_and_names_bad_even
     assert!(
         expired > 0 && failed > 0,
         "the run had expirations ({expired}) and declines ({failed})"
+    );
+    // A declined payment of an expired order leaves it expired.
+    let declined = saga.faults_injected("decline").await;
+    assert!(
+        declined >= failed as f64,
+        "{declined} declines at the PSP for {failed} failed orders"
     );
 
     let (code, text) = run_cli(&saga, &["replay"]);
