@@ -403,7 +403,9 @@ fn promtool(args: &[&std::ffi::OsStr]) -> std::process::Output {
     std::process::Command::new("promtool")
         .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("promtool: {e} (install Debian's prometheus: . deploy/setup.sh)"))
+        .unwrap_or_else(|e| {
+            panic!("promtool: {e} (install Debian's prometheus: . deploy/setup.sh)")
+        })
 }
 
 #[test]
