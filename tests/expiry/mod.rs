@@ -225,7 +225,9 @@ async fn cancel_racing_payment_ends_confirmed_or_cancelled_with_a_refund_owed() 
         cancelled += won_by_cancel;
         rounds += 1;
     }
-    eprintln!("cancel racing payment: {confirmed} confirmed, {cancelled} cancelled in {rounds} round(s)");
+    eprintln!(
+        "cancel racing payment: {confirmed} confirmed, {cancelled} cancelled in {rounds} round(s)"
+    );
     assert!(
         confirmed > 0 && cancelled > 0,
         "both endings within {RACE_ROUNDS} rounds of {RACERS_PER_ROUND}: {confirmed} confirmed, {cancelled} cancelled"
