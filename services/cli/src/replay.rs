@@ -78,11 +78,10 @@ pub async fn run(args: ReplayArgs, out: &Output) -> Result<ExitCode, CliError> {
     };
     let mut fold = fold::Fold::new(args.order);
     if last >= first {
-        let (stream, sequences) = (&mut stream, first..=last);
         fold_stream(
-            stream,
+            &mut stream,
             deliver_policy,
-            sequences,
+            first..=last,
             &schemas,
             &mut fold,
             &mut report,
