@@ -202,8 +202,8 @@ async fn send_ready<I: Inbox, P>(
 /// Settles, to be retried later, each message `prepare_all` never yielded.
 async fn settle_unprepared<I: Inbox, P>(settler: &Settler<'_, I>, steps: &[Step<P>]) {
     // A handler's bug, not the messages': retry what it never prepared later.
-    for i in 0..settler.hand.len() {
-        if matches!(steps[i], Step::Preparing) {
+    for (i, step) in steps.iter().enumerate() {
+        if matches!(step, Step::Preparing) {
             tracing::error!(consumer = %settler.spec.name, event_id = %settler.hand[i].delivery.event.id, "prepare_all never yielded this message");
             settler
                 .finish(
