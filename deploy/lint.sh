@@ -12,6 +12,15 @@
 #     src/main.rs): what two programs share lives in a library crate;
 #   - psp-sim, the stand-in for another company's provider, depends on no
 #     crate of soldonce's but platform.
+#   - one concern per module (issue 39): no function in services/*/src over
+#     80 lines, counted from its `fn` line to the next line holding only `}`
+#     at the same indentation, and no file there over 450 lines. Test code
+#     is exempt: files named *_tests.rs or tests.rs (test modules' own
+#     files), and the rest of a file from a #[cfg(test)] line on (unless
+#     that line only declares such an out-of-line module). Three functions
+#     are allowed longer, each a flat match (an arm per command, event or
+#     error), since a flat match reads best whole: checkout's error.rs
+#     `problem`, and domain's order.rs `decide_existing` and `evolve`.
 # Usage, from anywhere in the checkout: bash deploy/lint.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -58,6 +67,61 @@ for name in "${!package[@]}"; do
             && finding "psp-sim depends on $dep: the stand-in for another company's provider may use platform only"
     done
 done
+
+# Size, in production code. A function runs from its `fn` line to the next
+# line holding only `}` at the same indentation; a file's production code
+# ends where test code begins.
+long_allowed='services/checkout/src/error.rs:problem services/domain/src/order.rs:decide_existing services/domain/src/order.rs:evolve'
+while IFS= read -r line; do
+    finding "$line"
+done < <(find services/*/src -name '*.rs' -not -name '*_tests.rs' -not -name tests.rs -print0 | sort -z |
+    xargs -0 awk -v allowed="$long_allowed" '
+    function file_done() {
+        if (file != "" && production > 450)
+            print file ": " production " lines of production code (over 450); move a concern into a module file of its own"
+    }
+    BEGIN {
+        n = split(allowed, list, " ")
+        for (i = 1; i <= n; i++) allow[list[i]] = 1
+    }
+    FNR == 1 { file_done(); file = FILENAME; skip = 0; pending = 0; production = 0; split("", open) }
+    skip { next }
+    # After #[cfg(test)] and any further attributes: an out-of-line module
+    # (its file is exempt by name) or test code to the end of the file.
+    pending {
+        if ($0 ~ /^[[:space:]]*#\[/) next
+        if ($0 ~ /^[[:space:]]*(pub(\([^)]*\))? )?mod [A-Za-z_0-9]+;/) { pending = 0; production = FNR; next }
+        skip = 1
+        next
+    }
+    /^[[:space:]]*#\[cfg\(test\)\]/ { pending = 1; next }
+    { production = FNR }
+    match($0, /^[[:space:]]*(pub(\([^)]*\))? )?((async|const) )*fn [A-Za-z_][A-Za-z_0-9]*/) {
+        # A declaration without a body, or a body on the same line, is short.
+        if ($0 ~ /;[[:space:]]*$/ || $0 ~ /\{.*\}[[:space:]]*$/) next
+        name = substr($0, RSTART, RLENGTH)
+        sub(/.*fn /, "", name)
+        indent = $0
+        sub(/[^[:space:]].*/, "", indent)
+        open[length(indent)] = FNR
+        names[length(indent)] = name
+        next
+    }
+    /^[[:space:]]*\}[[:space:]]*$/ {
+        indent = $0
+        sub(/\}.*/, "", indent)
+        depth = length(indent)
+        if (depth in open) {
+            lines = FNR - open[depth] + 1
+            if (lines > 80 && !((file ":" names[depth]) in allow))
+                print file ":" open[depth] ": fn " names[depth] " is " lines " lines (over 80); split it into named steps"
+            delete open[depth]
+        }
+        # A closing brace also closes any deeper signature left open (one without a body).
+        for (d in open) if (d + 0 > depth) delete open[d]
+    }
+    END { file_done() }
+')
 
 if ((findings > 0)); then
     echo "lint: $findings finding(s)"

@@ -13,6 +13,7 @@
 #   - faketime (Debian: faketime), to run a service under a skewed clock in tests
 #   - openssl and socat (Debian), to make a test CA and put TLS in front of psp-sim
 #   - rustup's rustfmt and clippy, for the format and lint checks
+#   - cargo-deny and cargo-machete (cargo install), for the dependency checks
 # Rust (cargo) must already be installed: https://rustup.rs
 set -u
 
@@ -102,6 +103,16 @@ if [ "$_so_setup" = test ]; then
     _so_sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive _so_sudo apt-get install -y -qq --no-install-recommends openssl socat >/dev/null \
       || { _so_say "could not install openssl and socat"; return 1 2>/dev/null || exit 1; }
   fi
+
+  # The test command's dependency checks: cargo-deny (RustSec advisories,
+  # banned crates) and cargo-machete (dependencies declared and never used).
+  for _so_tool in cargo-deny cargo-machete; do
+    if ! command -v "$_so_tool" >/dev/null 2>&1; then
+      _so_say "installing $_so_tool (cargo install --locked $_so_tool: a few minutes, once)"
+      cargo install --locked --quiet "$_so_tool" \
+        || { _so_say "could not install $_so_tool (cargo install --locked $_so_tool)"; return 1 2>/dev/null || exit 1; }
+    fi
+  done
 
   # The test command checks formatting and lints: rustfmt and clippy must be there.
   for _so_tool in rustfmt clippy; do

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: installs what is missing, checks formatting, lints
 # (clippy with warnings as errors, and the layer lines of deploy/lint.sh),
+# checks the dependencies (cargo-machete, cargo-deny),
 # then the whole workspace's unit and end-to-end tests against private
 # PostgreSQL and NATS servers.
 set -euo pipefail
@@ -9,6 +10,17 @@ cd "$(dirname "$0")/.."
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 bash deploy/lint.sh
+# Dependencies: none declared and unused; no crate with a RustSec advisory
+# (deny.toml says which one is ignored and why) and none banned.
+cargo machete
+# The advisories come from the RustSec database on github.com: fetched when
+# it can be, else the copy on disk; with neither, said plainly, bans only.
+if cargo deny fetch db >/dev/null 2>&1 || compgen -G "$HOME/.cargo/advisory-dbs/*/crates" >/dev/null; then
+  cargo deny --locked --offline check --hide-inclusion-graph advisories bans
+else
+  echo "test: the RustSec advisory database cannot be fetched (github.com unreachable) and no copy is on disk: cargo deny checks bans only" >&2
+  cargo deny --locked check --hide-inclusion-graph bans
+fi
 # The end-to-end tests start the service binaries (outbox-relay) as real processes.
 cargo build --workspace --bins --locked
 cargo test --workspace --locked -- --test-threads 4

@@ -5,3 +5,4 @@ mod projections;
 mod redrive;
 mod relay;
 mod requeue;
+mod schemas;

@@ -398,6 +398,16 @@ async fn a_message_the_stream_refuses_or_cannot_route_is_parked_with_its_reason(
     assert_eq!(relay.parked_lines().len(), 2);
 }
 
+/// Runs promtool; a machine without it fails the test, saying what to install.
+fn promtool(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    std::process::Command::new("promtool")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("promtool: {e} (install Debian's prometheus: . deploy/setup.sh)")
+        })
+}
+
 #[test]
 fn the_parked_rows_alert_rule_is_valid_and_fires() {
     let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/alerts.yml");
@@ -420,20 +430,7 @@ fn the_parked_rows_alert_rule_is_valid_and_fires() {
         "{expr}"
     );
 
-    if std::process::Command::new("promtool")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("note: promtool is not on PATH (Debian: apt-get install prometheus); skipped `promtool check rules` and `promtool test rules`");
-        return;
-    }
-    let checked = std::process::Command::new("promtool")
-        .arg("check")
-        .arg("rules")
-        .arg(&rules)
-        .output()
-        .expect("promtool");
+    let checked = promtool(&["check".as_ref(), "rules".as_ref(), rules.as_os_str()]);
     assert!(
         checked.status.success(),
         "promtool check rules: {}{}",
@@ -476,12 +473,7 @@ tests:
         .expect("quote")
     );
     std::fs::write(&unit, test).expect("write the rule test");
-    let tested = std::process::Command::new("promtool")
-        .arg("test")
-        .arg("rules")
-        .arg(&unit)
-        .output()
-        .expect("promtool");
+    let tested = promtool(&["test".as_ref(), "rules".as_ref(), unit.as_os_str()]);
     assert!(
         tested.status.success(),
         "promtool test rules: {}{}",

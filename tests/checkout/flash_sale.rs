@@ -2,8 +2,10 @@
 
 use futures::stream::{self, StreamExt};
 use soldonce_tests::app::Buckets;
+use soldonce_tests::eventually;
 use soldonce_tests::TestApp;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_hundred_buyers_of_the_last_unit_get_one_202_and_299_409s_twenty_times() {
@@ -85,9 +87,49 @@ async fn ten_thousand_buyers_with_500_in_flight_get_exactly_the_100_units() {
     assert_eq!(app.ledger("DROP").await, app.buckets("DROP").await);
 }
 
+/// The deadlocks PostgreSQL broke in the database `own` is connected to,
+/// as far as its backends have reported them (each statement of its own
+/// reads fresh statistics).
+async fn deadlocks_reported(own: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
+        .fetch_one(own)
+        .await
+        .expect("pg_stat_database")
+}
+
+/// Makes every backend report: a backend adds the deadlocks it lost to the
+/// count when it next flushes its statistics, which an idle one may put off
+/// for seconds, while one that exits flushes at once. So every backend on
+/// the database but `own`'s (checkout's pool, the test's) is ended, and gone.
+async fn flush_every_other_backend(own: &sqlx::PgPool) {
+    let others =
+        "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()";
+    sqlx::query(&format!("SELECT pg_terminate_backend(pid) {others}"))
+        .execute(own)
+        .await
+        .expect("end the other backends");
+    eventually(
+        "the other backends to end",
+        Duration::from_secs(30),
+        || async {
+            let left: i64 = sqlx::query_scalar(&format!("SELECT count(*) {others}"))
+                .fetch_one(own)
+                .await
+                .ok()?;
+            (left == 0).then_some(())
+        },
+    )
+    .await;
+}
+
+/// Checkout runs a placement PostgreSQL aborted to break a deadlock again,
+/// and the buyers here retry a 503: neither would let a deadlock show in
+/// the answers. PostgreSQL's own count of the deadlocks it broke does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlapping_multi_line_orders_in_opposite_line_orders_never_deadlock() {
     let app = Arc::new(TestApp::spawn().await);
+    let own = soldonce_tests::one_connection_pool(&app.database_url).await;
+    let deadlocks_before = deadlocks_reported(&own).await;
     for sku in ["A", "B", "C"] {
         app.add_product(sku, 100, 150).await;
     }
@@ -130,6 +172,12 @@ async fn overlapping_multi_line_orders_in_opposite_line_orders_never_deadlock() 
         );
         assert_eq!(app.ledger(sku).await, b, "{sku}: ledger balances");
     }
+    flush_every_other_backend(&own).await;
+    assert_eq!(
+        deadlocks_reported(&own).await,
+        deadlocks_before,
+        "deadlocks PostgreSQL broke during the run"
+    );
 }
 
 #[tokio::test]

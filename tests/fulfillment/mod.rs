@@ -36,6 +36,14 @@ async fn every_confirmed_order_is_delivered_with_one_shipment_and_no_other_order
         confirmed > 300 && confirmed < 500,
         "about 80% paid: {confirmed}"
     );
+    let failed = app
+        .count("SELECT count(*) FROM orders WHERE state = 'payment_failed'")
+        .await;
+    assert_eq!(
+        (confirmed + failed, saga.faults_injected("decline").await),
+        (500, failed as f64),
+        "every order paid or declined, each decline the PSP's"
+    );
     assert_eq!(
         app.count("SELECT count(*) FROM shipments").await,
         confirmed,
@@ -137,6 +145,12 @@ async fn replaying_the_stream_reproduces_the_live_projections_and_names_bad_even
         expired > 0 && failed > 0,
         "the run had expirations ({expired}) and declines ({failed})"
     );
+    // A declined payment of an expired order leaves it expired.
+    let declined = saga.faults_injected("decline").await;
+    assert!(
+        declined >= failed as f64,
+        "{declined} declines at the PSP for {failed} failed orders"
+    );
 
     let (code, text) = run_cli(&saga, &["replay"]);
     assert_eq!(code, 0, "{text}");
@@ -177,6 +191,72 @@ async fn replaying_the_stream_reproduces_the_live_projections_and_names_bad_even
         text.contains(&format!(
             "stream sequence {last}: unknown event type or version soldonce.order.placed.v7"
         )),
+        "{text}"
+    );
+}
+
+/// `replay` can fail: live projection rows changed behind the stream's
+/// back (an order's state, a shipment's) are each named with what the live
+/// row and the stream say, nothing else is, and the run exits 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_exits_1_naming_each_projection_row_the_stream_contradicts() {
+    let mut saga = Saga::start("{}", Duration::from_secs(2)).await;
+    saga.start_fulfillment(Duration::from_millis(10)).await;
+    saga.app.add_product("MUG", 100, 10).await;
+    let mut ids = vec![];
+    for _ in 0..3 {
+        ids.push(saga.order("MUG").await.parse::<uuid::Uuid>().expect("uuid"));
+    }
+    saga.wait_quiescent(Duration::from_secs(60)).await;
+    let (code, text) = run_cli(&saga, &["replay"]);
+    assert_eq!(code, 0, "clean before the tampering: {text}");
+
+    // Behind the stream's back: one order marked refunded, another's shipment
+    // cancelled (states no running service moves on from).
+    let app = &saga.app;
+    let (state, version): (String, i32) =
+        sqlx::query_as("SELECT state, version FROM orders WHERE id = $1")
+            .bind(ids[0])
+            .fetch_one(&app.pool)
+            .await
+            .expect("the order");
+    assert_eq!(state, "confirmed", "the order was confirmed before");
+    let (shipment, was): (uuid::Uuid, String) =
+        sqlx::query_as("SELECT id, state FROM shipments WHERE order_id = $1")
+            .bind(ids[1])
+            .fetch_one(&app.pool)
+            .await
+            .expect("the shipment");
+    assert_eq!(was, "delivered", "the shipment was delivered before");
+    for (sql, id) in [
+        ("UPDATE orders SET state = 'refunded' WHERE id = $1", ids[0]),
+        (
+            "UPDATE shipments SET state = 'cancelled' WHERE id = $1",
+            shipment,
+        ),
+    ] {
+        let done = sqlx::query(sql).bind(id).execute(&app.pool).await;
+        assert_eq!(done.expect(sql).rows_affected(), 1, "{sql}");
+    }
+
+    let (code, text) = run_cli(&saga, &["replay"]);
+    assert_eq!(code, 1, "{text}");
+    let mut named: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("DIFFERENCE "))
+        .collect();
+    named.sort_unstable();
+    let mut expected = vec![
+        format!(
+            "order {}: live refunded v{version} / stream confirmed v{version}",
+            ids[0]
+        ),
+        format!("shipment {shipment}: live cancelled / stream delivered"),
+    ];
+    expected.sort_unstable();
+    assert_eq!(named, expected, "each tampered row, and only those: {text}");
+    assert!(
+        !text.contains("reproduces the live projections exactly"),
         "{text}"
     );
 }

@@ -302,6 +302,32 @@ impl Saga {
         crate::metric_sample(&psp_sim_metrics(&self.psp_url).await, sample).unwrap_or(0.0)
     }
 
+    /// How many times psp-sim injected `fault` so far: its label in
+    /// `psp_sim_faults_injected_total` (`fail_first`, `decline`,
+    /// `lose_reply`, `drop_webhook`, `duplicate_webhook`,
+    /// `reorder_webhooks`, `processing`, `action_required`).
+    pub async fn faults_injected(&self, fault: &str) -> f64 {
+        let text = psp_sim_metrics(&self.psp_url).await;
+        let sample = format!("psp_sim_faults_injected_total{{fault=\"{fault}\"}}");
+        crate::metric_sample(&text, &sample)
+            .unwrap_or_else(|| panic!("psp-sim does not count {sample}:\n{text}"))
+    }
+
+    /// Waits until psp-sim has injected `fault` at least `times` times (a
+    /// webhook's fault fires when the webhook goes out); returns the count.
+    /// A test that injects a fault shows with it that the fault fired.
+    pub async fn fault_fired(&self, fault: &str, times: f64) -> f64 {
+        eventually(
+            &format!("psp-sim to inject {fault} at least {times} times"),
+            Duration::from_secs(30),
+            || async {
+                let n = self.faults_injected(fault).await;
+                (n >= times).then_some(n)
+            },
+        )
+        .await
+    }
+
     /// Waits until the payment worker has nothing in hand or pending.
     pub async fn wait_worker_idle(&self, within: Duration) {
         let js = bus::connect(&self.nats.url()).await.expect("nats");
@@ -330,7 +356,11 @@ impl Saga {
             )
             .await;
         assert_eq!(r.status, 200, "{}", r.body);
-        r.body["payments"].as_array().cloned().unwrap_or_default()
+        // Never an empty list by default: an answer without one fails.
+        r.body["payments"]
+            .as_array()
+            .cloned()
+            .unwrap_or_else(|| panic!("psp-sim's answer holds no payments list: {}", r.body))
     }
 
     /// Waits until the order leaves `payment_pending`; returns its state.

@@ -83,6 +83,15 @@ async fn an_unconfirmed_commit_is_never_published_and_both_services_follow_the_p
     let js = bus::connect(&nats_url).await.expect("nats");
     let before = stream_len(&js).await;
 
+    // Counted by every relay of this test process: this one's refusal is what it adds.
+    let unconfirmed = || async {
+        soldonce_tests::metric_sample(
+            &app.metrics().await,
+            "soldonce_replication_unconfirmed_total{site=\"relay\"}",
+        )
+    };
+    let unconfirmed_before = unconfirmed().await.unwrap_or(0.0);
+
     // The standby goes away: the next placement's commit waits for it, and
     // while it waits nobody sees it.
     standby.stop();
@@ -166,14 +175,7 @@ async fn an_unconfirmed_commit_is_never_published_and_both_services_follow_the_p
     eventually(
         "the relay to refuse publishing an unconfirmed commit",
         Duration::from_secs(30),
-        || async {
-            let metrics = app.metrics().await;
-            soldonce_tests::metric_sample(
-                &metrics,
-                "soldonce_replication_unconfirmed_total{site=\"relay\"}",
-            )
-            .filter(|n| *n > 0.0)
-        },
+        || async { unconfirmed().await.filter(|n| *n > unconfirmed_before) },
     )
     .await;
     assert_eq!(

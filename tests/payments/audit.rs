@@ -118,6 +118,7 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
         placed.load(Ordering::Relaxed) >= 200,
         "the audits ran under load"
     );
+    saga.fault_fired("duplicate_webhook", 1.0).await;
 
     // Plant four faults: an edited bucket, a forged event, a unit moved to
     // `sold` on an order that did not pay for it (buckets and ledger agree),
@@ -152,6 +153,7 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
         .execute(&app.pool)
         .await
         .expect("forge");
+    let dropped = saga.faults_injected("drop_webhook").await;
     saga.set_faults(r#"{"drop_webhook_rate": 1.0}"#).await;
     // A charge of soldonce's (its key) landing after its order was cancelled,
     // on an order the worker never charged, once it has nothing left in hand
@@ -167,6 +169,7 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
         .charge_directly(&late.to_string(), 100, "BRL", &format!("pay:{late}"))
         .await;
     let stray_id = stray["id"].as_str().expect("id");
+    saga.fault_fired("drop_webhook", dropped + 1.0).await;
 
     let (code, text) = soldonce(&["--json", "reconcile"], &saga);
     assert_eq!(code, Some(0), "every finding repaired: {text}");

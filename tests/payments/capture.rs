@@ -112,6 +112,33 @@ async fn an_authorized_order_is_captured_once_when_it_ships_and_not_before() {
         0,
         "nothing voided or refunded"
     );
+    // The PSP's confirmations replayed (a worker whose lease ran out asking
+    // again): the round's record finds nothing pending and writes nothing.
+    let captured: Vec<String> = sqlx::query_scalar(
+        "SELECT payment_id FROM payments WHERE capture_state = 'captured' ORDER BY payment_id",
+    )
+    .fetch_all(&saga.app.pool)
+    .await
+    .expect("captured payments");
+    assert_eq!(captured.len(), 4);
+    let again: Vec<store::captures::Captured> = captured
+        .iter()
+        .map(|id| store::captures::Captured {
+            payment_id: id.clone(),
+            captured_minor: 2500,
+        })
+        .collect();
+    let recorded = store::captures::complete_many(&saga.app.pool, &again, "test")
+        .await
+        .expect("recording the captures again");
+    assert!(recorded.is_empty(), "recorded again: {recorded:?}");
+    assert_eq!(
+        saga.app
+            .count("SELECT count(*) FROM events WHERE type = 'order.captured.v1'")
+            .await,
+        4,
+        "still one capture recorded per order"
+    );
     assert_audit_clean(&saga.app).await;
 }
 
@@ -140,9 +167,11 @@ async fn capture_at_confirmation_takes_the_money_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_authorization_landing_after_a_cancel_is_voided_not_refunded() {
-    // The charge is still processing when the buyer cancels; it then authorizes.
+    // The charge is still processing when the buyer cancels; it then
+    // authorizes. (No `webhook_reorder`: psp-sim reorders webhooks sent
+    // within 100 ms of each other, and this one order's never are.)
     let saga = Saga::start(
-        r#"{"processing_rate": 1.0, "processing_ms": 1500, "webhook_duplicates": 2, "webhook_reorder": true}"#,
+        r#"{"processing_rate": 1.0, "processing_ms": 1500, "webhook_duplicates": 2}"#,
         Duration::from_secs(2),
     )
     .await;
@@ -172,6 +201,8 @@ async fn an_authorization_landing_after_a_cancel_is_voided_not_refunded() {
         "a void took nothing back: {order}"
     );
     assert_eq!(order["refunds"][0]["reason"], "cancelled", "{order}");
+    assert_eq!(saga.faults_injected("processing").await, 1.0);
+    saga.fault_fired("duplicate_webhook", 1.0).await;
     assert_eq!(
         saga.app
             .count("SELECT count(*) FROM payments WHERE refund_method = 'void' AND refund_state = 'succeeded'")
@@ -280,5 +311,8 @@ async fn three_d_secure_completed_confirms_and_abandoned_ends_the_order_with_not
         1,
         "duplicated, reordered webhooks confirmed once"
     );
+    assert_eq!(saga.faults_injected("action_required").await, 2.0);
+    saga.fault_fired("duplicate_webhook", 1.0).await;
+    saga.fault_fired("reorder_webhooks", 1.0).await;
     assert_audit_clean(&saga.app).await;
 }

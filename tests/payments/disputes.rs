@@ -155,6 +155,8 @@ async fn a_dispute_before_shipment_holds_it_and_is_named_until_acked() {
         .await;
     let once = "SELECT count(*) FROM events WHERE type = 'order.disputed.v1'";
     assert_eq!(saga.app.count(once).await, 1, "one order.disputed event");
+    saga.fault_fired("duplicate_webhook", 1.0).await;
+    saga.fault_fired("reorder_webhooks", 1.0).await;
     assert_eq!(
         disputed_view(&saga, &disputed, 1).await["disputes"],
         order["disputes"]
@@ -476,6 +478,8 @@ async fn a_dispute_of_a_payment_not_yet_learned_is_recorded_by_reconciliation() 
             .await;
         paid.push(p["id"].as_str().expect("id").to_owned());
     }
+    // Neither charge's webhook went out.
+    saga.fault_fired("drop_webhook", 2.0).await;
     // The dispute's webhook reaches checkout before anything taught it the payment.
     let opened = dispute(&saga, &paid[0], "fraudulent").await;
     assert_eq!(redeliver_dispute(&saga, &opened).await, 200);
@@ -585,6 +589,7 @@ async fn a_refund_made_elsewhere_holds_the_shipment_and_is_named_and_an_operator
         (answered >= 8.0).then_some(())
     })
     .await;
+    saga.fault_fired("duplicate_webhook", 1.0).await;
     assert_eq!(saga.app.count(once).await, 1);
     let open = open_findings(&saga);
     assert_eq!(open.len(), 1, "{open:?}");

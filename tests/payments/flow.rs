@@ -19,6 +19,11 @@ async fn a_psp_failing_the_first_two_calls_still_confirms_with_exactly_one_payme
     assert_eq!(payments.len(), 1, "exactly one charge: {payments:?}");
     assert_eq!(payments[0]["amount_minor"], 2500);
     assert_eq!(
+        saga.faults_injected("fail_first").await,
+        2.0,
+        "both first calls failed"
+    );
+    assert_eq!(
         saga.app.buckets("MUG").await,
         Buckets {
             available: 4,
@@ -57,6 +62,11 @@ async fn a_decline_fails_the_order_and_returns_the_units() {
         "ledger balanced"
     );
     assert_eq!(saga.psp_payments(&id).await.len(), 1);
+    assert_eq!(
+        saga.faults_injected("decline").await,
+        1.0,
+        "the PSP declined it"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,6 +82,10 @@ async fn a_reply_lost_after_the_charge_still_ends_confirmed_with_one_payment() {
         saga.psp_payments(&id).await.len(),
         1,
         "never charged again with a new key"
+    );
+    assert!(
+        saga.faults_injected("lose_reply").await >= 1.0,
+        "the charge's reply was lost"
     );
     assert_eq!(
         saga.app.buckets("MUG").await,
@@ -115,6 +129,9 @@ async fn webhooks_delivered_three_times_out_of_order_have_one_effect_each() {
         },
     )
     .await;
+    // Each of the 20 payments' webhooks was sent twice more, and some batch newest first.
+    saga.fault_fired("duplicate_webhook", 40.0).await;
+    saga.fault_fired("reorder_webhooks", 1.0).await;
     // A copy that learned something keeps a receipt (its repeats are then
     // duplicates); a copy of a payment already recorded is answered from a
     // read and keeps none. So at most one receipt per webhook id.
@@ -195,6 +212,13 @@ async fn a_thousand_orders_with_declines_lost_replies_and_duplicate_webhooks_all
         .await;
     assert_eq!(confirmed + failed, 1_000, "every order confirmed or failed");
     assert!(failed > 100 && failed < 300, "about 20% declined: {failed}");
+    assert_eq!(
+        saga.faults_injected("decline").await,
+        failed as f64,
+        "one decline at the PSP per failed order"
+    );
+    saga.fault_fired("lose_reply", 1.0).await;
+    saga.fault_fired("duplicate_webhook", 1.0).await;
     let sold_lines = saga
         .app
         .count("SELECT coalesce(sum(l.quantity), 0)::bigint FROM order_lines l JOIN orders o ON o.id = l.order_id WHERE o.state = 'confirmed'")

@@ -3,8 +3,17 @@
 
 use soldonce_tests::app::Buckets;
 use soldonce_tests::eventually;
-use soldonce_tests::saga::{assert_audit_clean, Saga};
+use soldonce_tests::saga::{assert_audit_clean, psp_listing, Saga};
 use std::time::Duration;
+
+/// The order of every payment in the PSP's books.
+async fn references(saga: &Saga) -> Vec<String> {
+    psp_listing(&saga.app, &saga.psp_url, "payments")
+        .await
+        .iter()
+        .map(|p| p["reference"].as_str().expect("reference").to_owned())
+        .collect()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_free_product_ships_without_a_psp_call_and_a_mixed_order_charges_the_paid_total() {
@@ -31,13 +40,19 @@ async fn a_free_product_ships_without_a_psp_call_and_a_mixed_order_charges_the_p
         )
         .await;
     }
+    // The same look-up finds the mixed order's charge: it does see the worker's calls.
+    let charged = saga.psp_payments(&mixed).await;
+    assert_eq!(charged.len(), 1);
+    assert_eq!(charged[0]["amount_minor"], 2500, "the paid total only");
     assert!(
         saga.psp_payments(&free).await.is_empty(),
         "no PSP call for a free order"
     );
-    let charged = saga.psp_payments(&mixed).await;
-    assert_eq!(charged.len(), 1);
-    assert_eq!(charged[0]["amount_minor"], 2500, "the paid total only");
+    assert_eq!(
+        references(&saga).await,
+        std::slice::from_ref(&mixed),
+        "the PSP's whole books: the mixed order's charge alone"
+    );
     let confirmed = app.count(&format!("SELECT count(*) FROM events WHERE stream_id = '{free}'::uuid AND type = 'order.confirmed.v1' AND data->>'payment_id' = 'free:{free}' AND (data->>'amount_minor')::bigint = 0")).await;
     assert_eq!(confirmed, 1, "the event says it was free");
     assert_eq!(
@@ -63,7 +78,10 @@ async fn a_free_order_cancelled_before_the_worker_saw_it_gets_no_refund() {
     .await;
     let app = saga.app.clone();
     app.add_product("STICKER", 0, 10).await;
+    app.add_product("MUG", 2500, 10).await;
     let free = saga.order("STICKER").await;
+    // Paid, beside it: the worker's calls do reach this PSP, and show in its books.
+    let paid = saga.order("MUG").await;
     let cancel = app
         .post_empty(&app.token, &format!("/v1/orders/{free}/cancel"))
         .await;
@@ -77,10 +95,25 @@ async fn a_free_order_cancelled_before_the_worker_saw_it_gets_no_refund() {
     assert_eq!(view["state"], "cancelled");
     assert_eq!(view["refunds"].as_array().map(Vec::len), Some(0), "{view}");
     // Counted in soldonce's rows (no payment, no refund decided) and at the PSP (no call).
-    assert_eq!(app.count("SELECT count(*) FROM payments").await, 0);
+    let payments = format!("SELECT count(*) FROM payments WHERE order_id = '{free}'::uuid");
+    assert_eq!(app.count(&payments).await, 0);
     let decided = format!("SELECT count(*) FROM events WHERE stream_id = '{free}'::uuid AND type LIKE 'order.refund%'");
     assert_eq!(app.count(&decided).await, 0);
     assert!(saga.psp_payments(&free).await.is_empty());
+    assert_eq!(
+        saga.settled_state(&paid, Duration::from_secs(30)).await,
+        "confirmed"
+    );
+    assert_eq!(
+        saga.psp_payments(&paid).await.len(),
+        1,
+        "the paid order's charge"
+    );
+    assert_eq!(
+        references(&saga).await,
+        [paid],
+        "the PSP's whole books: the paid order's charge alone"
+    );
     assert_eq!(
         app.buckets("STICKER").await,
         Buckets {

@@ -6,6 +6,7 @@ mod flow;
 mod free;
 mod keepalive;
 mod limits;
+mod looks;
 mod money;
 mod operator_cancel;
 mod operator_refund;

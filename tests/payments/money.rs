@@ -59,6 +59,7 @@ async fn wait_state(saga: &Saga, id: &str, want: &str) {
 /// Lets `order` end as `ended`, then charges it at the PSP along `path`; returns the payment id.
 async fn end_then_charge(saga: &mut Saga, sku: &str, ended: Ended, path: Path) -> (String, String) {
     let drop_rate = if path == Path::Webhook { 0.0 } else { 1.0 };
+    let dropped = saga.faults_injected("drop_webhook").await;
     let plain = serde_json::json!({ "drop_webhook_rate": drop_rate }).to_string();
     if path == Path::Worker {
         // The worker's charge is still processing at the PSP when the order ends.
@@ -125,6 +126,10 @@ async fn end_then_charge(saga: &mut Saga, sku: &str, ended: Ended, path: Path) -
         }
     };
     let payment_id = payment["id"].as_str().expect("payment id").to_owned();
+    if path != Path::Webhook {
+        // Only the worker or reconciliation can learn of it: its webhook never went out.
+        saga.fault_fired("drop_webhook", dropped + 1.0).await;
+    }
     (order, payment_id)
 }
 
@@ -416,6 +421,7 @@ async fn a_processing_payment_holds_the_units_until_it_succeeds_and_confirms() {
         }
     );
     assert_eq!(saga.psp_payments(&order).await.len(), 1, "charged once");
+    assert_eq!(saga.faults_injected("processing").await, 1.0);
 }
 
 /// Payments on the shared account that name one of soldonce's orders but

@@ -50,6 +50,7 @@ async fn a_refund_already_made_at_the_psp_completes_the_compensation() {
     app.wait_count("the refund to be decided", &decided, 1)
         .await;
     // Its `refund.succeeded` webhook is lost: only the worker's refund call learns of it.
+    let dropped = saga.faults_injected("drop_webhook").await;
     saga.set_faults(r#"{"drop_webhook_rate": 1.0}"#).await;
     let request = app
         .client
@@ -59,6 +60,7 @@ async fn a_refund_already_made_at_the_psp_completes_the_compensation() {
     let elsewhere = app.send(request).await;
     assert_eq!(elsewhere.status, 201, "{}", elsewhere.body);
     let elsewhere = elsewhere.body["id"].as_str().expect("refund id").to_owned();
+    saga.fault_fired("drop_webhook", dropped + 1.0).await;
     saga.start_worker().await;
     let done = format!("SELECT count(*) FROM payments WHERE payment_id = '{payment_id}' AND refund_state = 'succeeded' AND refund_id = '{elsewhere}'");
     app.wait_count("the compensation to complete on that refund", &done, 1)
@@ -171,6 +173,9 @@ async fn a_fact_that_cannot_be_recorded_is_named_and_the_walk_goes_on() {
         .charge_directly(&declined, 2500, "BRL", &format!("pay:{declined}"))
         .await;
     assert_eq!(decline["status"], "failed", "{decline}");
+    assert_eq!(saga.faults_injected("decline").await, 1.0);
+    // No webhook told checkout of any of the three: only reconciliation can.
+    saga.fault_fired("drop_webhook", 3.0).await;
     let psp = saga.psp_client();
 
     let first = payments::reconcile::run(&app.pool, &psp, None, true)

@@ -68,6 +68,7 @@ async fn payments_soldonce_did_not_make_are_never_refunded() {
         lookalike["id"].as_str().expect("id").to_owned(),
         own["id"].as_str().expect("id").to_owned(),
     );
+    saga.fault_fired("drop_webhook", 3.0).await;
     saga.start_worker().await;
     eventually("soldonce's own late charge to be refunded", Duration::from_secs(30), || async {
         let refunds = saga.psp_payment(&own).await["refunds"].as_array().map_or(0, Vec::len);

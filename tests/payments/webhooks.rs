@@ -11,7 +11,7 @@ struct Hook<'a> {
     signature: Option<String>,
 }
 
-fn signed(secret: &str, id: &str, ts: i64, body: &str) -> String {
+pub(super) fn signed(secret: &str, id: &str, ts: i64, body: &str) -> String {
     let secret = psp_sim::signature::WebhookSecret::parse(secret).expect("secret");
     psp_sim::signature::sign(&secret, id, ts, body.as_bytes())
 }
@@ -33,7 +33,7 @@ fn success_body(order_id: &str, amount: i64) -> String {
     payment_success_body("pay_test1", order_id, amount)
 }
 
-fn payment_success_body(payment_id: &str, order_id: &str, amount: i64) -> String {
+pub(super) fn payment_success_body(payment_id: &str, order_id: &str, amount: i64) -> String {
     serde_json::json!({ "type": "payment.succeeded", "timestamp": chrono::Utc::now(), "data": {
         "id": payment_id, "status": "succeeded", "amount_minor": amount, "currency": "BRL", "reference": order_id,
         "idempotency_key": format!("pay:{order_id}"), "failure_reason": null, "created_at": chrono::Utc::now(), "refunds": [] } })
@@ -318,104 +318,4 @@ async fn a_webhook_whose_order_another_decider_holds_is_answered_503_at_once_and
             sold: 1
         }
     );
-}
-
-/// One counter of checkout's `/metrics`.
-async fn counter(app: &TestApp, name: &str) -> f64 {
-    let text = app.metrics().await;
-    soldonce_tests::metric_sample(&text, name)
-        .unwrap_or_else(|| panic!("{name} is not in checkout's metrics:\n{text}"))
-}
-
-#[tokio::test]
-async fn webhooks_of_recorded_payments_are_answered_from_looks_asked_together_and_write_nothing() {
-    const ORDERS: usize = 20;
-    let app = TestApp::spawn().await;
-    app.add_product("MUG", 2500, ORDERS as i64).await;
-    let mut orders = vec![];
-    for _ in 0..ORDERS {
-        let placed = app.buy("MUG", 1).await;
-        assert_eq!(placed.status, 202, "{}", placed.body);
-        orders.push(placed.body["id"].as_str().expect("id").to_owned());
-    }
-    let hook = |webhook_id: String, i: usize| {
-        let body = payment_success_body(&format!("pay_{i}"), &orders[i], 2500);
-        let ts = chrono::Utc::now().timestamp();
-        let signature = signed(WEBHOOK_SECRET, &webhook_id, ts, &body);
-        app.client
-            .post(app.url("/v1/psp/webhooks"))
-            .header("webhook-id", webhook_id)
-            .header("webhook-timestamp", ts.to_string())
-            .header("webhook-signature", signature)
-            .body(body)
-    };
-    // Each payment learned from its first webhook (no worker runs here).
-    for i in 0..ORDERS {
-        assert_eq!(
-            app.send(hook(format!("msg_first_{i}"), i)).await.status,
-            200
-        );
-    }
-    let recorded = [
-        "SELECT count(*) FROM payments WHERE disposition = 'attached'",
-        "SELECT count(*) FROM orders WHERE state = 'confirmed'",
-        "SELECT count(*) FROM webhook_receipts",
-        "SELECT count(*) FROM events",
-    ];
-    let mut before = vec![];
-    for sql in recorded {
-        before.push(app.count(sql).await);
-    }
-    assert_eq!(
-        before[..3],
-        [ORDERS as i64; 3],
-        "every first webhook was learned"
-    );
-    let looks = counter(&app, "soldonce_webhook_looks_total").await;
-    let statements = counter(&app, "soldonce_webhook_look_statements_total").await;
-
-    // The payments table locked: the first look waits on it, and every
-    // other webhook's look queues behind it until the lock is released.
-    let mut holder = app.pool.begin().await.expect("begin");
-    sqlx::query("LOCK TABLE payments IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut *holder)
-        .await
-        .expect("lock payments");
-    let again =
-        futures::future::join_all((0..ORDERS).map(|i| app.send(hook(format!("msg_again_{i}"), i))));
-    let release = async {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while counter(&app, "soldonce_webhook_looks_total").await < looks + ORDERS as f64 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the webhooks' looks never all queued"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        holder.rollback().await.expect("release payments");
-    };
-    let (answers, ()) = tokio::join!(again, release);
-    for (i, answer) in answers.iter().enumerate() {
-        assert_eq!(answer.status, 200, "webhook {i}: {}", answer.body);
-    }
-    // Two ways: the webhooks' looks were asked in at most two statements
-    // (the one that waited for the lock, and one for all the rest), and
-    // nothing was written for any of them.
-    assert_eq!(
-        counter(&app, "soldonce_webhook_looks_total").await - looks,
-        ORDERS as f64,
-        "each webhook found its payment at its first look"
-    );
-    let asked = counter(&app, "soldonce_webhook_look_statements_total").await - statements;
-    assert!(
-        (1.0..=2.0).contains(&asked),
-        "{ORDERS} looks took {asked} statements"
-    );
-    for (sql, was) in recorded.iter().zip(before) {
-        assert_eq!(
-            app.count(sql).await,
-            was,
-            "a webhook of a recorded payment wrote: {sql}"
-        );
-    }
 }

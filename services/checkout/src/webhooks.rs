@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, StatusCode};
 use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use store::payments::{Learned, Source};
+use store::payments::{Learned, PaymentFact, Source};
 use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
@@ -206,34 +206,7 @@ pub(crate) async fn receive(
     if callback.event_type == "refund.succeeded"
         && callback.data.status.as_deref() == Some("succeeded")
     {
-        // Idempotent on its own: a refund is recorded once, whoever learns of it first.
-        // Only a refund of a stated amount can close a compensation (of that amount).
-        if let (Some(payment_id), Some(amount)) = (
-            callback.data.payment_id.as_deref(),
-            callback.data.amount_minor,
-        ) {
-            let completed = {
-                let _slot = crate::webhook_slots::writing_slot(&state).await?;
-                store::compensations::complete(
-                    &state.pool,
-                    payment_id,
-                    &callback.data.id,
-                    Some(amount),
-                    "checkout",
-                )
-                .await?
-            };
-            if !completed {
-                crate::disputes::refunded_elsewhere(
-                    &state,
-                    &trace,
-                    payment_id,
-                    &callback.data.id,
-                    amount,
-                )
-                .await?;
-            }
-        }
+        refund_succeeded(&state, &trace, &callback).await?;
     }
     if callback.event_type == "dispute.created" {
         let report = callback.data.dispute_report();
@@ -244,6 +217,56 @@ pub(crate) async fn receive(
         .starts_with("payment.")
         .then(|| callback.data.payment_fact())
         .flatten();
+    if let Some(fact) = fact.as_ref().filter(|f| f.status.is_paid()) {
+        if recorded_soon(&state, &fact.payment_id).await? {
+            return Ok(applied(&trace, order_id, &webhook_id, &callback));
+        }
+    }
+    let (webhook_id, fact) = (webhook_id.as_str(), fact.as_ref());
+    learn_with_receipt(&state, &trace, order_id, webhook_id, &callback, fact).await
+}
+
+/// A refund the PSP reports done: it closes the compensation it was for,
+/// or else is recorded as a refund made elsewhere.
+async fn refund_succeeded(
+    state: &AppState,
+    trace: &crate::logging::RequestTrace,
+    callback: &Callback,
+) -> Result<(), ApiError> {
+    // Idempotent on its own: a refund is recorded once, whoever learns of it first.
+    // Only a refund of a stated amount can close a compensation (of that amount).
+    if let (Some(payment_id), Some(amount)) = (
+        callback.data.payment_id.as_deref(),
+        callback.data.amount_minor,
+    ) {
+        let completed = {
+            let _slot = crate::webhook_slots::writing_slot(state).await?;
+            store::compensations::complete(
+                &state.pool,
+                payment_id,
+                &callback.data.id,
+                Some(amount),
+                "checkout",
+            )
+            .await?
+        };
+        if !completed {
+            crate::disputes::refunded_elsewhere(
+                state,
+                trace,
+                payment_id,
+                &callback.data.id,
+                amount,
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether the store knows the payment, now or after a few short looks
+/// that hold nothing: then the webhook has nothing to learn.
+async fn recorded_soon(state: &AppState, payment_id: &str) -> Result<bool, ApiError> {
     // Most webhooks tell what the worker's batch already recorded: a
     // payment the store knows is a fact learned, whatever the webhook says
     // of it again, so it is answered from one read, with no write and no
@@ -260,25 +283,35 @@ pub(crate) async fn receive(
     // records (its reply was lost, the worker is down) is learned here
     // about 40 ms later than it could be. The looks of every webhook in
     // progress are asked together, on one connection (`known.rs`).
-    if let Some(fact) = fact.as_ref().filter(|f| f.status.is_paid()) {
-        for look in 0..=LOOKS {
-            if look > 0 {
-                tokio::time::sleep(LOOK_EVERY).await;
-            }
-            if state.known_payments.is_known(&fact.payment_id).await? {
-                return Ok(applied(&trace, order_id, &webhook_id, &callback));
-            }
+    for look in 0..=LOOKS {
+        if look > 0 {
+            tokio::time::sleep(LOOK_EVERY).await;
+        }
+        if state.known_payments.is_known(payment_id).await? {
+            return Ok(true);
         }
     }
-    let _slot = crate::webhook_slots::writing_slot(&state).await?;
+    Ok(false)
+}
+
+/// Records the webhook's receipt and learns its payment fact, if any, in
+/// one transaction; a repeat of a webhook already received changes nothing.
+async fn learn_with_receipt(
+    state: &AppState,
+    trace: &crate::logging::RequestTrace,
+    order_id: Option<Uuid>,
+    webhook_id: &str,
+    callback: &Callback,
+    fact: Option<&PaymentFact>,
+) -> Result<StatusCode, ApiError> {
+    let _slot = crate::webhook_slots::writing_slot(state).await?;
     let mut tx = state.pool.begin().await.map_err(store::StoreError::from)?;
-    if !store::payments::record_webhook(&mut tx, &webhook_id, &callback.event_type, order_id)
-        .await?
+    if !store::payments::record_webhook(&mut tx, webhook_id, &callback.event_type, order_id).await?
     {
         metrics::counter!("soldonce_webhooks_total", "outcome" => "duplicate").increment(1);
         return Ok(StatusCode::OK);
     }
-    let outcome = match &fact {
+    let outcome = match fact {
         Some(fact) => {
             // The PSP's webhook continues the order's trace (its traceparent
             // is one hop on from the worker's charge), and so do its events.
@@ -289,16 +322,7 @@ pub(crate) async fn receive(
                     // Another decider holds the order (a success was looked for
                     // above already): the PSP delivers it again later.
                     tx.rollback().await.map_err(store::StoreError::from)?;
-                    metrics::counter!("soldonce_webhooks_total", "outcome" => "busy").increment(1);
-                    tracing::debug!(
-                        order_id = order_id.map(tracing::field::display),
-                        trace_id = trace.trace_id(),
-                        webhook_id,
-                        "webhook's order is being decided: asked the PSP to redeliver"
-                    );
-                    return Err(ApiError::Unavailable(
-                        "the webhook's order is being decided right now; deliver it again".into(),
-                    ));
+                    return Err(redeliver_later(trace, order_id, webhook_id));
                 }
                 learned => learned?,
             }
@@ -312,7 +336,24 @@ pub(crate) async fn receive(
     } else {
         tx.commit().await.map_err(store::StoreError::from)?;
     }
-    Ok(answered(&trace, order_id, &webhook_id, &callback, outcome))
+    Ok(answered(trace, order_id, webhook_id, callback, outcome))
+}
+
+/// Counts and logs a webhook whose order another decider holds; the `503`
+/// asks the PSP to deliver it again.
+fn redeliver_later(
+    trace: &crate::logging::RequestTrace,
+    order_id: Option<Uuid>,
+    webhook_id: &str,
+) -> ApiError {
+    metrics::counter!("soldonce_webhooks_total", "outcome" => "busy").increment(1);
+    tracing::debug!(
+        order_id = order_id.map(tracing::field::display),
+        trace_id = trace.trace_id(),
+        webhook_id,
+        "webhook's order is being decided: asked the PSP to redeliver"
+    );
+    ApiError::Unavailable("the webhook's order is being decided right now; deliver it again".into())
 }
 
 /// A webhook about a payment already recorded: nothing to learn, `200`.

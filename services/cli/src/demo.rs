@@ -74,6 +74,21 @@ pub async fn flash_sale(
             "--buyers and --stock must be at least 1".into(),
         ));
     }
+    let sku = stocked_sku(pool, stock).await?;
+    eprintln!("demo: {buyers} buyers press buy on {stock} unit(s) of {sku} at the same moment");
+    let report = crate::load::flash_sale(pool, url, token, sku.as_str(), buyers).await?;
+    let counts = wait_settled(pool, &sku).await?;
+    let summary = summarize(pool, &sku, buyers, stock, &report, &counts).await?;
+    out.print(&summary, || render(&summary, &crate::load::render(&report)));
+    Ok(if summary.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// A fresh SKU for this sale, with `stock` units received.
+async fn stocked_sku(pool: &sqlx::PgPool, stock: i64) -> Result<domain::Sku, CliError> {
     let sku = domain::Sku::parse(&format!(
         "FLASH-{}",
         chrono::Utc::now().format("%Y%m%d%H%M%S%3f")
@@ -91,29 +106,47 @@ pub async fn flash_sale(
     store::catalog::receive(pool, &sku, stock)
         .await
         .map_err(|e| anyhow::anyhow!(e))?;
-    eprintln!("demo: {buyers} buyers press buy on {stock} unit(s) of {sku} at the same moment");
-    let report = crate::load::flash_sale(pool, url, token, sku.as_str(), buyers).await?;
+    Ok(sku)
+}
 
+/// The SKU's orders by state once every winner is paid and shipped, or as
+/// they stand after a minute.
+async fn wait_settled(
+    pool: &sqlx::PgPool,
+    sku: &domain::Sku,
+) -> Result<store::order_counts::SkuOrders, CliError> {
     // Wait (bounded) for payment and shipping of the winners.
     let deadline = Instant::now() + Duration::from_secs(60);
-    let counts = loop {
+    loop {
         let counts = store::order_counts::of_sku(pool, sku.as_str())
             .await
             .context("reading order states")?;
         if (counts.payment_pending == 0 && counts.delivered == counts.confirmed)
             || Instant::now() > deadline
         {
-            break counts;
+            return Ok(counts);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    }
+}
+
+/// What the sale came to: the answers, the orders' states, the SKU's
+/// buckets and a recorded audit; `ok` when they all agree.
+async fn summarize(
+    pool: &sqlx::PgPool,
+    sku: &domain::Sku,
+    buyers: usize,
+    stock: i64,
+    report: &crate::load::Report,
+    counts: &store::order_counts::SkuOrders,
+) -> Result<Summary, CliError> {
     let (paid, failed, expired, shipped) = (
         counts.confirmed,
         counts.payment_failed,
         counts.expired,
         counts.delivered,
     );
-    let row = store::catalog::show(pool, Some(&sku))
+    let row = store::catalog::show(pool, Some(sku))
         .await
         .context("reading stock")?
         .into_iter()
@@ -131,7 +164,7 @@ pub async fn flash_sale(
         && row.reserved == 0
         && row.sold == paid
         && shipped == paid;
-    let summary = Summary {
+    Ok(Summary {
         sku: sku.to_string(),
         buyers,
         stock,
@@ -152,12 +185,6 @@ pub async fn flash_sale(
             .map(|v| format!("{} {}: {}", v.check, v.subject, v.detail))
             .collect(),
         ok,
-    };
-    out.print(&summary, || render(&summary, &crate::load::render(&report)));
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
     })
 }
 

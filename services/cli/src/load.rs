@@ -80,6 +80,18 @@ struct Tally {
     errors: u64,
 }
 
+impl Tally {
+    /// Nothing counted yet, latencies going into `latency`.
+    fn empty(latency: Histogram<u64>) -> Tally {
+        Tally {
+            latency,
+            by_status: BTreeMap::new(),
+            accepted_ids: vec![],
+            errors: 0,
+        }
+    }
+}
+
 fn parse_rate(s: &str) -> Result<f64, CliError> {
     let n = s.trim().trim_end_matches("/s").trim();
     n.parse::<f64>()
@@ -196,55 +208,9 @@ async fn measure(args: &LoadArgs, verify: Option<&sqlx::PgPool>) -> Result<Repor
             "--sku-count and --quantity must be at least 1".into(),
         ));
     }
-    // Idle connections are dropped before checkout's HTTP_IDLE_TIMEOUT (5 s by default).
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(4096)
-        .pool_idle_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(30))
-        .build()
-        .context("building the HTTP client")?;
-    let latency = Histogram::new_with_bounds(1, 60_000_000, 3).context("histogram")?;
-    let tally = Arc::new(Mutex::new(Tally {
-        latency,
-        by_status: BTreeMap::new(),
-        accepted_ids: vec![],
-        errors: 0,
-    }));
-    let history = match &args.history {
-        Some(path) => Some(Mutex::new(std::io::BufWriter::new(
-            std::fs::File::create(path)
-                .map_err(|e| CliError::Usage(format!("--history {}: {e}", path.display())))?,
-        ))),
-        None => None,
-    };
-    let shared = Arc::new(Shared {
-        client,
-        args_url: args.url.trim_end_matches('/').to_owned(),
-        token: args.token.clone(),
-        sku: args.sku.clone(),
-        sku_count: args.sku_count,
-        quantity: args.quantity,
-        tally: tally.clone(),
-        started: Instant::now(),
-        history,
-    });
+    let shared = Arc::new(Shared::new(args)?);
     let started = Instant::now();
-    let mode = match (args.connections, args.requests, &args.rate, args.duration) {
-        (Some(c), Some(m), None, _) if c > 0 => {
-            closed_loop(shared.clone(), c, m).await;
-            format!("closed loop, {c} connections, {m} requests")
-        }
-        (None, None, Some(rate), Some(d)) => {
-            let rate = parse_rate(rate)?;
-            open_loop(shared.clone(), rate, d.into()).await;
-            format!("open loop, {rate}/s for {d}")
-        }
-        _ => {
-            return Err(CliError::Usage(
-                "choose --connections N --requests M (closed loop) or --rate R/s --duration D (open loop)".into(),
-            ))
-        }
-    };
+    let mode = drive(args, &shared).await?;
     let seconds = started.elapsed().as_secs_f64();
     if let Some(history) = &shared.history {
         use std::io::Write;
@@ -254,39 +220,63 @@ async fn measure(args: &LoadArgs, verify: Option<&sqlx::PgPool>) -> Result<Repor
         file.flush().context("writing --history")?;
     }
     let tally = std::mem::replace(
-        &mut *tally
+        &mut *shared
+            .tally
             .lock()
             .map_err(|_| anyhow::anyhow!("tally poisoned"))?,
-        Tally {
-            latency: Histogram::new(3).context("histogram")?,
-            by_status: BTreeMap::new(),
-            accepted_ids: vec![],
-            errors: 0,
-        },
+        Tally::empty(Histogram::new(3).context("histogram")?),
     );
     let orders_in_database = match verify {
         Some(pool) => Some(count_orders(pool, &tally.accepted_ids).await?),
         None => None,
     };
-    let requests: u64 = tally.by_status.values().sum::<u64>() + tally.errors;
-    let accepted = tally.accepted_ids.len() as u64;
-    let ms = |q: f64| tally.latency.value_at_quantile(q) as f64 / 1000.0;
-    let report = Report {
-        mode,
-        requests,
-        by_status: tally.by_status,
-        accepted,
-        transport_errors: tally.errors,
-        seconds,
-        requests_per_second: requests as f64 / seconds,
-        accepted_per_second: accepted as f64 / seconds,
-        p50_ms: ms(0.5),
-        p99_ms: ms(0.99),
-        p999_ms: ms(0.999),
-        max_ms: tally.latency.max() as f64 / 1000.0,
-        orders_in_database,
-    };
-    Ok(report)
+    Ok(Report::of(mode, seconds, tally, orders_in_database))
+}
+
+/// Sends the load `args` ask for, closed or open loop; returns the mode's description.
+async fn drive(args: &LoadArgs, shared: &Arc<Shared>) -> Result<String, CliError> {
+    Ok(
+        match (args.connections, args.requests, &args.rate, args.duration) {
+            (Some(c), Some(m), None, _) if c > 0 => {
+                closed_loop(shared.clone(), c, m).await;
+                format!("closed loop, {c} connections, {m} requests")
+            }
+            (None, None, Some(rate), Some(d)) => {
+                let rate = parse_rate(rate)?;
+                open_loop(shared.clone(), rate, d.into()).await;
+                format!("open loop, {rate}/s for {d}")
+            }
+            _ => {
+                return Err(CliError::Usage(
+                    "choose --connections N --requests M (closed loop) or --rate R/s --duration D (open loop)".into(),
+                ))
+            }
+        },
+    )
+}
+
+impl Report {
+    /// The figures of a run of `seconds` from its tally.
+    fn of(mode: String, seconds: f64, tally: Tally, orders_in_database: Option<u64>) -> Report {
+        let requests: u64 = tally.by_status.values().sum::<u64>() + tally.errors;
+        let accepted = tally.accepted_ids.len() as u64;
+        let ms = |q: f64| tally.latency.value_at_quantile(q) as f64 / 1000.0;
+        Report {
+            mode,
+            requests,
+            by_status: tally.by_status,
+            accepted,
+            transport_errors: tally.errors,
+            seconds,
+            requests_per_second: requests as f64 / seconds,
+            accepted_per_second: accepted as f64 / seconds,
+            p50_ms: ms(0.5),
+            p99_ms: ms(0.99),
+            p999_ms: ms(0.999),
+            max_ms: tally.latency.max() as f64 / 1000.0,
+            orders_in_database,
+        }
+    }
 }
 
 /// The report as text for people.
@@ -323,6 +313,38 @@ struct Shared {
 }
 
 impl Shared {
+    /// What every request of a run shares: the HTTP client, the order to
+    /// send, the tally and the history file (created, or emptied, now).
+    fn new(args: &LoadArgs) -> Result<Shared, CliError> {
+        // Idle connections are dropped before checkout's HTTP_IDLE_TIMEOUT (5 s by default).
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(4096)
+            .pool_idle_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(30))
+            .build()
+            .context("building the HTTP client")?;
+        let latency = Histogram::new_with_bounds(1, 60_000_000, 3).context("histogram")?;
+        let tally = Arc::new(Mutex::new(Tally::empty(latency)));
+        let history = match &args.history {
+            Some(path) => Some(Mutex::new(std::io::BufWriter::new(
+                std::fs::File::create(path)
+                    .map_err(|e| CliError::Usage(format!("--history {}: {e}", path.display())))?,
+            ))),
+            None => None,
+        };
+        Ok(Shared {
+            client,
+            args_url: args.url.trim_end_matches('/').to_owned(),
+            token: args.token.clone(),
+            sku: args.sku.clone(),
+            sku_count: args.sku_count,
+            quantity: args.quantity,
+            tally,
+            started: Instant::now(),
+            history,
+        })
+    }
+
     fn pick_sku(&self) -> String {
         if self.sku_count <= 1 {
             return self.sku.clone();

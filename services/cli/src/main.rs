@@ -12,6 +12,7 @@
 //! - `findings.rs` — `findings list|ack`: disputes and the like, for a person
 //! - `outbox.rs` — `outbox parked|requeue`
 //! - `up.rs` — a whole local system for trying soldonce
+//!   (`up/env.rs`: what it tells its services and the shell)
 //! - `demo.rs` — a flash sale shown end to end
 //! - `load.rs` — the load generator
 //! - `console/` — `console`: the live operator page (its assets in `console/assets/`)

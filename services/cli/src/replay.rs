@@ -12,11 +12,13 @@ use crate::schemas::Schemas;
 use crate::CliError;
 use anyhow::Context;
 use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+use async_nats::jetstream::stream::{State as StreamState, Stream};
 use clap::Args;
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
+use std::ops::RangeInclusive;
 use std::process::ExitCode;
 use uuid::Uuid;
 
@@ -58,19 +60,7 @@ pub async fn run(args: ReplayArgs, out: &Output) -> Result<ExitCode, CliError> {
     let nats_url = platform::config::nats_url().map_err(|e| CliError::Usage(e.to_string()))?;
     let pool = crate::database::pool().await?;
     let schemas = Schemas::load()?;
-    let js = bus::connect(&nats_url)
-        .await
-        .context("connecting to NATS_URL")?;
-    let mut stream = js
-        .get_stream(bus::STREAM)
-        .await
-        .context("opening the SOLDONCE stream")?;
-    let state = stream
-        .info()
-        .await
-        .context("reading the stream")?
-        .state
-        .clone();
+    let (mut stream, state) = open_stream(&nats_url).await?;
     let last = state.last_sequence;
     // The stream's limits (STREAM_MAX_AGE, STREAM_MAX_BYTES) drop its oldest
     // messages: an order placed before what it keeps cannot be rebuilt from it.
@@ -88,42 +78,16 @@ pub async fn run(args: ReplayArgs, out: &Output) -> Result<ExitCode, CliError> {
     };
     let mut fold = fold::Fold::new(args.order);
     if last >= first {
-        let bar = ProgressBar::new(last - first + 1);
-        bar.set_style(
-            ProgressStyle::with_template("{bar:40} {pos}/{len} events  {per_sec}  ETA {eta}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        if out.json {
-            bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-        }
-        read(
+        fold_stream(
             &mut stream,
             deliver_policy,
-            last,
-            |seq, position, payload| {
-                bar.set_position(seq.saturating_sub(first) + 1);
-                report.events += 1;
-                fold.add(&schemas, seq, position, payload);
-            },
+            first..=last,
+            &schemas,
+            &mut fold,
+            &mut report,
+            out.json,
         )
         .await?;
-        bar.finish_and_clear();
-        if !fold.disordered.is_empty() {
-            // Events republished after a loss came after younger ones of their orders.
-            let mut events = Vec::new();
-            read(&mut stream, deliver_policy, last, |_, position, payload| {
-                if let (Some(p), Ok(fold::Decoded::Order(id, event))) =
-                    (position, fold::decode(&schemas, payload))
-                {
-                    if fold.disordered.contains(&id) {
-                        events.push((p, id, event));
-                    }
-                }
-            })
-            .await?;
-            report.refolded = fold.disordered.len();
-            fold.refold(events);
-        }
     }
     let orders = fold.orders;
     let shipments: BTreeMap<Uuid, domain::shipment::ShipmentEvent> = fold
@@ -152,6 +116,84 @@ pub async fn run(args: ReplayArgs, out: &Output) -> Result<ExitCode, CliError> {
             ExitCode::from(1)
         },
     )
+}
+
+/// The SOLDONCE stream, and its state as the replay starts.
+async fn open_stream(nats_url: &str) -> Result<(Stream, StreamState), CliError> {
+    let js = bus::connect(nats_url)
+        .await
+        .context("connecting to NATS_URL")?;
+    let mut stream = js
+        .get_stream(bus::STREAM)
+        .await
+        .context("opening the SOLDONCE stream")?;
+    let state = stream
+        .info()
+        .await
+        .context("reading the stream")?
+        .state
+        .clone();
+    Ok((stream, state))
+}
+
+/// Folds the events at `sequences` into `fold`, counting them in `report`
+/// (a progress bar on stderr unless the output is JSON); then refolds the
+/// orders whose events came out of order.
+async fn fold_stream(
+    stream: &mut Stream,
+    deliver_policy: DeliverPolicy,
+    sequences: RangeInclusive<u64>,
+    schemas: &Schemas,
+    fold: &mut fold::Fold,
+    report: &mut ReplayReport,
+    json: bool,
+) -> Result<(), CliError> {
+    let (first, last) = (*sequences.start(), *sequences.end());
+    let bar = ProgressBar::new(last - first + 1);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} events  {per_sec}  ETA {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    if json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    read(stream, deliver_policy, last, |seq, position, payload| {
+        bar.set_position(seq.saturating_sub(first) + 1);
+        report.events += 1;
+        fold.add(schemas, seq, position, payload);
+    })
+    .await?;
+    bar.finish_and_clear();
+    if !fold.disordered.is_empty() {
+        report.refolded = refold_disordered(stream, deliver_policy, last, schemas, fold).await?;
+    }
+    Ok(())
+}
+
+/// Reads the stream again for the events of the orders `fold` found out of
+/// order and refolds those orders in position order; returns how many.
+async fn refold_disordered(
+    stream: &mut Stream,
+    deliver_policy: DeliverPolicy,
+    last: u64,
+    schemas: &Schemas,
+    fold: &mut fold::Fold,
+) -> Result<usize, CliError> {
+    // Events republished after a loss came after younger ones of their orders.
+    let mut events = Vec::new();
+    read(stream, deliver_policy, last, |_, position, payload| {
+        if let (Some(p), Ok(fold::Decoded::Order(id, event))) =
+            (position, fold::decode(schemas, payload))
+        {
+            if fold.disordered.contains(&id) {
+                events.push((p, id, event));
+            }
+        }
+    })
+    .await?;
+    let refolded = fold.disordered.len();
+    fold.refold(events);
+    Ok(refolded)
 }
 
 /// Writes the folded projections into a scratch schema and compares them

@@ -8,13 +8,15 @@ use crate::children::{spawn_console, spawn_service, stop, wait_ready};
 use crate::output::Output;
 use crate::CliError;
 use anyhow::Context;
-use base64::Engine;
 use clap::Args;
 use localservers::{Nats, PgOptions, Postgres};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 use tokio::process::Child;
+
+mod env;
+use env::{default_env, exports, with_overrides, ConsoleSite, Urls};
 
 #[derive(Debug, Args)]
 pub struct UpArgs {
@@ -57,8 +59,64 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     let data_dir = std::fs::canonicalize(&args.data_dir).context("resolving --data-dir")?;
-    let (database_url, _pg) = match std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) {
-        Some(url) => (url, None),
+    let (database_url, _pg) = given_or_private_postgres(&data_dir)?;
+    let (nats_url, _nats) = given_or_private_nats(&data_dir)?;
+    let pool = store::connect(&database_url, 4)
+        .await
+        .context("connecting to PostgreSQL")?;
+    store::migrate(&pool).await.context("applying migrations")?;
+    let token = seed(&pool).await?;
+
+    let checkout_url = format!("http://{}", args.checkout_addr);
+    let psp_addr = format!(
+        "127.0.0.1:{}",
+        localservers::free_port().context("finding a port for psp-sim")?
+    );
+    let urls = Urls {
+        checkout: checkout_url,
+        psp_addr,
+        database: database_url,
+        nats: nats_url,
+    };
+    let env = default_env(&urls, &args.checkout_addr, worker_share(&args.only));
+    check_only(&args.only)?;
+    let env = with_overrides(env);
+    let (mut children, mut names) = spawn_services(&args.only, &env)?;
+    let console = console_to_start(&args.only);
+    if let Some(console) = &console {
+        let mut console_env = env.clone();
+        console_env.push(("CONSOLE_ADDR", console.addr.clone()));
+        console_env.push(("CONSOLE_TOKEN", console.token.clone()));
+        children.push(spawn_console(&console_env)?);
+        names.push("console");
+    }
+    wait_all_ready(&args.only, &urls, console.as_ref()).await?;
+    let env_file = data_dir.join("env");
+    write_private(&env_file, &exports(&urls, &token, console.as_ref()))
+        .context("writing the env file")?;
+    print_banner(
+        &urls.checkout,
+        &urls.database,
+        &urls.nats,
+        &token,
+        &env_file,
+    );
+
+    if args.demo {
+        let code =
+            crate::demo::flash_sale(&pool, &urls.checkout, &token, args.buyers, args.stock, out)
+                .await;
+        stop(children).await;
+        return code;
+    }
+    run_until_stopped(children, &names).await
+}
+
+/// DATABASE_URL when given, else a private durable PostgreSQL under
+/// `data_dir` (kept running while the returned handle lives).
+fn given_or_private_postgres(data_dir: &Path) -> Result<(String, Option<Postgres>), CliError> {
+    match std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) {
+        Some(url) => Ok((url, None)),
         None => {
             eprintln!(
                 "up: starting PostgreSQL in {}",
@@ -71,61 +129,30 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
             };
             let pg = Postgres::start_in(&data_dir.join("postgres"), options)
                 .context("starting PostgreSQL")?;
-            (pg.url("postgres"), Some(pg))
+            Ok((pg.url("postgres"), Some(pg)))
         }
-    };
-    let (nats_url, _nats) = match std::env::var("NATS_URL").ok().filter(|u| !u.is_empty()) {
-        Some(url) => (url, None),
+    }
+}
+
+/// NATS_URL when given, else a private nats-server under `data_dir`
+/// (kept running while the returned handle lives).
+fn given_or_private_nats(data_dir: &Path) -> Result<(String, Option<Nats>), CliError> {
+    match std::env::var("NATS_URL").ok().filter(|u| !u.is_empty()) {
+        Some(url) => Ok((url, None)),
         None => {
             eprintln!(
                 "up: starting NATS JetStream in {}",
                 data_dir.join("nats").display()
             );
             let nats = Nats::start_in(&data_dir.join("nats")).context("starting nats-server")?;
-            (nats.url(), Some(nats))
+            Ok((nats.url(), Some(nats)))
         }
-    };
-    let pool = store::connect(&database_url, 4)
-        .await
-        .context("connecting to PostgreSQL")?;
-    store::migrate(&pool).await.context("applying migrations")?;
-    let token = seed(&pool).await?;
+    }
+}
 
-    let checkout_url = format!("http://{}", args.checkout_addr);
-    let psp_addr = format!(
-        "127.0.0.1:{}",
-        localservers::free_port().context("finding a port for psp-sim")?
-    );
-    // 32 random bytes: a fresh signing key per run, never a shipped one.
-    let key: Vec<u8> = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()]
-        .iter()
-        .flat_map(|u| *u.as_bytes())
-        .collect();
-    let secret = format!(
-        "whsec_{}",
-        base64::engine::general_purpose::STANDARD.encode(key)
-    );
-    let env = [
-        ("PSP_SIM_ADDR", psp_addr.clone()),
-        ("PSP_URL", format!("http://{psp_addr}")),
-        ("PSP_WEBHOOK_URL", format!("{checkout_url}/v1/psp/webhooks")),
-        ("WEBHOOK_SECRET", secret),
-        ("PAYMENT_WORKER_ADDR", "127.0.0.1:0".to_owned()),
-        ("EXPIRY_ADDR", "127.0.0.1:0".to_owned()),
-        ("FULFILLMENT_ADDR", "127.0.0.1:0".to_owned()),
-        ("DATABASE_URL", database_url.clone()),
-        ("NATS_URL", nats_url.clone()),
-        ("CHECKOUT_ADDR", args.checkout_addr.clone()),
-        ("OUTBOX_RELAY_ADDR", "127.0.0.1:0".to_owned()),
-        (
-            platform::runtime::WORKER_THREADS,
-            worker_share(&args.only).to_string(),
-        ),
-        // A person reads these logs, prefixed with each service's name.
-        ("LOG_FORMAT", "text".to_owned()),
-    ];
-    if let Some(unknown) = args
-        .only
+/// A usage error for a name in `--only` that is neither a service nor the console.
+fn check_only(only: &[String]) -> Result<(), CliError> {
+    if let Some(unknown) = only
         .iter()
         .find(|s| !SERVICES.contains(&s.as_str()) && s.as_str() != "console")
     {
@@ -134,35 +161,26 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
             SERVICES.join(", ")
         )));
     }
-    // A service address or secret already set in the environment wins over
-    // up's default; the addresses up itself derives URLs from do not.
-    let derived = [
-        "CHECKOUT_ADDR",
-        "PSP_SIM_ADDR",
-        "PSP_URL",
-        "PSP_WEBHOOK_URL",
-        "DATABASE_URL",
-        "NATS_URL",
-    ];
-    let env: Vec<(&str, String)> = env
-        .into_iter()
-        .map(|(k, v)| {
-            match std::env::var(k)
-                .ok()
-                .filter(|x| !x.is_empty() && !derived.contains(&k))
-            {
-                Some(given) => (k, given),
-                None => (k, v),
-            }
-        })
-        .collect();
+    Ok(())
+}
+
+/// Starts the services `--only` leaves in; each child beside its name.
+fn spawn_services(
+    only: &[String],
+    env: &[(&str, String)],
+) -> Result<(Vec<Child>, Vec<&'static str>), CliError> {
     let mut children = Vec::new();
     // Each child's name, beside it.
     let mut names: Vec<&'static str> = Vec::new();
-    for service in started(&args.only) {
-        children.push(spawn_service(service, &env)?);
+    for service in started(only) {
+        children.push(spawn_service(service, env)?);
         names.push(service);
     }
+    Ok((children, names))
+}
+
+/// The console to start, if `--only` wants one and its address is free.
+fn console_to_start(only: &[String]) -> Option<ConsoleSite> {
     // The operator console: the soldonce binary itself, on CONSOLE_ADDR
     // (127.0.0.1:8095 unless set), behind a fresh operator token.
     let console_addr = std::env::var("CONSOLE_ADDR")
@@ -179,56 +197,50 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
                 uuid::Uuid::new_v4().simple()
             )
         });
-    let mut console = args.only.is_empty() || args.only.iter().any(|s| s == "console");
+    let console = only.is_empty() || only.iter().any(|s| s == "console");
     // A console whose address is taken is not worth failing the system for.
     if console && std::net::TcpListener::bind(console_addr.as_str()).is_err() {
         eprintln!(
             "up: not starting the console: {console_addr} is taken or invalid (set CONSOLE_ADDR)"
         );
-        console = false;
+        return None;
     }
-    if console {
-        let mut console_env = env.clone();
-        console_env.push(("CONSOLE_ADDR", console_addr.clone()));
-        console_env.push(("CONSOLE_TOKEN", console_token.clone()));
-        children.push(spawn_console(&console_env)?);
-        names.push("console");
-    }
-    if args.only.is_empty() || args.only.iter().any(|s| s == "psp-sim") {
-        wait_ready(&format!("http://{psp_addr}/healthz")).await?;
-    }
-    if console {
-        wait_ready(&format!("http://{console_addr}/healthz")).await?;
-        eprintln!("up: console at http://{console_addr}/#token={console_token}");
-    }
-    if args.only.is_empty() || args.only.iter().any(|s| s == "checkout") {
-        wait_ready(&format!("{checkout_url}/readyz")).await?;
-    }
-    let env_file = data_dir.join("env");
-    let exports = format!(
-        "export DATABASE_URL='{database_url}'\nexport NATS_URL='{nats_url}'\nexport CHECKOUT_URL='{checkout_url}'\nexport SOLDONCE_TOKEN='{token}'\n{}",
-        if console {
-            format!("export CONSOLE_URL='http://{console_addr}/'\nexport CONSOLE_TOKEN='{console_token}'\n")
-        } else {
-            String::new()
-        }
-    );
-    write_private(&env_file, &exports).context("writing the env file")?;
-    print_banner(&checkout_url, &database_url, &nats_url, &token, &env_file);
+    console.then_some(ConsoleSite {
+        addr: console_addr,
+        token: console_token,
+    })
+}
 
-    if args.demo {
-        let code =
-            crate::demo::flash_sale(&pool, &checkout_url, &token, args.buyers, args.stock, out)
-                .await;
-        stop(children).await;
-        return code;
+/// Waits for psp-sim, the console and checkout (those started) to answer healthy.
+async fn wait_all_ready(
+    only: &[String],
+    urls: &Urls,
+    console: Option<&ConsoleSite>,
+) -> Result<(), CliError> {
+    if only.is_empty() || only.iter().any(|s| s == "psp-sim") {
+        wait_ready(&format!("http://{}/healthz", urls.psp_addr)).await?;
     }
+    if let Some(ConsoleSite { addr, token }) = console {
+        wait_ready(&format!("http://{addr}/healthz")).await?;
+        eprintln!("up: console at http://{addr}/#token={token}");
+    }
+    if only.is_empty() || only.iter().any(|s| s == "checkout") {
+        wait_ready(&format!("{}/readyz", urls.checkout)).await?;
+    }
+    Ok(())
+}
+
+/// Runs until Ctrl-C or SIGTERM, or until a child ends; then stops every child.
+async fn run_until_stopped(
+    mut children: Vec<Child>,
+    names: &[&'static str],
+) -> Result<ExitCode, CliError> {
     eprintln!("up: running; Ctrl-C stops everything");
     // A child that ends is a fault to see, not one to restart around: up
     // names it and stops the rest (compose restarts its services instead).
     let ended = tokio::select! {
         () = platform::shutdown::signal() => None,
-        ended = first_exit(&mut children, &names) => Some(ended),
+        ended = first_exit(&mut children, names) => Some(ended),
     };
     stop(children).await;
     match ended {

@@ -34,14 +34,17 @@ impl Round {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+/// What the PSP's answer came to; a capture it confirmed is recorded with
+/// the round's others, in one transaction.
+#[derive(Debug)]
 enum Outcome {
-    Captured,
+    Captured(Capture, i64),
     Postponed,
     Refused,
 }
 
-/// Claims the captures that are due and carries each out once.
+/// Claims the captures that are due, asks the PSP for each once, and
+/// records those it confirmed together.
 pub async fn run_due(pool: &PgPool, psp: &Psp) -> Result<Round, store::StoreError> {
     let due = captures::claim_due(pool, BATCH, LEASE).await?;
     let outcomes: Vec<Outcome> = futures::stream::iter(due)
@@ -50,13 +53,62 @@ pub async fn run_due(pool: &PgPool, psp: &Psp) -> Result<Round, store::StoreErro
         .collect()
         .await;
     let mut round = Round::default();
+    let mut confirmed = Vec::new();
     for outcome in outcomes {
         match outcome {
-            Outcome::Captured => round.captured += 1,
+            Outcome::Captured(c, taken) => confirmed.push((c, taken)),
             Outcome::Postponed => round.postponed += 1,
             Outcome::Refused => round.refused += 1,
         }
     }
+    let (captured, postponed) = record(pool, confirmed).await;
+    round.captured += captured;
+    round.postponed += postponed;
+    observe_outstanding(pool).await;
+    Ok(round)
+}
+
+/// Records the confirmed captures in one transaction; if that fails, each
+/// is postponed (the same key replays, and the PSP answers with the capture
+/// it made). Returns how many were recorded and how many postponed.
+async fn record(pool: &PgPool, confirmed: Vec<(Capture, i64)>) -> (usize, usize) {
+    if confirmed.is_empty() {
+        return (0, 0);
+    }
+    let batch: Vec<captures::Captured> = confirmed
+        .iter()
+        .map(|(c, taken)| captures::Captured {
+            payment_id: c.payment_id.clone(),
+            captured_minor: *taken,
+        })
+        .collect();
+    match captures::complete_many(pool, &batch, "payment-worker").await {
+        Ok(recorded) => {
+            for (c, taken) in &confirmed {
+                if recorded.contains(&c.payment_id) {
+                    metrics::counter!("soldonce_payments_captured_minor_total", "currency" => c.currency.clone())
+                        .increment(u64::try_from(*taken).unwrap_or(0));
+                    tracing::info!(payment_id = %c.payment_id, order_id = %c.order_id, amount_minor = taken, "payment captured");
+                }
+            }
+            metrics::counter!("soldonce_captures_total", "outcome" => "captured")
+                .increment(confirmed.len() as u64);
+            (confirmed.len(), 0)
+        }
+        Err(e) => {
+            let why = format!("recording the capture: {e}");
+            for (c, _) in &confirmed {
+                postpone(pool, c, &why).await;
+            }
+            metrics::counter!("soldonce_captures_total", "outcome" => "postponed")
+                .increment(confirmed.len() as u64);
+            (0, confirmed.len())
+        }
+    }
+}
+
+/// The captures-outstanding gauges, read after each round.
+async fn observe_outstanding(pool: &PgPool) {
     if let Ok((n, oldest)) = captures::outstanding(pool).await {
         metrics::gauge!("soldonce_captures_outstanding").set(n as f64);
         let age = oldest.map_or(0.0, |t| {
@@ -67,16 +119,15 @@ pub async fn run_due(pool: &PgPool, psp: &Psp) -> Result<Round, store::StoreErro
     if let Ok(age) = captures::oldest_authorization_seconds(pool).await {
         metrics::gauge!("soldonce_authorizations_oldest_seconds").set(age);
     }
-    Ok(round)
 }
 
 #[tracing::instrument(skip_all, fields(payment_id = %c.payment_id, order_id = %c.order_id, attempt = c.attempts))]
 async fn carry_out(pool: &PgPool, psp: &Psp, c: Capture) -> Outcome {
     let outcome = match psp.capture_once(&c.payment_id, &c.key(), None).await {
-        Ok(payment) => settle(pool, &c, &payment).await,
+        Ok(payment) => settle(pool, c, &payment).await,
         // Captured or canceled already: the payment says which.
         Err(PspError::WrongState(why)) => match psp.payment(&c.payment_id).await {
-            Ok(Some(payment)) => settle(pool, &c, &payment).await,
+            Ok(Some(payment)) => settle(pool, c, &payment).await,
             Ok(None) => {
                 refuse(
                     pool,
@@ -90,39 +141,33 @@ async fn carry_out(pool: &PgPool, psp: &Psp, c: Capture) -> Outcome {
         Err(PspError::Retryable(why)) => postpone(pool, &c, &why).await,
         Err(e) => refuse(pool, &c, &format!("the PSP refused the capture: {e}")).await,
     };
+    // A confirmed capture is counted once it is recorded (see `record`).
     let label = match outcome {
-        Outcome::Captured => "captured",
-        Outcome::Postponed => "postponed",
-        Outcome::Refused => "refused",
+        Outcome::Captured(..) => None,
+        Outcome::Postponed => Some("postponed"),
+        Outcome::Refused => Some("refused"),
     };
-    metrics::counter!("soldonce_captures_total", "outcome" => label).increment(1);
+    if let Some(label) = label {
+        metrics::counter!("soldonce_captures_total", "outcome" => label).increment(1);
+    }
     outcome
 }
 
-/// Records what the PSP's payment says of the capture.
-async fn settle(pool: &PgPool, c: &Capture, payment: &PspPayment) -> Outcome {
+/// What the PSP's payment says of the capture.
+async fn settle(pool: &PgPool, c: Capture, payment: &PspPayment) -> Outcome {
     match payment.status.as_str() {
         "succeeded" => {
             let taken = payment.amount_captured.unwrap_or(payment.amount_minor);
-            match captures::complete(pool, &c.payment_id, taken, "payment-worker").await {
-                Ok(_) => {
-                    metrics::counter!("soldonce_payments_captured_minor_total", "currency" => c.currency.clone())
-                        .increment(u64::try_from(taken).unwrap_or(0));
-                    tracing::info!(amount_minor = taken, "payment captured");
-                    Outcome::Captured
-                }
-                // The PSP captured it; recording failed. The lease runs out and the same key replays.
-                Err(e) => postpone(pool, c, &format!("recording the capture: {e}")).await,
-            }
+            Outcome::Captured(c, taken)
         }
         "canceled" => {
             let why = payment.cancellation_reason.as_deref().unwrap_or("unknown");
             let detail = format!(
                 "the authorization was canceled ({why}) before its capture: the order shipped unpaid"
             );
-            refuse(pool, c, &detail).await
+            refuse(pool, &c, &detail).await
         }
-        other => postpone(pool, c, &format!("payment {} is {other}", payment.id)).await,
+        other => postpone(pool, &c, &format!("payment {} is {other}", payment.id)).await,
     }
 }
 

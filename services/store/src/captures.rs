@@ -5,11 +5,12 @@
 //! `capture_state = 'pending'` commit together. The payment worker then
 //! carries it out like a compensation — claimed under a lease, asked with
 //! the stable key `capture:<payment_id>` until the PSP confirms — and
-//! [`complete`] records `order.captured`. A captured payment is never
+//! [`complete_many`] records each round's `order.captured` events in one
+//! transaction. A captured payment is never
 //! voided: a void is only decided for a payment not attached to its order,
 //! and a capture only for one attached.
 
-use crate::orders::{self, Transition, Waiting};
+use crate::orders::{self, Waiting};
 use crate::write::{self, Changes};
 use crate::StoreError;
 use chrono::{DateTime, Utc};
@@ -137,59 +138,124 @@ pub async fn claim_due(
     .await?)
 }
 
-/// Records that the PSP captured `captured_minor` of the payment, with the
-/// order's `order.captured` event, in one transaction; `false` if it was
-/// recorded before.
-pub async fn complete(
+/// A capture the PSP confirmed: `captured_minor` of the payment taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Captured {
+    pub payment_id: String,
+    pub captured_minor: i64,
+}
+
+/// Records the captures the PSP confirmed in one round, with each order's
+/// `order.captured` event, in one transaction: the orders' rows locked
+/// first (in id order, as every path locks them), then the payments still
+/// pending re-read under lock, so a capture another worker recorded
+/// meanwhile is left alone. Returns the payment ids recorded now; one
+/// recorded before is not among them.
+pub async fn complete_many(
     pool: &PgPool,
-    payment_id: &str,
-    captured_minor: i64,
+    captured: &[Captured],
     source: &str,
-) -> Result<bool, StoreError> {
-    let mut tx = pool.begin().await?;
-    let order_id: Option<Uuid> = sqlx::query_scalar(
-        "SELECT order_id FROM payments WHERE payment_id = $1 AND capture_state = 'pending'",
-    )
-    .bind(payment_id)
-    .fetch_optional(&mut *tx)
-    .await?
-    .flatten();
-    let Some(order_id) = order_id else {
-        return Ok(false);
-    };
-    let meta = on_order_traces(&mut tx, source, &[order_id])
-        .await?
-        .remove(&order_id)
-        .unwrap_or_else(|| Metadata::spontaneous(source, order_id));
-    let at = crate::now();
-    // The order row first, as every path locks it.
-    match orders::transition_in(&mut tx, order_id, None, &meta, |_| Command::RecordCapture {
-        payment_id: payment_id.to_owned(),
-        amount_minor: captured_minor,
-        at,
-    })
-    .await?
-    {
-        Transition::Applied(_) | Transition::Unchanged(_) => {}
-        other => {
-            return Err(StoreError::Corrupt(format!(
-                "order {order_id}: recording a capture: {other:?}"
-            )))
-        }
+) -> Result<Vec<String>, StoreError> {
+    if captured.is_empty() {
+        return Ok(Vec::new());
     }
-    let done = sqlx::query(
-        "UPDATE payments SET capture_state = 'captured', captured_at = now(), captured_minor = $2, capture_error = NULL, capture_next_attempt_at = NULL \
-         WHERE payment_id = $1 AND capture_state = 'pending'",
+    let ids: Vec<&str> = captured.iter().map(|c| c.payment_id.as_str()).collect();
+    let mut tx = pool.begin().await?;
+    let orders: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT DISTINCT order_id FROM payments WHERE payment_id = ANY($1) AND capture_state = 'pending' AND order_id IS NOT NULL",
     )
-    .bind(payment_id)
-    .bind(captured_minor)
+    .bind(&ids)
+    .fetch_all(&mut *tx)
+    .await?;
+    if orders.is_empty() {
+        return Ok(Vec::new());
+    }
+    let found = orders::load_many_locking(&mut tx, &orders, Waiting::Wait).await?;
+    let pending: HashMap<String, Uuid> = sqlx::query_as(
+        "SELECT payment_id, order_id FROM payments WHERE payment_id = ANY($1) AND capture_state = 'pending' FOR UPDATE",
+    )
+    .bind(&ids)
+    .fetch_all(&mut *tx)
+    .await?
+    .into_iter()
+    .collect();
+    let recorded = record_captures(&mut tx, &found, &pending, captured, source).await?;
+    if recorded.is_empty() {
+        return Ok(recorded);
+    }
+    let amounts: Vec<i64> = captured
+        .iter()
+        .filter(|c| recorded.contains(&c.payment_id))
+        .map(|c| c.captured_minor)
+        .collect();
+    let ids: Vec<&str> = captured
+        .iter()
+        .filter(|c| recorded.contains(&c.payment_id))
+        .map(|c| c.payment_id.as_str())
+        .collect();
+    let done = sqlx::query(
+        "UPDATE payments p SET capture_state = 'captured', captured_at = now(), captured_minor = c.minor, capture_error = NULL, capture_next_attempt_at = NULL \
+         FROM unnest($1::text[], $2::bigint[]) AS c(id, minor) WHERE p.payment_id = c.id AND p.capture_state = 'pending'",
+    )
+    .bind(&ids)
+    .bind(&amounts)
     .execute(&mut *tx)
     .await?;
-    if done.rows_affected() == 0 {
-        return Ok(false);
+    if done.rows_affected() != recorded.len() as u64 {
+        return Err(StoreError::Corrupt(format!(
+            "recording {} captures updated {} payments",
+            recorded.len(),
+            done.rows_affected()
+        )));
     }
     tx.commit().await?;
-    Ok(true)
+    Ok(recorded)
+}
+
+/// Decides `order.captured` on each locked order whose payment is still
+/// pending capture, onto the write path; returns those payment ids.
+async fn record_captures(
+    tx: &mut sqlx::PgConnection,
+    found: &[domain::Order],
+    pending: &HashMap<String, Uuid>,
+    captured: &[Captured],
+    source: &str,
+) -> Result<Vec<String>, StoreError> {
+    let ids: Vec<Uuid> = found.iter().map(|o| o.id).collect();
+    let metas = on_order_traces(tx, source, &ids).await?;
+    let by_id: HashMap<Uuid, &domain::Order> = found.iter().map(|o| (o.id, o)).collect();
+    let at = crate::now();
+    let mut changes = Changes::new();
+    let mut recorded = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for c in captured {
+        let Some(order) = pending.get(&c.payment_id).and_then(|id| by_id.get(id)) else {
+            continue;
+        };
+        // One decision per order per transaction: a second one would be
+        // decided on the order as it was before the first.
+        if !seen.insert(order.id) {
+            continue;
+        }
+        let command = Command::RecordCapture {
+            payment_id: c.payment_id.clone(),
+            amount_minor: c.captured_minor,
+            at,
+        };
+        let events = domain::decide(Some(order), command).map_err(|e| {
+            StoreError::Corrupt(format!("order {}: recording a capture: {e}", order.id))
+        })?;
+        if !events.is_empty() {
+            let meta = metas
+                .get(&order.id)
+                .cloned()
+                .unwrap_or_else(|| Metadata::spontaneous(source, order.id));
+            changes.order(Some(order), &events, &meta)?;
+        }
+        recorded.push(c.payment_id.clone());
+    }
+    write::commit(tx, &changes).await?;
+    Ok(recorded)
 }
 
 /// Leaves a capture for another attempt after `delay`.

@@ -6,7 +6,7 @@
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use std::collections::BTreeMap;
 
 /// How many SKUs the console lists.
@@ -68,12 +68,7 @@ pub async fn figures(pool: &PgPool) -> Result<Figures, StoreError> {
         .execute(&mut *tx)
         .await?;
     let (at,): (DateTime<Utc>,) = sqlx::query_as("SELECT now()").fetch_one(&mut *tx).await?;
-    let mut orders: BTreeMap<String, i64> = STATES.iter().map(|s| ((*s).to_owned(), 0)).collect();
-    let counted: Vec<(String, i64)> =
-        sqlx::query_as("SELECT state, count(*) FROM orders GROUP BY state")
-            .fetch_all(&mut *tx)
-            .await?;
-    orders.extend(counted);
+    let orders = orders_by_state(&mut tx).await?;
     let hot_skus: Vec<SkuBuckets> = sqlx::query_as(
         "SELECT sku, available, reserved, sold FROM stock \
          ORDER BY reserved DESC, sold DESC, sku LIMIT $1",
@@ -81,25 +76,7 @@ pub async fn figures(pool: &PgPool) -> Result<Figures, StoreError> {
     .bind(HOT_SKUS)
     .fetch_all(&mut *tx)
     .await?;
-    let bands: Vec<(i32, i64)> = sqlx::query_as(
-        "SELECT CASE WHEN age < 5 THEN 0 WHEN age < 30 THEN 1 WHEN age < 120 THEN 2 \
-                     WHEN age < 900 THEN 3 ELSE 4 END AS band, count(*) \
-         FROM (SELECT extract(epoch FROM now() - created_at) AS age FROM orders \
-               WHERE state = 'payment_pending') p GROUP BY band",
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    let reservations_by_age = AGE_BANDS
-        .iter()
-        .enumerate()
-        .map(|(i, name)| {
-            let n = bands
-                .iter()
-                .find(|(b, _)| usize::try_from(*b).ok() == Some(i))
-                .map_or(0, |(_, n)| *n);
-            ((*name).to_owned(), n)
-        })
-        .collect();
+    let reservations_by_age = reservations_by_age(&mut tx).await?;
     let (outbox_rows, outbox_oldest_seconds, outbox_parked): (i64, f64, i64) = sqlx::query_as(
         "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8, \
                 (SELECT count(*) FROM outbox_parked) FROM outbox",
@@ -119,19 +96,8 @@ pub async fn figures(pool: &PgPool) -> Result<Figures, StoreError> {
     )
     .fetch_one(&mut *tx)
     .await?;
-    let state: Option<(Option<DateTime<Utc>>, Option<f64>, i64)> =
-        sqlx::query_as("SELECT last_run_at, last_run_seconds, payments_seen FROM reconcile_state")
-            .fetch_optional(&mut *tx)
-            .await?;
-    let unresolved: BTreeMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
-        "SELECT kind, count(*) FROM reconcile_findings WHERE NOT repaired GROUP BY kind",
-    )
-    .fetch_all(&mut *tx)
-    .await?
-    .into_iter()
-    .collect();
+    let reconciliation = last_reconciliation(&mut tx).await?;
     tx.commit().await?;
-    let (last_at, last_seconds, payments_seen) = state.unwrap_or((None, None, 0));
     Ok(Figures {
         at,
         orders,
@@ -143,12 +109,63 @@ pub async fn figures(pool: &PgPool) -> Result<Figures, StoreError> {
         dead_letters,
         refunds_owed,
         refunds_oldest_seconds,
-        reconciliation: LastReconciliation {
-            at: last_at,
-            seconds: last_seconds,
-            payments_seen,
-            unresolved,
-        },
+        reconciliation,
+    })
+}
+
+/// Orders counted by state, every state present (zero included).
+async fn orders_by_state(conn: &mut PgConnection) -> Result<BTreeMap<String, i64>, StoreError> {
+    let mut orders: BTreeMap<String, i64> = STATES.iter().map(|s| ((*s).to_owned(), 0)).collect();
+    let counted: Vec<(String, i64)> =
+        sqlx::query_as("SELECT state, count(*) FROM orders GROUP BY state")
+            .fetch_all(&mut *conn)
+            .await?;
+    orders.extend(counted);
+    Ok(orders)
+}
+
+/// `payment_pending` orders counted by age band, every band present.
+async fn reservations_by_age(conn: &mut PgConnection) -> Result<Vec<(String, i64)>, StoreError> {
+    let bands: Vec<(i32, i64)> = sqlx::query_as(
+        "SELECT CASE WHEN age < 5 THEN 0 WHEN age < 30 THEN 1 WHEN age < 120 THEN 2 \
+                     WHEN age < 900 THEN 3 ELSE 4 END AS band, count(*) \
+         FROM (SELECT extract(epoch FROM now() - created_at) AS age FROM orders \
+               WHERE state = 'payment_pending') p GROUP BY band",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(AGE_BANDS
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let n = bands
+                .iter()
+                .find(|(b, _)| usize::try_from(*b).ok() == Some(i))
+                .map_or(0, |(_, n)| *n);
+            ((*name).to_owned(), n)
+        })
+        .collect())
+}
+
+/// The last reconciliation's run and the findings it left unrepaired.
+async fn last_reconciliation(conn: &mut PgConnection) -> Result<LastReconciliation, StoreError> {
+    let state: Option<(Option<DateTime<Utc>>, Option<f64>, i64)> =
+        sqlx::query_as("SELECT last_run_at, last_run_seconds, payments_seen FROM reconcile_state")
+            .fetch_optional(&mut *conn)
+            .await?;
+    let unresolved: BTreeMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
+        "SELECT kind, count(*) FROM reconcile_findings WHERE NOT repaired GROUP BY kind",
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .collect();
+    let (last_at, last_seconds, payments_seen) = state.unwrap_or((None, None, 0));
+    Ok(LastReconciliation {
+        at: last_at,
+        seconds: last_seconds,
+        payments_seen,
+        unresolved,
     })
 }
 

@@ -15,7 +15,7 @@ use crate::statement::Written;
 use crate::write::{self, Changes};
 use crate::StoreError;
 use chrono::{DateTime, Utc};
-use domain::{Command, Order};
+use domain::{Command, Order, Sku};
 use events::Metadata;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -72,34 +72,7 @@ pub async fn expire_due(
             .fetch_all(&mut *tx)
             .await?;
         let claimed = rows.len() as u64;
-        let mut changes = Changes::new();
-        let mut expiring: Vec<Order> = Vec::with_capacity(rows.len());
-        for row in rows {
-            let id = row.id;
-            let order = match Order::try_from(row) {
-                Ok(o) => o,
-                Err(e) => {
-                    excluded.push(id);
-                    skipped.push(Skipped {
-                        order_id: id,
-                        reason: e.to_string(),
-                    });
-                    continue;
-                }
-            };
-            let Ok(events) = domain::decide(Some(&order), Command::Expire { at: now }) else {
-                continue;
-            };
-            if events.is_empty() {
-                continue;
-            }
-            changes.order(
-                Some(&order),
-                &events,
-                &Metadata::spontaneous(source, order.id),
-            )?;
-            expiring.push(order);
-        }
+        let (changes, expiring) = decide_expiries(rows, now, source, &mut excluded, &mut skipped)?;
         if expiring.is_empty() {
             tx.rollback().await?;
             return Ok(Released {
@@ -121,19 +94,70 @@ pub async fn expire_due(
                 // Now, not when the pool next uses the connection: until then the
                 // batch's row locks stay, and the claim again would skip them.
                 tx.rollback().await?;
-                for order in expiring
-                    .iter()
-                    .filter(|o| o.lines.iter().any(|l| l.sku == sku))
-                {
-                    excluded.push(order.id);
-                    skipped.push(Skipped {
-                        order_id: order.id,
-                        reason: format!(
-                            "stock row {sku} holds fewer reserved units than its expiring orders"
-                        ),
-                    });
-                }
+                set_aside_holders(&expiring, &sku, &mut excluded, &mut skipped);
             }
         }
+    }
+}
+
+/// Decides the expiry of each claimed row at `now`: the changes to write
+/// and the orders that expire. A row the domain cannot read is set aside
+/// (into `excluded` and `skipped`); an order the domain declines to expire
+/// is left as it is.
+fn decide_expiries(
+    rows: Vec<OrderRow>,
+    now: DateTime<Utc>,
+    source: &str,
+    excluded: &mut Vec<Uuid>,
+    skipped: &mut Vec<Skipped>,
+) -> Result<(Changes, Vec<Order>), StoreError> {
+    let mut changes = Changes::new();
+    let mut expiring: Vec<Order> = Vec::with_capacity(rows.len());
+    for row in rows {
+        let id = row.id;
+        let order = match Order::try_from(row) {
+            Ok(o) => o,
+            Err(e) => {
+                excluded.push(id);
+                skipped.push(Skipped {
+                    order_id: id,
+                    reason: e.to_string(),
+                });
+                continue;
+            }
+        };
+        let Ok(events) = domain::decide(Some(&order), Command::Expire { at: now }) else {
+            continue;
+        };
+        if events.is_empty() {
+            continue;
+        }
+        changes.order(
+            Some(&order),
+            &events,
+            &Metadata::spontaneous(source, order.id),
+        )?;
+        expiring.push(order);
+    }
+    Ok((changes, expiring))
+}
+
+/// Sets aside (into `excluded` and `skipped`) the expiring orders that hold
+/// `sku`, whose stock row turned out short.
+fn set_aside_holders(
+    expiring: &[Order],
+    sku: &Sku,
+    excluded: &mut Vec<Uuid>,
+    skipped: &mut Vec<Skipped>,
+) {
+    for order in expiring
+        .iter()
+        .filter(|o| o.lines.iter().any(|l| l.sku == *sku))
+    {
+        excluded.push(order.id);
+        skipped.push(Skipped {
+            order_id: order.id,
+            reason: format!("stock row {sku} holds fewer reserved units than its expiring orders"),
+        });
     }
 }

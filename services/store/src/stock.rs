@@ -35,31 +35,7 @@ pub(crate) fn apply<'q>(
     if moves.is_empty() {
         return Ok(());
     }
-    let mut per_sku: BTreeMap<&Sku, domain::Buckets> = BTreeMap::new();
-    let n = moves.len();
-    let (mut skus, mut names, mut a, mut r, mut s, mut orders, mut reasons) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    for m in moves {
-        let d = m.movement.delta(m.units);
-        let sum = per_sku.entry(&m.sku).or_default();
-        sum.available += d.available;
-        sum.reserved += d.reserved;
-        sum.sold += d.sold;
-        skus.push(m.sku.as_str());
-        names.push(m.movement.ledger_name());
-        a.push(d.available);
-        r.push(d.reserved);
-        s.push(d.sold);
-        orders.push(m.order_id);
-        reasons.push(m.reason.as_deref());
-    }
+    let (per_sku, rows) = ledger_rows(moves);
     let (mut ts, mut ta, mut tr, mut tsold) = (vec![], vec![], vec![], vec![]);
     for (sku, d) in &per_sku {
         ts.push(sku.as_str());
@@ -72,13 +48,13 @@ pub(crate) fn apply<'q>(
     let st = statement;
     let (ts, ta, tr, tsold) = (st.bind(ts)?, st.bind(ta)?, st.bind(tr)?, st.bind(tsold)?);
     let (skus, names, a, r, s) = (
-        st.bind(skus)?,
-        st.bind(names)?,
-        st.bind(a)?,
-        st.bind(r)?,
-        st.bind(s)?,
+        st.bind(rows.skus)?,
+        st.bind(rows.names)?,
+        st.bind(rows.a)?,
+        st.bind(rows.r)?,
+        st.bind(rows.s)?,
     );
-    let (orders, reasons) = (st.bind(orders)?, st.bind(reasons)?);
+    let (orders, reasons) = (st.bind(rows.orders)?, st.bind(rows.reasons)?);
     let locked = if several {
         st.cte(
             "stock_locked",
@@ -109,6 +85,47 @@ pub(crate) fn apply<'q>(
     );
     st.expect_moved("moved", expected);
     Ok(())
+}
+
+/// Each move's ledger row, column by column, in the order the insert binds them.
+struct LedgerRows<'q> {
+    skus: Vec<&'q str>,
+    names: Vec<&'static str>,
+    a: Vec<i64>,
+    r: Vec<i64>,
+    s: Vec<i64>,
+    orders: Vec<Option<Uuid>>,
+    reasons: Vec<Option<&'q str>>,
+}
+
+/// Each SKU's movements summed (in SKU order), and each move's ledger row.
+fn ledger_rows(moves: &[Move]) -> (BTreeMap<&Sku, domain::Buckets>, LedgerRows<'_>) {
+    let mut per_sku: BTreeMap<&Sku, domain::Buckets> = BTreeMap::new();
+    let n = moves.len();
+    let mut rows = LedgerRows {
+        skus: Vec::with_capacity(n),
+        names: Vec::with_capacity(n),
+        a: Vec::with_capacity(n),
+        r: Vec::with_capacity(n),
+        s: Vec::with_capacity(n),
+        orders: Vec::with_capacity(n),
+        reasons: Vec::with_capacity(n),
+    };
+    for m in moves {
+        let d = m.movement.delta(m.units);
+        let sum = per_sku.entry(&m.sku).or_default();
+        sum.available += d.available;
+        sum.reserved += d.reserved;
+        sum.sold += d.sold;
+        rows.skus.push(m.sku.as_str());
+        rows.names.push(m.movement.ledger_name());
+        rows.a.push(d.available);
+        rows.r.push(d.reserved);
+        rows.s.push(d.sold);
+        rows.orders.push(m.order_id);
+        rows.reasons.push(m.reason.as_deref());
+    }
+    (per_sku, rows)
 }
 
 /// Whether every line's units are available now, the SKUs locked in SKU

@@ -5,8 +5,9 @@ use super::handler::{ConsumerSpec, Delivery, HandleError, Handler};
 use super::settle::{settle, InHand};
 use events::Inbox;
 use futures::stream::FuturesUnordered;
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use std::collections::HashSet;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -68,11 +69,12 @@ pub(super) async fn handle<H: Handler>(
     settled: &[AtomicBool],
     started: Instant,
 ) {
-    let finish = |i: usize, outcome: Result<(), HandleError>| {
-        settled[i].store(true, Ordering::Relaxed);
-        metrics::histogram!("soldonce_consumer_handle_seconds", "consumer" => spec.name.clone())
-            .record(started.elapsed().as_secs_f64());
-        settle(inbox, spec, &hand[i], outcome)
+    let settler = Settler {
+        inbox,
+        spec,
+        hand,
+        settled,
+        started,
     };
     let deliveries: Vec<&Delivery> = hand.iter().map(|h| h.delivery.as_ref()).collect();
     let subjects: Vec<&str> = hand
@@ -86,52 +88,15 @@ pub(super) async fn handle<H: Handler>(
     loop {
         tokio::select! {
             next = prepared.next(), if preparing => {
-                // Everything prepared by now goes together.
-                let mut next = Some(next);
-                while let Some(item) = next.take() {
-                    match item {
-                        Some((i, result)) if matches!(steps.get(i), Some(Step::Preparing)) => match result {
-                            Ok(p) => steps[i] = Step::Prepared(p),
-                            Err(e) => {
-                                steps[i] = Step::Settled;
-                                finish(i, Err(e)).await;
-                            }
-                        },
-                        Some((i, _)) => {
-                            tracing::error!(consumer = %spec.name, index = i, messages = hand.len(), "prepare_all yielded an index twice or out of range");
-                        }
-                        None => {
-                            preparing = false;
-                            break;
-                        }
-                    }
-                    next = prepared.next().now_or_never();
-                }
+                preparing = take_prepared(&settler, &mut prepared, next, &mut steps).await;
             }
             Some((i, outcome)) = recording.next(), if !recording.is_empty() => {
                 steps[i] = Step::Settled;
-                finish(i, outcome).await;
+                settler.finish(i, outcome).await;
             }
             else => break,
         }
-        for (i, p) in take_ready(&subjects, &mut steps) {
-            let (done, outcome) = oneshot::channel();
-            let job = Job {
-                delivery: hand[i].delivery.clone(),
-                prepared: p,
-                done,
-            };
-            if to_record.send(job).await.is_err() {
-                steps[i] = Step::Settled;
-                finish(
-                    i,
-                    Err(HandleError::Transient(anyhow::anyhow!(
-                        "the consumer is stopping"
-                    ))),
-                )
-                .await;
-                continue;
-            }
+        for (i, outcome) in send_ready(&settler, to_record, &subjects, &mut steps).await {
             recording.push(outcome.map(move |o| {
                 (
                     i,
@@ -144,17 +109,110 @@ pub(super) async fn handle<H: Handler>(
             }));
         }
     }
+    settle_unprepared(&settler, &steps).await;
+}
+
+/// What settling one message of a batch needs.
+struct Settler<'a, I> {
+    inbox: &'a I,
+    spec: &'a ConsumerSpec,
+    hand: &'a [InHand],
+    settled: &'a [AtomicBool],
+    started: Instant,
+}
+
+impl<I: Inbox> Settler<'_, I> {
+    /// Settles message `i` by its outcome, marks it settled and records how
+    /// long the batch had been in hand.
+    async fn finish(&self, i: usize, outcome: Result<(), HandleError>) {
+        self.settled[i].store(true, Ordering::Relaxed);
+        metrics::histogram!("soldonce_consumer_handle_seconds", "consumer" => self.spec.name.clone())
+            .record(self.started.elapsed().as_secs_f64());
+        settle(self.inbox, self.spec, &self.hand[i], outcome).await
+    }
+}
+
+/// Takes what `prepare_all` yielded (`next`) and all else it has ready
+/// now: each message prepared, or settled if its preparation failed.
+/// `false` once the stream has ended.
+async fn take_prepared<I: Inbox, P, S>(
+    settler: &Settler<'_, I>,
+    prepared: &mut Pin<&mut S>,
+    next: Option<(usize, Result<P, HandleError>)>,
+    steps: &mut [Step<P>],
+) -> bool
+where
+    S: Stream<Item = (usize, Result<P, HandleError>)>,
+{
+    // Everything prepared by now goes together.
+    let mut next = Some(next);
+    while let Some(item) = next.take() {
+        match item {
+            Some((i, result)) if matches!(steps.get(i), Some(Step::Preparing)) => match result {
+                Ok(p) => steps[i] = Step::Prepared(p),
+                Err(e) => {
+                    steps[i] = Step::Settled;
+                    settler.finish(i, Err(e)).await;
+                }
+            },
+            Some((i, _)) => {
+                tracing::error!(consumer = %settler.spec.name, index = i, messages = settler.hand.len(), "prepare_all yielded an index twice or out of range");
+            }
+            None => return false,
+        }
+        next = prepared.next().now_or_never();
+    }
+    true
+}
+
+/// Hands each message that may go now ([`take_ready`]) to the recorders;
+/// one that cannot go (the consumer is stopping) is settled at once.
+/// Returns where each handed message's outcome will come.
+async fn send_ready<I: Inbox, P>(
+    settler: &Settler<'_, I>,
+    to_record: &mpsc::Sender<Job<P>>,
+    subjects: &[&str],
+    steps: &mut [Step<P>],
+) -> Vec<(usize, oneshot::Receiver<Result<(), HandleError>>)> {
+    let mut sent = Vec::new();
+    for (i, p) in take_ready(subjects, steps) {
+        let (done, outcome) = oneshot::channel();
+        let job = Job {
+            delivery: settler.hand[i].delivery.clone(),
+            prepared: p,
+            done,
+        };
+        if to_record.send(job).await.is_err() {
+            steps[i] = Step::Settled;
+            settler
+                .finish(
+                    i,
+                    Err(HandleError::Transient(anyhow::anyhow!(
+                        "the consumer is stopping"
+                    ))),
+                )
+                .await;
+            continue;
+        }
+        sent.push((i, outcome));
+    }
+    sent
+}
+
+/// Settles, to be retried later, each message `prepare_all` never yielded.
+async fn settle_unprepared<I: Inbox, P>(settler: &Settler<'_, I>, steps: &[Step<P>]) {
     // A handler's bug, not the messages': retry what it never prepared later.
-    for i in 0..hand.len() {
-        if matches!(steps[i], Step::Preparing) {
-            tracing::error!(consumer = %spec.name, event_id = %hand[i].delivery.event.id, "prepare_all never yielded this message");
-            finish(
-                i,
-                Err(HandleError::Transient(anyhow::anyhow!(
-                    "prepare_all never yielded it"
-                ))),
-            )
-            .await;
+    for (i, step) in steps.iter().enumerate() {
+        if matches!(step, Step::Preparing) {
+            tracing::error!(consumer = %settler.spec.name, event_id = %settler.hand[i].delivery.event.id, "prepare_all never yielded this message");
+            settler
+                .finish(
+                    i,
+                    Err(HandleError::Transient(anyhow::anyhow!(
+                        "prepare_all never yielded it"
+                    ))),
+                )
+                .await;
         }
     }
 }

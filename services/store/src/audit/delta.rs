@@ -137,47 +137,95 @@ pub(crate) async fn advance(
     now: DateTime<Utc>,
     report: &mut AuditReport,
 ) -> Result<(Checkpoint, Vec<Uuid>), StoreError> {
-    let mut positions = vec![];
     let mut changed = HashSet::new();
-    {
-        let mut rows = sqlx::query_as::<_, (i64, Uuid, bool)>(
-            "SELECT position, stream_id, type LIKE 'order.%' FROM events WHERE position > $1 OR position = ANY($2)",
-        )
-        .bind(base.events.upto)
-        .bind(base.events.hole_numbers())
-        .fetch(&mut *conn);
-        while let Some(row) = rows.next().await {
-            let (position, stream, is_order) = row?;
-            positions.push(position);
-            if is_order {
-                changed.insert(stream);
-            }
-        }
-    }
-    let mut ids = vec![];
+    let mut positions = read_new_events(conn, &base.events, &mut changed).await?;
     let mut sums = base.sums.clone();
     let mut changed_skus = base.changed_skus.clone();
-    {
-        let mut rows = sqlx::query_as::<_, (i64, String, i64, i64, i64, Option<Uuid>)>(
-            "SELECT id, sku, d_available, d_reserved, d_sold, order_id FROM stock_ledger WHERE id > $1 OR id = ANY($2)",
-        )
-        .bind(base.ledger.upto)
-        .bind(base.ledger.hole_numbers())
-        .fetch(&mut *conn);
-        while let Some(row) = rows.next().await {
-            let (id, sku, a, r, s, order) = row?;
-            ids.push(id);
-            // An order with new ledger rows is checked even without new events.
-            changed.extend(order);
-            let sum = sums.entry(sku.clone()).or_insert([0; 3]);
-            sum[0] += a;
-            sum[1] += r;
-            sum[2] += s;
-            if let Some(skus) = changed_skus.as_mut() {
-                skus.insert(sku);
-            }
+    let mut ids = read_new_ledger(
+        conn,
+        &base.ledger,
+        &mut changed,
+        &mut sums,
+        &mut changed_skus,
+    )
+    .await?;
+    check_buckets(conn, &sums, report).await?;
+    let patience = options.hole_patience;
+    let checkpoint = Checkpoint {
+        version: base.version,
+        events: bounded(base.events.advance(&mut positions, now, patience)),
+        ledger: bounded(base.ledger.advance(&mut ids, now, patience)),
+        sums,
+        changed_skus,
+    };
+    let mut changed: Vec<Uuid> = changed.into_iter().collect();
+    changed.sort_unstable();
+    Ok((checkpoint, changed))
+}
+
+/// The positions of the events past `frontier` (and in its holes); each
+/// order with one of them goes into `changed`.
+async fn read_new_events(
+    conn: &mut PgConnection,
+    frontier: &Frontier,
+    changed: &mut HashSet<Uuid>,
+) -> Result<Vec<i64>, StoreError> {
+    let mut positions = vec![];
+    let mut rows = sqlx::query_as::<_, (i64, Uuid, bool)>(
+        "SELECT position, stream_id, type LIKE 'order.%' FROM events WHERE position > $1 OR position = ANY($2)",
+    )
+    .bind(frontier.upto)
+    .bind(frontier.hole_numbers())
+    .fetch(&mut *conn);
+    while let Some(row) = rows.next().await {
+        let (position, stream, is_order) = row?;
+        positions.push(position);
+        if is_order {
+            changed.insert(stream);
         }
     }
+    Ok(positions)
+}
+
+/// The ids of the ledger rows past `frontier` (and in its holes), each
+/// added to its SKU's `sums` (the SKU into `changed_skus`) and its order
+/// into `changed`.
+async fn read_new_ledger(
+    conn: &mut PgConnection,
+    frontier: &Frontier,
+    changed: &mut HashSet<Uuid>,
+    sums: &mut BTreeMap<String, [i64; 3]>,
+    changed_skus: &mut Option<BTreeSet<String>>,
+) -> Result<Vec<i64>, StoreError> {
+    let mut ids = vec![];
+    let mut rows = sqlx::query_as::<_, (i64, String, i64, i64, i64, Option<Uuid>)>(
+        "SELECT id, sku, d_available, d_reserved, d_sold, order_id FROM stock_ledger WHERE id > $1 OR id = ANY($2)",
+    )
+    .bind(frontier.upto)
+    .bind(frontier.hole_numbers())
+    .fetch(&mut *conn);
+    while let Some(row) = rows.next().await {
+        let (id, sku, a, r, s, order) = row?;
+        ids.push(id);
+        // An order with new ledger rows is checked even without new events.
+        changed.extend(order);
+        let sum = sums.entry(sku.clone()).or_insert([0; 3]);
+        sum[0] += a;
+        sum[1] += r;
+        sum[2] += s;
+        if let Some(skus) = changed_skus.as_mut() {
+            skus.insert(sku);
+        }
+    }
+    Ok(ids)
+}
+
+/// Flags each SKU whose buckets differ from its ledger `sums` (`ledger_drift`).
+async fn check_buckets(
+    conn: &mut PgConnection,
+    sums: &BTreeMap<String, [i64; 3]>,
+    report: &mut AuditReport,
+) -> Result<(), StoreError> {
     let buckets: Vec<(String, i64, i64, i64)> =
         sqlx::query_as("SELECT sku, available, reserved, sold FROM stock ORDER BY sku")
             .fetch_all(&mut *conn)
@@ -195,25 +243,17 @@ pub(crate) async fn advance(
             );
         }
     }
-    let keep = |mut f: Frontier| {
-        if f.holes.len() > MAX_HOLES {
-            f.holes.sort_by_key(|h| std::cmp::Reverse(h.1));
-            f.holes.truncate(MAX_HOLES);
-            f.holes.sort_unstable();
-        }
-        f
-    };
-    let patience = options.hole_patience;
-    let checkpoint = Checkpoint {
-        version: base.version,
-        events: keep(base.events.advance(&mut positions, now, patience)),
-        ledger: keep(base.ledger.advance(&mut ids, now, patience)),
-        sums,
-        changed_skus,
-    };
-    let mut changed: Vec<Uuid> = changed.into_iter().collect();
-    changed.sort_unstable();
-    Ok((checkpoint, changed))
+    Ok(())
+}
+
+/// `f` with at most [`MAX_HOLES`] holes, the newest kept.
+fn bounded(mut f: Frontier) -> Frontier {
+    if f.holes.len() > MAX_HOLES {
+        f.holes.sort_by_key(|h| std::cmp::Reverse(h.1));
+        f.holes.truncate(MAX_HOLES);
+        f.holes.sort_unstable();
+    }
+    f
 }
 
 /// Adds the stock each of an order's events moves, per line, to `moved`.

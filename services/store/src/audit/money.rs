@@ -43,24 +43,45 @@ pub(crate) async fn check_orders(
     only: Option<&[Uuid]>,
     report: &mut AuditReport,
 ) -> Result<(), StoreError> {
-    // `$1` is the orders to check, or NULL for all of them.
-    let scope = |column: &str| match only {
+    report.payments += count_payments(conn, only).await?;
+    check_confirmed_twice(conn, only, report).await?;
+    check_unattached(conn, only, report).await?;
+    check_unsettled(conn, only, report).await?;
+    check_unrecorded_refunds(conn, only, report).await
+}
+
+/// The condition limiting a query to the orders `only` names (in `$1`) by
+/// `column`; with no `only`, `$1` is NULL and every order counts.
+fn scope(only: Option<&[Uuid]>, column: &str) -> String {
+    match only {
         Some(_) => format!(" AND {column} = ANY($1)"),
         None => " AND $1::uuid[] IS NULL".to_owned(),
-    };
-    report.payments += u64::try_from(
+    }
+}
+
+/// The payments recorded (of `only`'s orders, or all).
+async fn count_payments(conn: &mut PgConnection, only: Option<&[Uuid]>) -> Result<u64, StoreError> {
+    Ok(u64::try_from(
         sqlx::query_scalar::<_, i64>(&format!(
             "SELECT count(*) FROM payments WHERE true{}",
-            scope("order_id")
+            scope(only, "order_id")
         ))
         .bind(only)
         .fetch_one(&mut *conn)
         .await?,
     )
-    .unwrap_or(0);
+    .unwrap_or(0))
+}
+
+/// Flags each order confirmed more than once (`double_payment`).
+async fn check_confirmed_twice(
+    conn: &mut PgConnection,
+    only: Option<&[Uuid]>,
+    report: &mut AuditReport,
+) -> Result<(), StoreError> {
     let twice: Vec<(Uuid, i64)> = sqlx::query_as(&format!(
         "SELECT stream_id, count(*) FROM events WHERE type = 'order.confirmed.v1'{} GROUP BY stream_id HAVING count(*) > 1 LIMIT 1000",
-        scope("stream_id")
+        scope(only, "stream_id")
     ))
     .bind(only)
     .fetch_all(&mut *conn)
@@ -72,10 +93,20 @@ pub(crate) async fn check_orders(
             format!("confirmed {n} times"),
         );
     }
+    Ok(())
+}
+
+/// Flags each confirmed order whose payment is not attached to it
+/// (`payment_unattached`).
+async fn check_unattached(
+    conn: &mut PgConnection,
+    only: Option<&[Uuid]>,
+    report: &mut AuditReport,
+) -> Result<(), StoreError> {
     let unattached: Vec<(Uuid, Option<String>)> = sqlx::query_as(&format!(
         "SELECT o.id, o.payment_id FROM orders o WHERE o.state = 'confirmed'{} AND NOT EXISTS \
          (SELECT 1 FROM payments p WHERE p.payment_id = o.payment_id AND p.order_id = o.id AND p.disposition = 'attached') LIMIT 1000",
-        scope("o.id")
+        scope(only, "o.id")
     ))
     .bind(only)
     .fetch_all(&mut *conn)
@@ -90,12 +121,22 @@ pub(crate) async fn check_orders(
             ),
         );
     }
+    Ok(())
+}
+
+/// Flags each attached payment whose order does not stand on it
+/// (`unsettled_payment`), but for one an operator cancelled.
+async fn check_unsettled(
+    conn: &mut PgConnection,
+    only: Option<&[Uuid]>,
+    report: &mut AuditReport,
+) -> Result<(), StoreError> {
     let unsettled: Vec<(String, Option<Uuid>, Option<String>)> = sqlx::query_as(&format!(
         "SELECT p.payment_id, p.order_id, o.state FROM payments p LEFT JOIN orders o ON o.id = p.order_id \
          WHERE p.disposition = 'attached'{} AND (o.state IS DISTINCT FROM 'confirmed' OR o.payment_id IS DISTINCT FROM p.payment_id) \
          AND NOT (o.state = 'cancelled' AND o.payment_id = p.payment_id AND EXISTS \
                   (SELECT 1 FROM events e WHERE e.stream_id = o.id AND e.type = 'order.operator_cancelled.v1')) LIMIT 1000",
-        scope("p.order_id")
+        scope(only, "p.order_id")
     ))
     .bind(only)
     .fetch_all(&mut *conn)
@@ -108,10 +149,20 @@ pub(crate) async fn check_orders(
         );
         report.flag("unsettled_payment", payment, detail);
     }
+    Ok(())
+}
+
+/// Flags each refund the PSP made that its order does not record
+/// (`refund_unrecorded`).
+async fn check_unrecorded_refunds(
+    conn: &mut PgConnection,
+    only: Option<&[Uuid]>,
+    report: &mut AuditReport,
+) -> Result<(), StoreError> {
     let unrecorded: Vec<(String, Uuid)> = sqlx::query_as(&format!(
         "SELECT p.payment_id, p.order_id FROM payments p JOIN orders o ON o.id = p.order_id WHERE p.refund_state = 'succeeded'{} \
          AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(o.refunds) r WHERE r->>'payment_id' = p.payment_id AND (r->>'refunded')::boolean) LIMIT 1000",
-        scope("o.id")
+        scope(only, "o.id")
     ))
     .bind(only)
     .fetch_all(&mut *conn)

@@ -4,8 +4,10 @@
 
 use crate::statement::Statement;
 use crate::StoreError;
+use chrono::{DateTime, Utc};
 use domain::Order;
 use sqlx::PgConnection;
+use uuid::Uuid;
 
 /// Inserts new orders' projection rows with their lines, in one statement
 /// of their own (a rebuild, a replay).
@@ -27,80 +29,39 @@ pub(crate) fn insert_projections_into<'q>(
     let Some(first) = orders.first() else {
         return Ok(());
     };
-    let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
     let n = orders.len();
-    let (mut ids, mut accounts, mut states, mut currencies, mut totals) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let (mut shippings, mut payment_ids, mut paid, mut versions, mut expires) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let (mut created, mut updated, mut refunds, mut captures) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let (mut asked, mut actions) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    let mut disputes = Vec::with_capacity(n);
-    let (mut line_orders, mut skus, mut quantities, mut prices) = (vec![], vec![], vec![], vec![]);
-    for o in orders {
-        ids.push(o.id);
-        accounts.push(o.account_id);
-        states.push(o.state.as_str());
-        currencies.push(o.currency.as_str());
-        totals.push(o.total_minor);
-        shippings.push(
-            o.shipping
-                .as_ref()
-                .map(serde_json::to_value)
-                .transpose()
-                .map_err(corrupt)?,
-        );
-        payment_ids.push(o.payment.as_ref().map(|p| p.payment_id.as_str()));
-        paid.push(o.payment.as_ref().map(|p| p.amount_minor));
-        versions.push(o.version);
-        expires.push(o.expires_at);
-        created.push(o.created_at);
-        updated.push(o.updated_at);
-        refunds.push(serde_json::to_value(&o.refunds).map_err(corrupt)?);
-        captures.push(o.payment.as_ref().and_then(|p| p.capture.column()));
-        asked.push(serde_json::to_value(&o.operator_refunds).map_err(corrupt)?);
-        actions.push(
-            o.next_action
-                .as_ref()
-                .map(serde_json::to_value)
-                .transpose()
-                .map_err(corrupt)?,
-        );
-        disputes.push(serde_json::to_value(&o.disputes).map_err(corrupt)?);
-        for l in &o.lines {
-            line_orders.push(o.id);
-            skus.push(l.sku.as_str());
-            quantities.push(l.quantity.get());
-            prices.push(l.unit_price_minor);
-        }
-    }
-    let lines = line_orders.len();
+    let rows = NewRows::of(orders)?;
+    let lines = rows.line_orders.len();
     let s = statement;
-    let (ids, accounts, states) = (s.bind(ids)?, s.bind(accounts)?, s.bind(states)?);
-    let (currencies, totals, shippings) =
-        (s.bind(currencies)?, s.bind(totals)?, s.bind(shippings)?);
-    let (payment_ids, paid, versions) = (s.bind(payment_ids)?, s.bind(paid)?, s.bind(versions)?);
-    let (expires, created, updated) = (s.bind(expires)?, s.bind(created)?, s.bind(updated)?);
-    let (refunds, captures, asked) = (s.bind(refunds)?, s.bind(captures)?, s.bind(asked)?);
-    let actions = s.bind(actions)?;
-    let disputes = s.bind(disputes)?;
-    let (line_orders, skus) = (s.bind(line_orders)?, s.bind(skus)?);
-    let (quantities, prices) = (s.bind(quantities)?, s.bind(prices)?);
+    let (ids, accounts, states) = (
+        s.bind(rows.ids)?,
+        s.bind(rows.accounts)?,
+        s.bind(rows.states)?,
+    );
+    let (currencies, totals, shippings) = (
+        s.bind(rows.currencies)?,
+        s.bind(rows.totals)?,
+        s.bind(rows.shippings)?,
+    );
+    let (payment_ids, paid, versions) = (
+        s.bind(rows.payment_ids)?,
+        s.bind(rows.paid)?,
+        s.bind(rows.versions)?,
+    );
+    let (expires, created, updated) = (
+        s.bind(rows.expires)?,
+        s.bind(rows.created)?,
+        s.bind(rows.updated)?,
+    );
+    let (refunds, captures, asked) = (
+        s.bind(rows.refunds)?,
+        s.bind(rows.captures)?,
+        s.bind(rows.asked)?,
+    );
+    let actions = s.bind(rows.actions)?;
+    let disputes = s.bind(rows.disputes)?;
+    let (line_orders, skus) = (s.bind(rows.line_orders)?, s.bind(rows.skus)?);
+    let (quantities, prices) = (s.bind(rows.quantities)?, s.bind(rows.prices)?);
     s.cte(
         "placed",
         &format!(
@@ -120,6 +81,112 @@ pub(crate) fn insert_projections_into<'q>(
     s.expect_rows("placed", n, first.id);
     s.expect_rows("placed_lines", lines, first.id);
     Ok(())
+}
+
+/// New orders' projection rows and their lines, column by column, in the
+/// order the inserts bind them.
+struct NewRows<'q> {
+    ids: Vec<Uuid>,
+    accounts: Vec<Uuid>,
+    states: Vec<&'static str>,
+    currencies: Vec<&'q str>,
+    totals: Vec<i64>,
+    shippings: Vec<Option<serde_json::Value>>,
+    payment_ids: Vec<Option<&'q str>>,
+    paid: Vec<Option<i64>>,
+    versions: Vec<i32>,
+    expires: Vec<DateTime<Utc>>,
+    created: Vec<DateTime<Utc>>,
+    updated: Vec<DateTime<Utc>>,
+    refunds: Vec<serde_json::Value>,
+    captures: Vec<Option<&'static str>>,
+    asked: Vec<serde_json::Value>,
+    actions: Vec<Option<serde_json::Value>>,
+    disputes: Vec<serde_json::Value>,
+    line_orders: Vec<Uuid>,
+    skus: Vec<&'q str>,
+    quantities: Vec<i64>,
+    prices: Vec<i64>,
+}
+
+impl<'q> NewRows<'q> {
+    /// The rows of `orders`; a field that does not serialise is corrupt.
+    fn of(orders: &'q [Order]) -> Result<Self, StoreError> {
+        let n = orders.len();
+        let mut rows = NewRows {
+            ids: Vec::with_capacity(n),
+            accounts: Vec::with_capacity(n),
+            states: Vec::with_capacity(n),
+            currencies: Vec::with_capacity(n),
+            totals: Vec::with_capacity(n),
+            shippings: Vec::with_capacity(n),
+            payment_ids: Vec::with_capacity(n),
+            paid: Vec::with_capacity(n),
+            versions: Vec::with_capacity(n),
+            expires: Vec::with_capacity(n),
+            created: Vec::with_capacity(n),
+            updated: Vec::with_capacity(n),
+            refunds: Vec::with_capacity(n),
+            captures: Vec::with_capacity(n),
+            asked: Vec::with_capacity(n),
+            actions: Vec::with_capacity(n),
+            disputes: Vec::with_capacity(n),
+            line_orders: vec![],
+            skus: vec![],
+            quantities: vec![],
+            prices: vec![],
+        };
+        for o in orders {
+            rows.push(o)?;
+        }
+        Ok(rows)
+    }
+
+    /// Adds one order's row and its lines' rows.
+    fn push(&mut self, o: &'q Order) -> Result<(), StoreError> {
+        let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
+        self.ids.push(o.id);
+        self.accounts.push(o.account_id);
+        self.states.push(o.state.as_str());
+        self.currencies.push(o.currency.as_str());
+        self.totals.push(o.total_minor);
+        self.shippings.push(
+            o.shipping
+                .as_ref()
+                .map(serde_json::to_value)
+                .transpose()
+                .map_err(corrupt)?,
+        );
+        self.payment_ids
+            .push(o.payment.as_ref().map(|p| p.payment_id.as_str()));
+        self.paid.push(o.payment.as_ref().map(|p| p.amount_minor));
+        self.versions.push(o.version);
+        self.expires.push(o.expires_at);
+        self.created.push(o.created_at);
+        self.updated.push(o.updated_at);
+        self.refunds
+            .push(serde_json::to_value(&o.refunds).map_err(corrupt)?);
+        self.captures
+            .push(o.payment.as_ref().and_then(|p| p.capture.column()));
+        self.asked
+            .push(serde_json::to_value(&o.operator_refunds).map_err(corrupt)?);
+        self.actions.push(
+            o.next_action
+                .as_ref()
+                .map(serde_json::to_value)
+                .transpose()
+                .map_err(corrupt)?,
+        );
+        self.disputes
+            .push(serde_json::to_value(&o.disputes).map_err(corrupt)?);
+        for l in &o.lines {
+            self.line_orders.push(o.id);
+            self.skus.push(l.sku.as_str());
+            self.quantities.push(l.quantity.get());
+            self.prices.push(l.unit_price_minor);
+        }
+        Ok(())
+    }
 }
 
 /// Updates existing orders' projection rows, as a fragment of `statement`,

@@ -228,7 +228,49 @@ async fn place_in(
     report: &mut GroupReport,
 ) -> Result<Option<Outcomes>, StoreError> {
     let mut outcomes: Vec<Option<PlaceOutcome>> = vec![None; group.len()];
+    let (firsts, repeats) = firsts_and_repeats(group);
 
+    // 1. Claim the keys.
+    let (candidates, stored) = claim_keys(conn, group, &firsts, &mut outcomes).await?;
+
+    // 2. What the limited accounts hold, under their locks.
+    let holds = Holds::read(conn, group, &candidates).await?;
+
+    // 3. Allocate in arrival order; 4. write (finding the failing placements).
+    let written = allocate_and_write(conn, group, &candidates, holds, refusal, how, report).await?;
+    let Some((decided, mut failed)) = written else {
+        return Ok(None);
+    };
+    for (i, outcome) in decided {
+        outcomes[i] = Some(outcome);
+    }
+
+    for (i, first) in repeats {
+        let heard = repeated(
+            group,
+            i,
+            first,
+            &outcomes[first],
+            stored.get(&first),
+            refusal,
+        );
+        outcomes[i] = Some(PlaceOutcome::Claim(heard));
+    }
+    Ok(Some(
+        outcomes
+            .into_iter()
+            .enumerate()
+            .map(|(i, o)| match failed.remove(&i) {
+                Some(e) => Err(e),
+                None => Ok(o.unwrap_or(PlaceOutcome::Claim(Claim::InFlight))),
+            })
+            .collect(),
+    ))
+}
+
+/// The group's requests that claim their key (the first of each key in
+/// arrival order), and each repeat of a key beside its first.
+fn firsts_and_repeats(group: &[Placement<'_>]) -> (Vec<usize>, Vec<(usize, usize)>) {
     // A key repeated inside the group: the first in arrival order claims it.
     let mut first_of: HashMap<(Uuid, &str), usize> = HashMap::new();
     let mut repeats = Vec::new();
@@ -242,9 +284,19 @@ async fn place_in(
             }
         }
     }
+    (firsts, repeats)
+}
 
-    // 1. Claim the keys.
-    let claims = keys::claim(conn, group, &firsts).await?;
+/// Step 1: claims the `firsts`' keys. Returns the placements that claimed
+/// theirs (the candidates) and each key stored before, by placement; the
+/// others' outcomes go into `outcomes`.
+async fn claim_keys(
+    conn: &mut PgConnection,
+    group: &[Placement<'_>],
+    firsts: &[usize],
+    outcomes: &mut [Option<PlaceOutcome>],
+) -> Result<(Vec<usize>, HashMap<usize, keys::StoredKey>), StoreError> {
+    let claims = keys::claim(conn, group, firsts).await?;
     let mut candidates = Vec::with_capacity(firsts.len());
     let mut stored = HashMap::new();
     for (i, (claim, key)) in firsts.iter().copied().zip(claims) {
@@ -256,11 +308,22 @@ async fn place_in(
             stored.insert(i, key);
         }
     }
+    Ok((candidates, stored))
+}
 
-    // 2. What the limited accounts hold, under their locks.
-    let holds = Holds::read(conn, group, &candidates).await?;
-
-    // 3. Allocate in arrival order; 4. write (finding the failing placements).
+/// Steps 3 and 4: reads the SKUs' units, allocates the candidates in
+/// arrival order and writes them; with `how.bisect`, placements that fail
+/// in the database are set aside and the rest allocated again. Each
+/// candidate's outcome and the failures; `None` when the read was stale.
+async fn allocate_and_write(
+    conn: &mut PgConnection,
+    group: &[Placement<'_>],
+    candidates: &[usize],
+    holds: Holds,
+    refusal: &impl Fn(&PlaceOutcome) -> StoredResponse,
+    how: How,
+    report: &mut GroupReport,
+) -> Result<Option<(Vec<(usize, PlaceOutcome)>, HashMap<usize, StoreError>)>, StoreError> {
     let skus: BTreeSet<&str> = candidates
         .iter()
         .flat_map(|&i| group[i].order.lines.iter().map(|l| l.sku.as_str()))
@@ -288,33 +351,8 @@ async fn place_in(
         if let Written::StockShort(_) = written {
             return Ok(None);
         }
-        for (i, outcome) in decided {
-            outcomes[i] = Some(outcome);
-        }
-        break;
+        return Ok(Some((decided, failed)));
     }
-
-    for (i, first) in repeats {
-        let heard = repeated(
-            group,
-            i,
-            first,
-            &outcomes[first],
-            stored.get(&first),
-            refusal,
-        );
-        outcomes[i] = Some(PlaceOutcome::Claim(heard));
-    }
-    Ok(Some(
-        outcomes
-            .into_iter()
-            .enumerate()
-            .map(|(i, o)| match failed.remove(&i) {
-                Some(e) => Err(e),
-                None => Ok(o.unwrap_or(PlaceOutcome::Claim(Claim::InFlight))),
-            })
-            .collect(),
-    ))
 }
 
 /// What request `i`, repeating the key of the group's earlier request
