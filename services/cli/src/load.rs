@@ -15,6 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
+mod drive;
+pub use drive::{drive, flash_sale, Drive};
+
 #[derive(Debug, Args)]
 pub struct LoadArgs {
     /// checkout's base URL.
@@ -104,74 +107,6 @@ fn parse_rate(s: &str) -> Result<f64, CliError> {
         })
 }
 
-/// A flash sale: `buyers` concurrent buyers of one unit of `sku`, checked against the database.
-pub async fn flash_sale(
-    pool: &sqlx::PgPool,
-    url: &str,
-    token: &str,
-    sku: &str,
-    buyers: usize,
-) -> Result<Report, CliError> {
-    let args = LoadArgs {
-        url: url.to_owned(),
-        token: token.to_owned(),
-        sku: sku.to_owned(),
-        sku_count: 1,
-        quantity: 1,
-        connections: Some(buyers),
-        requests: Some(buyers as u64),
-        rate: None,
-        duration: None,
-        no_verify: false,
-        history: None,
-    };
-    measure(&args, Some(pool)).await
-}
-
-/// How a benchmark drives checkout: on a schedule, or as fast as answers come.
-#[derive(Debug, Clone, Copy)]
-pub enum Drive {
-    /// `rate` orders per second for `duration`, whatever the latency.
-    Open { rate: f64, duration: Duration },
-    /// `connections` buyers, each sending its next order when the last is answered, `requests` in all.
-    Closed { connections: usize, requests: u64 },
-}
-
-/// Drives checkout at `url` as `soldonce load` does, one unit per order of
-/// `sku` (of `<sku>-0` … `<sku>-(N-1)` at random with `sku_count` N > 1);
-/// the accepted orders are counted in `verify` when given.
-pub async fn drive(
-    url: &str,
-    token: &str,
-    (sku, sku_count): (&str, u32),
-    drive: Drive,
-    verify: Option<&sqlx::PgPool>,
-) -> Result<Report, CliError> {
-    let (connections, requests, rate, duration) = match drive {
-        Drive::Open { rate, duration } => {
-            (None, None, Some(rate.to_string()), Some(duration.into()))
-        }
-        Drive::Closed {
-            connections,
-            requests,
-        } => (Some(connections), Some(requests), None, None),
-    };
-    let args = LoadArgs {
-        url: url.to_owned(),
-        token: token.to_owned(),
-        sku: sku.to_owned(),
-        sku_count,
-        quantity: 1,
-        connections,
-        requests,
-        rate,
-        duration,
-        no_verify: verify.is_none(),
-        history: None,
-    };
-    measure(&args, verify).await
-}
-
 pub async fn run(mut args: LoadArgs, out: &Output) -> Result<ExitCode, CliError> {
     args.token = std::env::var("SOLDONCE_TOKEN")
         .ok()
@@ -210,7 +145,7 @@ async fn measure(args: &LoadArgs, verify: Option<&sqlx::PgPool>) -> Result<Repor
     }
     let shared = Arc::new(Shared::new(args)?);
     let started = Instant::now();
-    let mode = drive(args, &shared).await?;
+    let mode = send_load(args, &shared).await?;
     let seconds = started.elapsed().as_secs_f64();
     if let Some(history) = &shared.history {
         use std::io::Write;
@@ -234,7 +169,7 @@ async fn measure(args: &LoadArgs, verify: Option<&sqlx::PgPool>) -> Result<Repor
 }
 
 /// Sends the load `args` ask for, closed or open loop; returns the mode's description.
-async fn drive(args: &LoadArgs, shared: &Arc<Shared>) -> Result<String, CliError> {
+async fn send_load(args: &LoadArgs, shared: &Arc<Shared>) -> Result<String, CliError> {
     Ok(
         match (args.connections, args.requests, &args.rate, args.duration) {
             (Some(c), Some(m), None, _) if c > 0 => {

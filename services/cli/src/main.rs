@@ -14,7 +14,7 @@
 //! - `up.rs` — a whole local system for trying soldonce
 //!   (`up/env.rs`: what it tells its services and the shell)
 //! - `demo.rs` — a flash sale shown end to end
-//! - `load.rs` — the load generator
+//! - `load.rs` — the load generator (`load/drive.rs`: driven by the demo and the benches)
 //! - `console/` — `console`: the live operator page (its assets in `console/assets/`)
 //! - `bench.rs` — `bench flash-sale|saga|compare|relay|expiry`: measurement
 //! - `events.rs` — `events tail` and `order show`
