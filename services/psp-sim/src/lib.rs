@@ -24,7 +24,7 @@
 //! It stands in for another company's system, so it must never depend on soldonce's crates
 //! that know orders, stock or payments (`domain`, `events`, `store`, `bus`, `payments`, any
 //! service): only on `platform`, the runtime any HTTP service could share (configuration,
-//! telemetry and traces, the run of a program, problem responses); `deploy/lint.sh` checks
+//! telemetry and traces, the run of a program, problem responses); `scripts/lint.sh` checks
 //! it. It never persists anything outside its own data directory, and is never pointed at
 //! real money: it charges nothing.
 //!

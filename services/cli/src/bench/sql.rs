@@ -1,5 +1,5 @@
 //! The bench's own database, and the plain SQL strategies soldonce is
-//! compared with. The only file of the CLI that runs SQL (deploy/lint.sh
+//! compared with. The only file of the CLI that runs SQL (scripts/lint.sh
 //! names it as the one exception): these strategies write stock the ways
 //! soldonce must not — that is what is measured — and only into tables of
 //! their own (`bench_stock`, `bench_orders`) in a database the bench

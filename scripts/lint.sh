@@ -21,7 +21,7 @@
 #     are allowed longer, each a flat match (an arm per command, event or
 #     error), since a flat match reads best whole: checkout's error.rs
 #     `problem`, and domain's order.rs `decide_existing` and `evolve`.
-# Usage, from anywhere in the checkout: bash deploy/lint.sh
+# Usage, from anywhere in the checkout: bash scripts/lint.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
