@@ -28,7 +28,7 @@
 //! - `bench/workload.rs` — the sellout and the throughput loops
 //! - `bench/report.rs` — figures, the machine, report.md and report.json
 //! - `bench/chart.rs` — throughput.svg
-//! - `bench/saga.rs`, `bench/saga_report.rs` — `bench saga`: the run and its figures
+//! - `bench/saga.rs`, `bench/saga_report.rs`, `bench/case.rs` — `bench saga`: the run, its figures, its two cases
 //! - `bench/compare.rs` — `bench compare`: saga rounds per side, medians and ratios
 //! - `bench/relay.rs` — `bench relay`: one relay draining a backlog of real orders
 //! - `bench/expiry.rs` — `bench expiry`: releases/s, then audit and replay timed
@@ -38,6 +38,7 @@
 
 mod args;
 mod bins;
+mod case;
 mod chart;
 mod compare;
 mod cpu;

@@ -230,7 +230,7 @@ pub fn markdown(r: &ExpiryReport) -> String {
          | released by one expiry process | {} in {:.1} s: {} releases/s |\n\
          | CPU per released order, every program of the system | {:.2} ms ({}) |\n\
          | `soldonce audit` over {} orders, {} events | {} in {:.2} s (exit {}) |\n\
-         | `soldonce replay`: events from the stream, folded and diffed | {} in {:.2} s: {} events/s (exit {}) |\n",
+         | `soldonce replay`: events read from the stream, validated and folded; then diffed with the database | {} in {:.2} s ({} events/s); {:.2} s in all (exit {}) |\n",
         r.machine.line(),
         r.binaries.describe(),
         thousands(r.orders as i64),
@@ -246,8 +246,9 @@ pub fn markdown(r: &ExpiryReport) -> String {
         r.audit.wall_seconds,
         r.audit.exit_code.map_or("-".to_owned(), |c| c.to_string()),
         number(&replay["events"]),
-        r.replay.wall_seconds,
+        replay["seconds"].as_f64().unwrap_or(0.0),
         number(&replay["events_per_second"]),
+        r.replay.wall_seconds,
         r.replay.exit_code.map_or("-".to_owned(), |c| c.to_string()),
     )
 }

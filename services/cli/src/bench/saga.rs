@@ -10,6 +10,7 @@
 //! between phases, once the services are done with them.
 
 use super::bins::BinDir;
+use super::case::Case;
 use super::cpu::Snapshot;
 use super::machine::Machine;
 use super::progress::Progress;
@@ -18,8 +19,7 @@ use super::scrape::Scrape;
 use super::system::{Spec, System, Until};
 use crate::load::{self, Drive};
 use crate::CliError;
-use clap::{Args, ValueEnum};
-use serde::Serialize;
+use clap::Args;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -72,36 +72,6 @@ pub struct SagaArgs {
     /// A variable for every service, NAME=value (repeatable), e.g. CAPTURE_AT=confirmation.
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = super::args::env_pair)]
     pub env: Vec<(String, String)>,
-}
-
-/// One case of the saga.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Case {
-    /// Every order buys the same SKU.
-    Hot,
-    /// Orders spread over 10,000 SKUs.
-    #[value(name = "10k")]
-    #[serde(rename = "10k")]
-    TenK,
-}
-
-impl Case {
-    /// Its name in options and reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Case::Hot => "hot",
-            Case::TenK => "10k",
-        }
-    }
-
-    /// What the load generator buys: a SKU, or a prefix and a count.
-    pub fn skus(self) -> (&'static str, u32) {
-        match self {
-            Case::Hot => ("BENCH-0", 1),
-            Case::TenK => ("BENCH", super::system::BENCH_SKUS),
-        }
-    }
 }
 
 /// A checked run of the saga: what to start and what to measure.

@@ -4,9 +4,9 @@
 //! order), with the machine and the binaries they were measured on.
 
 use super::bins::BinDir;
+use super::case::Case;
 use super::cpu::CpuUse;
 use super::machine::Machine;
-use super::saga::Case;
 use super::scrape::{Messages, Stage};
 use super::stats::{figure, ratio, thousands};
 use serde::Serialize;
