@@ -13,7 +13,7 @@ use super::machine::Machine;
 use super::progress::Progress;
 use super::stats::thousands;
 use super::system::{Spec, System, Until};
-use crate::load::{self, Drive};
+use crate::load::Drive;
 use crate::CliError;
 use anyhow::Context;
 use clap::Args;
@@ -140,14 +140,7 @@ async fn release(
         connections: 200,
         requests: orders,
     };
-    let placed = load::drive(
-        &system.checkout_url,
-        &system.token,
-        ("BENCH", 10_000),
-        drive,
-        None,
-    )
-    .await?;
+    let placed = system.drive(("BENCH", 10_000), drive, false).await?;
     progress.phase("waiting until every payment window has passed");
     system
         .poll("waiting for the payment windows to pass", Duration::from_secs(120), |pool| async move {

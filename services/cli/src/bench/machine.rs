@@ -19,18 +19,6 @@ pub struct Machine {
 impl Machine {
     /// This machine, now.
     pub fn describe() -> Machine {
-        let memory_kib = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|m| {
-                m.lines()
-                    .find_map(|l| l.strip_prefix("MemTotal:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            })
-            .unwrap_or(0.0);
-        let kernel = ["ostype", "osrelease"]
-            .map(|f| std::fs::read_to_string(format!("/proc/sys/kernel/{f}")).unwrap_or_default())
-            .map(|s| s.trim().to_owned())
-            .join(" ");
         let postgres = std::process::Command::new("postgres")
             .arg("--version")
             .output()
@@ -40,15 +28,11 @@ impl Machine {
             .unwrap_or_else(|| "unknown".to_owned());
         Machine {
             cores: platform::runtime::cores(),
-            memory_gib: memory_kib / (1024.0 * 1024.0),
-            kernel: kernel.trim().to_owned(),
+            memory_gib: memory_gib(),
+            kernel: kernel(),
             postgres: postgres.replace("postgres (PostgreSQL) ", "PostgreSQL "),
-            soldonce_build: if cfg!(debug_assertions) {
-                "debug"
-            } else {
-                "release"
-            },
-            date: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
+            soldonce_build: build(),
+            date: now(),
         }
     }
 
@@ -59,4 +43,41 @@ impl Machine {
             self.cores, self.memory_gib, self.kernel, self.postgres, self.soldonce_build, self.date
         )
     }
+}
+
+/// The machine's memory, from `/proc/meminfo` (0 where there is none).
+pub fn memory_gib() -> f64 {
+    let kib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .unwrap_or(0.0);
+    kib / (1024.0 * 1024.0)
+}
+
+/// The kernel, as `/proc/sys/kernel` names it (`Linux 6.1.0-…`).
+pub fn kernel() -> String {
+    ["ostype", "osrelease"]
+        .map(|f| std::fs::read_to_string(format!("/proc/sys/kernel/{f}")).unwrap_or_default())
+        .map(|s| s.trim().to_owned())
+        .join(" ")
+        .trim()
+        .to_owned()
+}
+
+/// How this `soldonce` was built: a debug build's figures say little.
+pub fn build() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
+}
+
+/// Now, to the minute, for a report's stamp.
+pub fn now() -> String {
+    chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string()
 }

@@ -14,7 +14,7 @@ use super::machine::Machine;
 use super::progress::Progress;
 use super::stats::{figure, median, ratio, thousands};
 use super::system::{Spec, System};
-use crate::load::{self, Drive};
+use crate::load::Drive;
 use crate::CliError;
 use anyhow::Context;
 use clap::Args;
@@ -216,14 +216,7 @@ async fn place(system: &System, orders: u64) -> Result<(), CliError> {
         connections: usize::try_from(orders.min(200)).unwrap_or(200),
         requests: orders,
     };
-    let report = load::drive(
-        &system.checkout_url,
-        &system.token,
-        ("BENCH", 10_000),
-        drive,
-        None,
-    )
-    .await?;
+    let report = system.drive(("BENCH", 10_000), drive, false).await?;
     if report.accepted < orders {
         return Err(anyhow::anyhow!(
             "checkout accepted {} of {orders} orders (answers: {:?})",

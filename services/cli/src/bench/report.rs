@@ -39,31 +39,15 @@ pub struct Machine {
 impl Machine {
     /// This machine, and the server as it describes itself.
     pub fn describe(server: &ServerFacts) -> Machine {
-        let memory_kib = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|m| {
-                m.lines()
-                    .find_map(|l| l.strip_prefix("MemTotal:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            })
-            .unwrap_or(0.0);
-        let kernel = ["ostype", "osrelease"]
-            .map(|f| std::fs::read_to_string(format!("/proc/sys/kernel/{f}")).unwrap_or_default())
-            .map(|s| s.trim().to_owned())
-            .join(" ");
         Machine {
-            cores: std::thread::available_parallelism().map_or(0, usize::from),
-            memory_gib: memory_kib / (1024.0 * 1024.0),
-            kernel: kernel.trim().to_owned(),
+            cores: platform::runtime::cores(),
+            memory_gib: super::machine::memory_gib(),
+            kernel: super::machine::kernel(),
             postgres: server.version.clone(),
             fsync: server.fsync.clone(),
             synchronous_commit: server.synchronous_commit.clone(),
-            build: if cfg!(debug_assertions) {
-                "debug"
-            } else {
-                "release"
-            },
-            date: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
+            build: super::machine::build(),
+            date: super::machine::now(),
         }
     }
 }

@@ -17,7 +17,7 @@ use super::progress::Progress;
 use super::saga_report::{CaseReport, ClosedLoop, Milestone, OpenLoop, SagaReport};
 use super::scrape::Scrape;
 use super::system::{Spec, System, Until};
-use crate::load::{self, Drive};
+use crate::load::Drive;
 use crate::CliError;
 use clap::Args;
 use std::path::PathBuf;
@@ -248,14 +248,7 @@ async fn measure_alone(plan: &Plan, progress: &Progress) -> Result<Vec<(Case, f6
                 connections: CONNECTIONS,
                 requests: plan.seconds * 1000,
             };
-            let report = load::drive(
-                &system.checkout_url,
-                &system.token,
-                case.skus(),
-                drive,
-                None,
-            )
-            .await?;
+            let report = system.drive(case.skus(), drive, false).await?;
             progress.line(format!(
                 "[{} alone] checkout alone, {CONNECTIONS} connections: {} orders accepted/s",
                 case.name(),
@@ -286,14 +279,7 @@ async fn open_loop(
         rate: RATE,
         duration: Duration::from_secs(seconds),
     };
-    let load = load::drive(
-        &system.checkout_url,
-        &system.token,
-        case.skus(),
-        drive,
-        Some(&system.pool),
-    )
-    .await?;
+    let load = system.drive(case.skus(), drive, true).await?;
     progress.phase(format!(
         "{}: open loop sent; waiting until every order is settled, delivered and captured",
         case.name()
@@ -342,14 +328,7 @@ async fn closed_loop(
         connections: CONNECTIONS,
         requests: seconds * 1000,
     };
-    let load = load::drive(
-        &system.checkout_url,
-        &system.token,
-        case.skus(),
-        drive,
-        Some(&system.pool),
-    )
-    .await?;
+    let load = system.drive(case.skus(), drive, true).await?;
     progress.phase(format!(
         "{}: closed loop sent; waiting until every order is settled",
         case.name()

@@ -7,6 +7,7 @@
 
 use super::bins::BinDir;
 use crate::children;
+use crate::load::{self, Drive};
 use crate::CliError;
 use anyhow::Context;
 use base64::Engine;
@@ -63,6 +64,19 @@ pub enum Until {
 }
 
 impl System {
+    /// Drives this system's checkout as `soldonce load` does (see
+    /// [`load::drive`]): one unit per order of `skus`; with `verify`, the
+    /// accepted orders are counted in the database too.
+    pub async fn drive(
+        &self,
+        skus: (&str, u32),
+        drive: Drive,
+        verify: bool,
+    ) -> Result<load::Report, CliError> {
+        let pool = verify.then_some(&self.pool);
+        load::drive(&self.checkout_url, &self.token, skus, drive, pool).await
+    }
+
     /// Starts the servers, migrates, creates the buyer account and starts `spec.services`.
     pub async fn start(spec: Spec) -> Result<System, CliError> {
         let logs = tempfile::Builder::new()
