@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::process::Child;
 
 mod env;
+pub(crate) use env::webhook_secret;
 use env::{default_env, exports, with_overrides, ConsoleSite, Urls};
 
 #[derive(Debug, Args)]

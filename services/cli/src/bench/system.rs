@@ -10,7 +10,6 @@ use crate::children;
 use crate::load::{self, Drive};
 use crate::CliError;
 use anyhow::Context;
-use base64::Engine;
 use localservers::{Nats, PgOptions, Postgres};
 use sqlx::PgPool;
 use std::future::Future;
@@ -334,14 +333,7 @@ fn environment(
         ))
     };
     let (checkout, psp) = (port()?, port()?);
-    let key: Vec<u8> = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()]
-        .iter()
-        .flat_map(|u| *u.as_bytes())
-        .collect();
-    let secret = format!(
-        "whsec_{}",
-        base64::engine::general_purpose::STANDARD.encode(key)
-    );
+    let secret = crate::up::webhook_secret();
     let share = platform::runtime::cores() / (spec.services.len() + spec.later + 2);
     let mut env: Vec<(String, String)> = [
         ("DATABASE_URL", database_url.to_owned()),

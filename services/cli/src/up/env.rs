@@ -27,15 +27,7 @@ pub(super) fn default_env(
     checkout_addr: &str,
     worker_threads: usize,
 ) -> Vec<(&'static str, String)> {
-    // 32 random bytes: a fresh signing key per run, never a shipped one.
-    let key: Vec<u8> = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()]
-        .iter()
-        .flat_map(|u| *u.as_bytes())
-        .collect();
-    let secret = format!(
-        "whsec_{}",
-        base64::engine::general_purpose::STANDARD.encode(key)
-    );
+    let secret = webhook_secret();
     let (checkout_url, psp_addr) = (&urls.checkout, &urls.psp_addr);
     vec![
         ("PSP_SIM_ADDR", psp_addr.clone()),
@@ -99,5 +91,18 @@ pub(super) fn exports(urls: &Urls, token: &str, console: Option<&ConsoleSite>) -
         } else {
             String::new()
         }
+    )
+}
+
+/// A webhook signing secret of 32 random bytes (`whsec_…`): a fresh key per
+/// run, never a shipped one.
+pub(crate) fn webhook_secret() -> String {
+    let key: Vec<u8> = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()]
+        .iter()
+        .flat_map(|u| *u.as_bytes())
+        .collect();
+    format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(key)
     )
 }
