@@ -3,8 +3,8 @@
 use futures::stream::{self, StreamExt};
 use localservers::{Nats, PgOptions, Postgres};
 use soldonce_tests::relay::{
-    read_stream, spawn_in_process, spawn_in_process_polling, spawn_in_process_with, spawn_process,
-    stream_len,
+    read_stream, record_event, spawn_in_process, spawn_in_process_polling, spawn_in_process_with,
+    spawn_process, stream_len, test_metadata,
 };
 use soldonce_tests::{eventually, servers, TestApp};
 use std::collections::HashSet;
@@ -108,11 +108,15 @@ async fn a_transaction_that_commits_last_is_still_published() {
     let (app, nats, _relay) = relayed_app().await;
     let late = Uuid::now_v7();
     let mut held = app.pool.begin().await.expect("begin");
-    sqlx::query("INSERT INTO outbox (id, stream_id, subject, payload) VALUES ($1, $1, 'soldonce.test.late.x', '{\"late\": true}')")
-        .bind(late)
-        .execute(&mut *held)
-        .await
-        .expect("insert held row");
+    record_event(
+        &mut held,
+        late,
+        late,
+        "test.late.v1",
+        serde_json::json!({ "late": true }),
+        test_metadata(),
+    )
+    .await;
     place_orders(&app, 20).await;
     wait_until_published(&app, &nats.url(), 20).await;
     held.commit().await.expect("commit late");
@@ -125,70 +129,105 @@ async fn a_transaction_that_commits_last_is_still_published() {
     assert_eq!(seen.len(), 21);
 }
 
-/// A writer's message leaves exactly as it stored it: the outbox keeps the
-/// payload as written (json, not jsonb, which would reorder its keys and
-/// respace it), and the relay publishes those bytes without parsing them.
-/// The events soldonce writes itself are as their writers encoded them:
-/// compact, and the envelope's fields in the order the schema lists them.
+/// An event is written once, in `events`; its outbox row only names it.
+/// The relay builds each message from the event, and the bytes it
+/// publishes are exactly the message a stream repair rebuilds
+/// (`store::stream_copy::messages`): compact, the envelope's fields in the
+/// order the schema lists them, the event's data as recorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_relay_publishes_each_payload_byte_for_byte_as_it_was_stored() {
+async fn the_relay_publishes_each_event_as_a_repair_rebuilds_it_from_its_one_written_copy() {
     let (app, nats, _relay) = relayed_app().await;
     let odd = Uuid::now_v7();
-    let written = "{\"zeta\": 1,   \"alpha\": [1, 2.50],\"nested\": {\"y\": true, \"b\": null}}";
-    sqlx::query("INSERT INTO outbox (id, stream_id, subject, payload) VALUES ($1, $1, 'soldonce.test.bytes.x', $2::json)")
-        .bind(odd)
-        .bind(written)
-        .execute(&app.pool)
-        .await
-        .expect("insert the row");
+    let data =
+        serde_json::json!({ "zeta": 1, "alpha": [1, 2.5], "nested": { "y": true, "b": null } });
+    let mut conn = app.pool.acquire().await.expect("connection");
+    record_event(
+        &mut conn,
+        odd,
+        odd,
+        "test.bytes.v1",
+        data.clone(),
+        test_metadata(),
+    )
+    .await;
+    drop(conn);
     place_orders(&app, 3).await;
     wait_until_published(&app, &nats.url(), 4).await;
+    let outbox_columns: Vec<String> = sqlx::query_scalar(
+        "SELECT column_name::text FROM information_schema.columns WHERE table_name = 'outbox' ORDER BY column_name",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .expect("columns");
+    assert_eq!(
+        outbox_columns,
+        ["created_at", "position", "stream_id"],
+        "an outbox row names its event; it holds no copy of it"
+    );
 
     let js = bus::connect(&nats.url()).await.expect("connect nats");
     let stream = js.get_stream(bus::STREAM).await.expect("stream exists");
-    let mut bodies = std::collections::HashMap::new();
+    let mut bodies = std::collections::BTreeMap::new();
     for seq in 1..=stream.cached_info().state.last_sequence {
         let msg = stream.get_raw_message(seq).await.expect("message");
-        let id = msg
+        let position: i64 = msg
             .headers
-            .get("Nats-Msg-Id")
-            .expect("msg id")
+            .get(bus::POSITION_HEADER)
+            .expect("position header")
             .as_str()
-            .to_owned();
-        bodies.insert(id, String::from_utf8(msg.payload.to_vec()).expect("UTF-8"));
+            .parse()
+            .expect("a position");
+        bodies.insert(
+            position,
+            String::from_utf8(msg.payload.to_vec()).expect("UTF-8"),
+        );
     }
-    assert_eq!(bodies.len(), 4, "the row and three order.placed events");
     assert_eq!(
-        bodies[&odd.to_string()],
-        written,
-        "published byte for byte as stored"
+        bodies.len(),
+        4,
+        "the hand-written event and three order.placed events"
     );
-    for (id, body) in bodies.iter().filter(|(id, _)| **id != odd.to_string()) {
+    let positions: Vec<i64> = bodies.keys().copied().collect();
+    let (rebuilt, unreadable) = store::stream_copy::messages(&app.pool, &positions)
+        .await
+        .expect("rebuild");
+    assert_eq!((rebuilt.len(), unreadable), (4, 0));
+    for m in rebuilt {
+        let body = &bodies[&m.position];
+        assert_eq!(*body, m.payload, "published as a repair rebuilds it");
         let event: serde_json::Value = serde_json::from_str(body).expect("JSON");
         assert_eq!(
             event["id"],
-            id.as_str(),
-            "the envelope's id is the Nats-Msg-Id"
+            m.event_id.to_string(),
+            "the envelope's id is the event's"
         );
         assert_eq!(
             body.len(),
             serde_json::to_string(&event).expect("encode").len(),
-            "compact, as its writer encoded it: {body}"
+            "compact: {body}"
         );
         assert!(
             body.starts_with("{\"specversion\":\"1.0\",\"id\":"),
-            "the envelope's fields in their written order, not jsonb's: {body}"
+            "the envelope's fields in the schema's order: {body}"
         );
+        if m.event_id == odd {
+            assert_eq!(event["data"], data, "the event's data as recorded");
+            assert_eq!(m.subject, format!("soldonce.test.bytes.{odd}"));
+        }
     }
 }
 
-/// Inserts one outbox row for a test subject in `conn`'s transaction.
+/// Records one event of a test type, with its outbox row, in `conn`'s transaction.
 async fn insert_row(conn: &mut sqlx::PgConnection, id: Uuid) {
-    sqlx::query("INSERT INTO outbox (id, stream_id, subject, payload) VALUES ($1, $1, 'soldonce.test.wake.x', '{}')")
-        .bind(id)
-        .execute(conn)
-        .await
-        .expect("insert outbox row");
+    record_event(
+        conn,
+        id,
+        id,
+        "test.wake.v1",
+        serde_json::json!({}),
+        test_metadata(),
+    )
+    .await;
 }
 
 /// A checkout database, a private NATS, and a relay that polls once a
@@ -372,8 +411,8 @@ async fn a_claim_planned_on_a_nearly_empty_outbox_still_probes_by_index_when_the
 /// 5,000 rows, and checks that it walked the position index only until it
 /// had its 500 rows and probed each one's order by the stream index; then
 /// deletes two batches of 500 as the relay does and checks that each
-/// probed the key. Rows carry envelopes of an event's size: the planner's
-/// guess at the backlog scales with the pages the analyzed rows filled.
+/// probed the key. Each row names an event of an ordinary event's size,
+/// read by a probe of the events' key.
 async fn claim_plan_after_statistics_of(left: i64) {
     let app = TestApp::spawn().await;
     let pool = store::connect_with_settings(&app.database_url, 1, store::outbox::CLAIM_SETTINGS)
@@ -382,8 +421,11 @@ async fn claim_plan_after_statistics_of(left: i64) {
     let mut conn = pool.acquire().await.expect("connection");
     let insert = |n: i64| {
         format!(
-            "INSERT INTO outbox (id, stream_id, subject, payload) \
-             SELECT gen_random_uuid(), gen_random_uuid(), 'soldonce.test.plan.x', json_build_object('pad', repeat('x', 600)) FROM generate_series(1, {n})"
+            "WITH e AS ( \
+                 INSERT INTO events (event_id, stream_id, version, type, data) \
+                 SELECT gen_random_uuid(), gen_random_uuid(), 1, 'test.plan.v1', jsonb_build_object('pad', repeat('x', 600)) FROM generate_series(1, {n}) \
+                 RETURNING position, stream_id) \
+             INSERT INTO outbox (position, stream_id) SELECT position, stream_id FROM e"
         )
     };
     let steps = [
@@ -392,7 +434,7 @@ async fn claim_plan_after_statistics_of(left: i64) {
         "DELETE FROM outbox".to_owned(),
         insert(8_000),
         format!(
-            "DELETE FROM outbox WHERE id NOT IN (SELECT id FROM outbox ORDER BY position LIMIT {left})"
+            "DELETE FROM outbox WHERE position NOT IN (SELECT position FROM outbox ORDER BY position LIMIT {left})"
         ),
         // The file keeps its pages, as the relay's vacuum leaves it: with no
         // live row in them the planner counts any later backlog as one row.
@@ -467,6 +509,11 @@ async fn claim_plan_after_statistics_of(left: i64) {
     assert_eq!(
         probe["Actual Rows"], 0,
         "no older row of the same order ({left} rows left)"
+    );
+    let event = index("events_pkey");
+    assert!(
+        event["Actual Loops"].as_u64().is_some_and(|n| n <= 500),
+        "each claimed row's event read by a probe of its position, no more ({left} rows left): {event:#}"
     );
 
     // The relay then deletes the rows it published, 500 at a time. Planned

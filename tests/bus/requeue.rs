@@ -99,18 +99,44 @@ async fn a_parked_event_requeued_after_the_fix_is_published_once() {
             "{args:?}: {said}"
         );
     }
+    // A row parked as the upgrade to outbox rows that name their events
+    // left one that named none: nothing to publish it from.
+    let orphan = Uuid::now_v7();
+    sqlx::query(
+        "INSERT INTO outbox_parked (id, position, stream_id, subject, payload, created_at, reason) \
+         VALUES ($1, -1, $1, 'soldonce.bench.event.1', '{}', now(), 'no_event')",
+    )
+    .bind(orphan)
+    .execute(&app.pool)
+    .await
+    .expect("a parked row with no event");
     let (code, said) = run(&["--json", "outbox", "requeue", "--all", "--dry-run"]);
     assert_eq!(code, Some(0), "{said}");
-    assert!(said.contains(&event_id), "{said}");
-    assert_eq!(app.count("SELECT count(*) FROM outbox_parked").await, 1);
+    let would: serde_json::Value = serde_json::from_str(said.trim()).expect("JSON");
+    assert_eq!(
+        (&would["requeued"], &would["no_event"]),
+        (&serde_json::json!([event]), &serde_json::json!([orphan])),
+        "{would}"
+    );
+    assert_eq!(app.count("SELECT count(*) FROM outbox_parked").await, 2);
     assert!(!stream_sequences(&nats.url()).await.contains_key(&event));
 
-    // The cause fixed, the event requeued: published, once.
+    // The cause fixed, the event requeued: published, once; the row with no event stays, named.
     limit_message_size(&js, -1).await;
-    let (code, said) = run(&["--json", "outbox", "requeue", "--id", &event_id]);
+    let (code, said) = run(&["--json", "outbox", "requeue", "--all"]);
     assert_eq!(code, Some(0), "{said}");
     let done: serde_json::Value = serde_json::from_str(said.trim()).expect("JSON");
-    assert_eq!(done["requeued"], serde_json::json!([event]), "{done}");
+    assert_eq!(
+        (&done["requeued"], &done["no_event"]),
+        (&serde_json::json!([event]), &serde_json::json!([orphan])),
+        "{done}"
+    );
+    let (code, said) = run(&["outbox", "requeue", "--id", &orphan.to_string()]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains(&format!("parked row {orphan} names no event")),
+        "{said}"
+    );
     eventually(
         "the requeued event in the stream",
         Duration::from_secs(30),
@@ -134,7 +160,13 @@ async fn a_parked_event_requeued_after_the_fix_is_published_once() {
         "{again}"
     );
     assert_eq!(app.count("SELECT count(*) FROM outbox").await, 0);
-    assert_eq!(app.count("SELECT count(*) FROM outbox_parked").await, 0);
+    assert_eq!(
+        app.count("SELECT count(*) FROM outbox_parked WHERE reason = 'no_event'")
+            .await,
+        1,
+        "only the row with no event is left parked"
+    );
+    assert_eq!(app.count("SELECT count(*) FROM outbox_parked").await, 1);
     let seen = stream_sequences(&nats.url()).await;
     assert_eq!(seen.get(&event).map(Vec::len), Some(1), "published once");
     assert_eq!(

@@ -52,12 +52,13 @@ async fn an_oversized_or_malformed_traceparent_starts_a_fresh_trace_and_nothing_
     }
     let valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let placed = place_with_header(&app, "traceparent", valid).await;
-    let kept: String =
-        sqlx::query_scalar("SELECT headers->>'traceparent' FROM outbox WHERE stream_id = $1::uuid")
-            .bind(placed.body["id"].as_str().expect("id"))
-            .fetch_one(&app.pool)
-            .await
-            .expect("outbox headers");
+    let kept: String = sqlx::query_scalar(
+        "SELECT metadata->>'traceparent' FROM events WHERE stream_id = $1::uuid",
+    )
+    .bind(placed.body["id"].as_str().expect("id"))
+    .fetch_one(&app.pool)
+    .await
+    .expect("event metadata");
     // Continued: the same trace, under checkout's own span.
     assert_eq!(
         kept.get(..36),

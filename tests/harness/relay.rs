@@ -127,3 +127,43 @@ pub async fn stream_len(js: &jetstream::Context) -> u64 {
         Err(_) => 0,
     }
 }
+
+/// Metadata as the write path records it (a readable `Metadata`), for an
+/// event written by hand.
+pub fn test_metadata() -> serde_json::Value {
+    serde_json::json!({
+        "correlation_id": Uuid::now_v7(),
+        "causation_id": Uuid::now_v7(),
+        "source": "test",
+    })
+}
+
+/// Records one event written by hand, `type_name` about `stream_id` at the
+/// stream's next version, with its outbox row, in `conn`'s transaction, the
+/// way the write path does (the outbox row names the event by position);
+/// returns its position. The relay publishes it on
+/// `soldonce.<type_name without its version>.<stream_id>`.
+pub async fn record_event(
+    conn: &mut sqlx::PgConnection,
+    event_id: Uuid,
+    stream_id: Uuid,
+    type_name: &str,
+    data: serde_json::Value,
+    metadata: serde_json::Value,
+) -> i64 {
+    sqlx::query_scalar(
+        "WITH e AS ( \
+             INSERT INTO events (event_id, stream_id, version, type, data, metadata) \
+             SELECT $1, $2, coalesce(max(version), 0) + 1, $3, $4, $5 FROM events WHERE stream_id = $2 \
+             RETURNING position, stream_id) \
+         INSERT INTO outbox (position, stream_id) SELECT position, stream_id FROM e RETURNING position",
+    )
+    .bind(event_id)
+    .bind(stream_id)
+    .bind(type_name)
+    .bind(data)
+    .bind(metadata)
+    .fetch_one(conn)
+    .await
+    .expect("record an event by hand")
+}

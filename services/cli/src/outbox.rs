@@ -98,8 +98,8 @@ async fn requeue(args: RequeueArgs, out: &Output) -> Result<ExitCode, CliError> 
         }
         (Some(parked), known)
     };
-    let moved = match &wanted {
-        Some(ids) if ids.is_empty() => vec![],
+    let store::outbox::Requeued { moved, no_event } = match &wanted {
+        Some(ids) if ids.is_empty() => Default::default(),
         _ => store::outbox::requeue(&pool, wanted.as_deref(), args.dry_run)
             .await
             .context("moving the rows back into the outbox")?,
@@ -107,10 +107,17 @@ async fn requeue(args: RequeueArgs, out: &Output) -> Result<ExitCode, CliError> 
     // Asked for and parked when looked at, but moved meanwhile by another requeue.
     let mut not_parked = not_parked;
     if let Some(ids) = &wanted {
-        not_parked.extend(ids.iter().filter(|id| !moved.contains(id)));
+        not_parked.extend(
+            ids.iter()
+                .filter(|id| !moved.contains(id) && !no_event.contains(id)),
+        );
     }
-    let value =
-        serde_json::json!({ "dry_run": args.dry_run, "requeued": moved, "not_parked": not_parked });
+    let value = serde_json::json!({
+        "dry_run": args.dry_run,
+        "requeued": moved,
+        "not_parked": not_parked,
+        "no_event": no_event,
+    });
     out.print(&value, || {
         let verb = if args.dry_run {
             "would requeue"
@@ -124,6 +131,11 @@ async fn requeue(args: RequeueArgs, out: &Output) -> Result<ExitCode, CliError> 
         for id in &not_parked {
             t.push_str(&format!(
                 "event {id} is not parked (requeued already, or never parked)\n"
+            ));
+        }
+        for id in &no_event {
+            t.push_str(&format!(
+                "parked row {id} names no event in the store, so there is nothing to publish it from: it stays parked\n"
             ));
         }
         t.push_str(&format!("{verb} {} events", moved.len()));

@@ -1,12 +1,11 @@
 //! The event store proper: every recorded event of every aggregate, with
 //! its outbox row, appended set-based (two fragments of the write path's
-//! one statement). An outbox row takes its event's position, which the
-//! relay stamps on the message, so the stream can be checked against
-//! `events` and repaired from it. A version already taken in a stream turns into
+//! one statement). An event is written once: its outbox row only names it
+//! by position, which the relay reads it by and stamps on the message, so
+//! the stream can be checked against `events` and repaired from it. A version already taken in a stream turns into
 //! `StoreError::Conflict`.
 
 use crate::statement::Statement;
-use crate::stream_copy::Message;
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use events::Metadata;
@@ -54,7 +53,9 @@ impl Record {
 }
 
 /// Appends records (of one or many streams) with their outbox rows, as
-/// fragments of `statement`.
+/// fragments of `statement`. An outbox row names its event by position
+/// (and its stream, for the relay's per-order order); the relay builds the
+/// message from the event itself.
 pub(crate) fn append<'q>(
     statement: &mut Statement<'q>,
     records: &'q [Record],
@@ -63,62 +64,42 @@ pub(crate) fn append<'q>(
         return Ok(());
     };
     let n = records.len();
-    let (mut ids, mut streams, mut versions, mut types, mut datas) = (
-        Vec::with_capacity(n),
+    let (mut ids, mut streams, mut versions, mut types) = (
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    let (mut times, mut metas, mut subjects, mut payloads, mut headers) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
+    let (mut datas, mut times, mut metas) = (
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
     let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
     for r in records {
-        let id = Uuid::now_v7();
-        let message = Message::of(id, r.stream_id, r.type_name, r.at, r.data.clone(), &r.meta)?;
-        ids.push(id);
+        ids.push(Uuid::now_v7());
         streams.push(r.stream_id);
         versions.push(r.version);
         types.push(r.type_name);
-        datas.push(r.data.clone());
+        datas.push(&r.data);
         times.push(r.at);
         metas.push(serde_json::to_value(&r.meta).map_err(corrupt)?);
-        subjects.push(message.subject);
-        // Stored as written (the column is json) and published as stored.
-        payloads.push(message.payload);
-        headers.push(match &message.tracestate {
-            Some(state) => {
-                serde_json::json!({ "traceparent": message.traceparent, "tracestate": state })
-            }
-            None => serde_json::json!({ "traceparent": message.traceparent }),
-        });
     }
     let s = statement;
     let (ids, streams) = (s.bind(ids)?, s.bind(streams)?);
     let (versions, types, datas) = (s.bind(versions)?, s.bind(types)?, s.bind(datas)?);
     let (metas, times) = (s.bind(metas)?, s.bind(times)?);
-    let (subjects, payloads, headers) = (s.bind(subjects)?, s.bind(payloads)?, s.bind(headers)?);
     s.cte(
         "appended",
         &format!(
             "INSERT INTO events (event_id, stream_id, version, type, data, metadata, recorded_at) \
              SELECT * FROM unnest({ids}::uuid[], {streams}::uuid[], {versions}::int[], {types}::text[], {datas}::jsonb[], {metas}::jsonb[], {times}::timestamptz[]) \
-             RETURNING event_id, position"
+             RETURNING position, stream_id"
         ),
     );
     s.cte(
         "queued",
-        &format!(
-            "INSERT INTO outbox (id, position, stream_id, subject, payload, headers) \
-             SELECT x.id, a.position, s, subject, payload::json, h FROM unnest({ids}::uuid[], {streams}::uuid[], {subjects}::text[], {payloads}::text[], {headers}::jsonb[]) AS x(id, s, subject, payload, h) \
-             JOIN appended a ON a.event_id = x.id \
-             RETURNING 1"
-        ),
+        "INSERT INTO outbox (position, stream_id) SELECT position, stream_id FROM appended RETURNING 1",
     );
     s.expect_rows("appended", n, first.stream_id);
     s.expect_rows("queued", n, first.stream_id);

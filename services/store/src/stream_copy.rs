@@ -14,8 +14,9 @@ use events::{envelope, names, Metadata};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-/// The outbox message of one event: what the write path queues and what a
-/// repair republishes (the same subject, envelope and trace header).
+/// The message of one event: what the relay publishes and what a repair
+/// republishes (the same subject, envelope and trace header), built from
+/// the event's one written copy in `events`.
 pub(crate) struct Message {
     pub subject: String,
     /// The CloudEvent envelope as JSON text.

@@ -76,13 +76,11 @@ async fn send(
 /// The relay's producer span for `row`, when the row carries a valid
 /// `traceparent` to continue.
 fn producer_hop(row: &OutboxRow) -> Option<Hop> {
-    row.headers
-        .get("traceparent")
-        .and_then(|v| v.as_str())
+    row.traceparent
+        .as_deref()
         .and_then(TraceParent::parse)
         .map(|parent| {
-            let state =
-                platform::trace::tracestate(row.headers.get("tracestate").and_then(|v| v.as_str()));
+            let state = platform::trace::tracestate(row.tracestate.as_deref());
             let mut hop = Hop::start(
                 Kind::Producer,
                 format!("publish {}", row.subject),
@@ -124,9 +122,8 @@ async fn await_acks(
                     event_id = %row.id,
                     order_id = %row.stream_id,
                     trace_id = row
-                        .headers
-                        .get("traceparent")
-                        .and_then(|v| v.as_str())
+                        .traceparent
+                        .as_deref()
                         .and_then(platform::trace::TraceParent::parse)
                         .map(|t| t.trace_id()),
                     subject = %row.subject,
@@ -150,15 +147,18 @@ async fn await_acks(
     }
 }
 
-/// The message for `row`, or why it can never be published: a subject the
-/// stream does not take, or a size over the server's `max_payload` (counted
-/// as the server does: headers plus payload). The payload is the bytes its
-/// writer stored, sent as they are.
+/// The message for `row`, or why it can never be published: an event
+/// whose metadata cannot be read, a subject the stream does not take, or a
+/// size over the server's `max_payload` (counted as the server does:
+/// headers plus payload).
 fn message(
     row: &OutboxRow,
     traceparent: Option<(TraceParent, Option<String>)>,
     max_payload: usize,
 ) -> Result<PublishMessage, Poison> {
+    if let Some(why) = &row.unreadable {
+        return Err(Poison::new(poison::UNREADABLE, why.clone()));
+    }
     if !poison::publishable_subject(&row.subject) {
         return Err(Poison::new(
             poison::BAD_SUBJECT,
@@ -179,7 +179,7 @@ fn message(
     if let Some(state) = &tracestate {
         headers.push(("tracestate", state.as_str()));
     }
-    match (&traceparent, row.headers.get("traceparent")) {
+    match (&traceparent, &row.traceparent) {
         (Some(tp), _) => headers.push(("traceparent", tp.as_str())),
         (None, Some(_)) => {
             tracing::warn!(event_id = %row.id, "dropping a malformed traceparent header")

@@ -40,10 +40,8 @@ impl Relay {
                 .await?
                 .newer;
         }
-        let to_park: Vec<(i64, &str)> = parked
-            .iter()
-            .map(|(i, p)| (rows[*i].position, p.reason))
-            .collect();
+        let to_park: Vec<(&OutboxRow, &str)> =
+            parked.iter().map(|(i, p)| (&rows[*i], p.reason)).collect();
         store::outbox::park(&mut tx, &to_park).await?;
         tx.commit().await?;
         self.left_since_vacuum

@@ -1,4 +1,6 @@
-//! Reading and clearing the outbox for the relay. Rows are never read by an
+//! Reading and clearing the outbox for the relay. An outbox row names its
+//! event by position; the claim reads each event and builds its message
+//! (each event is written once, in `events`). Rows are never read by an
 //! increasing-id cursor: each claim looks at every unpublished row, so a
 //! transaction that commits late is still seen. Only the oldest unpublished
 //! row of each order is claimable, so one order's events leave in the order
@@ -7,27 +9,99 @@
 //! the next row of its order claimable (a consumer then sees that order's
 //! later events without the parked one; consumers never trust order).
 
+use crate::stream_copy::Message;
+use crate::StoreError;
 use chrono::{DateTime, Utc};
+use events::{names, Metadata};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-/// An unpublished event.
-#[derive(Debug, Clone, sqlx::FromRow)]
+mod parked;
+pub use parked::{classify_ids, park, parked, parked_rows, requeue, ParkedRow, Requeued};
+
+/// An unpublished event, with the message the relay publishes for it,
+/// built from its row in `events`.
+#[derive(Debug, Clone)]
 pub struct OutboxRow {
+    /// The event's id (the message's `Nats-Msg-Id`).
     pub id: Uuid,
-    /// Its place in the outbox (taken when it was written, not when it committed).
+    /// The event's position in `events` (taken when it was written, not
+    /// when it committed), which is also its outbox row's key.
     pub position: i64,
     /// The aggregate it belongs to (the order, or the shipment).
     pub stream_id: Uuid,
     pub subject: String,
-    /// The message's body exactly as written (the column is `json`: stored
-    /// as written, read as text): the bytes the relay publishes.
+    /// The CloudEvent envelope as JSON text: the bytes the relay publishes.
+    /// For an event whose metadata cannot be read (see `unreadable`), the
+    /// event's type, data and metadata as they are stored, for the parked row.
     pub payload: String,
-    pub headers: serde_json::Value,
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
     /// When its transaction committed (with `track_commit_timestamp = on`;
     /// otherwise when that transaction began): where the relay's
     /// commit → PubAck lag starts.
     pub created_at: DateTime<Utc>,
+    /// Why no message can be built for it (its metadata cannot be read: an
+    /// event written by hand), if so; the relay parks it.
+    pub unreadable: Option<String>,
+}
+
+impl OutboxRow {
+    /// The row of a claimed event: its message as the write path's
+    /// envelope and the repair's ([`crate::stream_copy::Message`]).
+    fn of(row: ClaimedRow) -> Result<OutboxRow, StoreError> {
+        let meta = match serde_json::from_value::<Metadata>(row.metadata.clone()) {
+            Ok(meta) => meta,
+            Err(e) => return Ok(OutboxRow::unreadable(row, e)),
+        };
+        let m = Message::of(
+            row.id,
+            row.stream_id,
+            &row.kind,
+            row.recorded_at,
+            row.data,
+            &meta,
+        )?;
+        Ok(OutboxRow {
+            id: row.id,
+            position: row.position,
+            stream_id: row.stream_id,
+            subject: m.subject,
+            payload: m.payload,
+            traceparent: m.traceparent,
+            tracestate: m.tracestate,
+            created_at: row.created_at,
+            unreadable: None,
+        })
+    }
+
+    fn unreadable(row: ClaimedRow, e: serde_json::Error) -> OutboxRow {
+        let stored =
+            serde_json::json!({ "type": row.kind, "data": row.data, "metadata": row.metadata });
+        OutboxRow {
+            id: row.id,
+            position: row.position,
+            stream_id: row.stream_id,
+            subject: names::subject(&row.kind, row.stream_id),
+            payload: stored.to_string(),
+            traceparent: None,
+            tracestate: None,
+            created_at: row.created_at,
+            unreadable: Some(format!("its metadata cannot be read: {e}")),
+        }
+    }
+
+    /// The trace headers as a parked row keeps them.
+    fn headers(&self) -> serde_json::Value {
+        let mut h = serde_json::Map::new();
+        if let Some(t) = &self.traceparent {
+            h.insert("traceparent".into(), t.as_str().into());
+        }
+        if let Some(t) = &self.tracestate {
+            h.insert("tracestate".into(), t.as_str().into());
+        }
+        h.into()
+    }
 }
 
 /// Server settings for the connections that claim outbox rows (the
@@ -71,15 +145,17 @@ pub const CLAIM_SETTINGS: &[(&str, &str)] = &[
 /// run for each row with the row's order as its key, instead of a join
 /// whose inner side the planner may choose to walk whole (see
 /// [`CLAIM_SETTINGS`]): planned alone, the look-up's only index path is the
-/// probe by order. Each row also says whether commits wait
-/// for synchronous standbys (`standbys`), so the relay knows in the same
-/// round trip whether it needs [`await_replication`].
-pub const CLAIM_SQL: &str = "SELECT o.id, o.position, o.stream_id, o.subject, o.payload::text AS payload, o.headers, \
+/// probe by order. Each claimed row's event is read by its position (a
+/// probe of `events_pkey`); only the outbox row is locked. Each row also
+/// says whether commits wait for synchronous standbys (`standbys`), so the
+/// relay knows in the same round trip whether it needs
+/// [`await_replication`].
+pub const CLAIM_SQL: &str = "SELECT e.event_id AS id, o.position, o.stream_id, e.type AS kind, e.data, e.metadata, e.recorded_at, \
         coalesce(CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(o.xmin) END, o.created_at) AS created_at, \
         current_setting('synchronous_standby_names') <> '' AS standbys \
- FROM outbox o \
+ FROM outbox o JOIN events e ON e.position = o.position \
  WHERE NOT EXISTS (SELECT 1 FROM outbox p WHERE p.stream_id = o.stream_id AND p.position + 0 < o.position OFFSET 0) \
- ORDER BY o.position LIMIT $1 FOR UPDATE SKIP LOCKED";
+ ORDER BY o.position LIMIT $1 FOR UPDATE OF o SKIP LOCKED";
 
 /// The rows one claim locked.
 #[derive(Debug, Clone, Default)]
@@ -94,22 +170,32 @@ pub struct Claimed {
 
 #[derive(sqlx::FromRow)]
 struct ClaimedRow {
-    #[sqlx(flatten)]
-    row: OutboxRow,
+    id: Uuid,
+    position: i64,
+    stream_id: Uuid,
+    kind: String,
+    data: serde_json::Value,
+    metadata: serde_json::Value,
+    recorded_at: DateTime<Utc>,
+    created_at: DateTime<Utc>,
     standbys: bool,
 }
 
-/// Locks up to `limit` publishable rows for this transaction; rows other
-/// relays hold are skipped. Run it on a connection opened with
-/// [`CLAIM_SETTINGS`].
-pub async fn claim(conn: &mut PgConnection, limit: i64) -> Result<Claimed, sqlx::Error> {
+/// Locks up to `limit` publishable rows for this transaction, each with
+/// its message; rows other relays hold are skipped. Run it on a
+/// connection opened with [`CLAIM_SETTINGS`].
+pub async fn claim(conn: &mut PgConnection, limit: i64) -> Result<Claimed, StoreError> {
     let rows: Vec<ClaimedRow> = sqlx::query_as(CLAIM_SQL)
         .bind(limit)
         .fetch_all(conn)
         .await?;
+    let needs_replication = rows.iter().any(|r| r.standbys);
     Ok(Claimed {
-        needs_replication: rows.iter().any(|r| r.standbys),
-        rows: rows.into_iter().map(|r| r.row).collect(),
+        needs_replication,
+        rows: rows
+            .into_iter()
+            .map(OutboxRow::of)
+            .collect::<Result<_, _>>()?,
     })
 }
 
@@ -175,127 +261,6 @@ pub async fn delete(
         rows: u64::try_from(deleted).unwrap_or(0),
         newer,
     })
-}
-
-/// Moves rows that can never be published, each named by its position
-/// with its short reason (`too_large`, `bad_subject`, `rejected`), from
-/// `outbox` to `outbox_parked` in one statement, in the caller's
-/// transaction (the one that claimed them). Returns how many moved. A row
-/// parked again (an operator re-inserted it and it still fails) replaces
-/// its old record.
-pub async fn park(conn: &mut PgConnection, rows: &[(i64, &str)]) -> Result<u64, sqlx::Error> {
-    if rows.is_empty() {
-        return Ok(0);
-    }
-    let positions: Vec<i64> = rows.iter().map(|r| r.0).collect();
-    let reasons: Vec<&str> = rows.iter().map(|r| r.1).collect();
-    let moved = sqlx::query(
-        "WITH moved AS ( \
-             DELETE FROM outbox WHERE position = ANY($1) \
-             RETURNING id, position, stream_id, subject, payload, headers, created_at) \
-         INSERT INTO outbox_parked (id, position, stream_id, subject, payload, headers, created_at, reason) \
-         SELECT m.id, m.position, m.stream_id, m.subject, m.payload, m.headers, m.created_at, p.reason \
-         FROM moved m JOIN unnest($1::bigint[], $2::text[]) AS p(position, reason) ON p.position = m.position \
-         ON CONFLICT (id) DO UPDATE SET position = EXCLUDED.position, stream_id = EXCLUDED.stream_id, \
-             subject = EXCLUDED.subject, payload = EXCLUDED.payload, headers = EXCLUDED.headers, \
-             created_at = EXCLUDED.created_at, reason = EXCLUDED.reason, parked_at = now()",
-    )
-    .bind(&positions)
-    .bind(&reasons)
-    .execute(conn)
-    .await?;
-    Ok(moved.rows_affected())
-}
-
-/// How many rows are parked (the `soldonce_outbox_parked` gauge).
-pub async fn parked(pool: &PgPool) -> Result<i64, sqlx::Error> {
-    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM outbox_parked")
-        .fetch_one(pool)
-        .await?;
-    Ok(n)
-}
-
-/// A row the relay set aside, for an operator to read.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
-pub struct ParkedRow {
-    /// The event's id (its `Nats-Msg-Id`).
-    pub id: Uuid,
-    /// The event's position in `events`.
-    pub position: i64,
-    /// The aggregate it belongs to (the order, or the shipment).
-    pub stream_id: Uuid,
-    pub subject: String,
-    /// `too_large`, `bad_subject` or `rejected`.
-    pub reason: String,
-    /// The message's size in bytes.
-    pub bytes: i32,
-    pub parked_at: DateTime<Utc>,
-}
-
-/// The parked rows, oldest first, at most `limit`.
-pub async fn parked_rows(pool: &PgPool, limit: i64) -> Result<Vec<ParkedRow>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, position, stream_id, subject, reason, octet_length(payload::text) AS bytes, parked_at \
-         FROM outbox_parked ORDER BY parked_at, position LIMIT $1",
-    )
-    .bind(limit)
-    .fetch_all(pool)
-    .await
-}
-
-/// Which of `ids` are parked, and which of the others are events at all:
-/// `(parked, known events not parked)`; an id in neither is unknown.
-pub async fn classify_ids(
-    pool: &PgPool,
-    ids: &[Uuid],
-) -> Result<(Vec<Uuid>, Vec<Uuid>), sqlx::Error> {
-    let rows: Vec<(Uuid, bool)> = sqlx::query_as(
-        "SELECT k.id, EXISTS (SELECT 1 FROM outbox_parked p WHERE p.id = k.id) \
-         FROM unnest($1::uuid[]) AS k(id) \
-         WHERE EXISTS (SELECT 1 FROM outbox_parked p WHERE p.id = k.id) \
-            OR EXISTS (SELECT 1 FROM events e WHERE e.event_id = k.id)",
-    )
-    .bind(ids)
-    .fetch_all(pool)
-    .await?;
-    let (parked, known): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(_, parked)| *parked);
-    Ok((
-        parked.into_iter().map(|(id, _)| id).collect(),
-        known.into_iter().map(|(id, _)| id).collect(),
-    ))
-}
-
-/// Moves parked rows (those of `ids`, or all with `None`) back into the
-/// outbox in one statement, each with its old position, so it leaves
-/// before any later row of its order still waiting; the insert wakes the
-/// relay. Its `created_at` is now: the requeue is the commit it is
-/// published after. A row already moved by another requeue is not there to
-/// move again. Returns the ids moved; with `dry_run` nothing moves (the
-/// ids that would).
-pub async fn requeue(
-    pool: &PgPool,
-    ids: Option<&[Uuid]>,
-    dry_run: bool,
-) -> Result<Vec<Uuid>, sqlx::Error> {
-    if dry_run {
-        return sqlx::query_scalar(
-            "SELECT id FROM outbox_parked WHERE $1::uuid[] IS NULL OR id = ANY($1) ORDER BY position",
-        )
-        .bind(ids)
-        .fetch_all(pool)
-        .await;
-    }
-    sqlx::query_scalar(
-        "WITH moved AS ( \
-             DELETE FROM outbox_parked WHERE $1::uuid[] IS NULL OR id = ANY($1) \
-             RETURNING id, position, stream_id, subject, payload, headers) \
-         INSERT INTO outbox (id, position, stream_id, subject, payload, headers, created_at) \
-         SELECT id, position, stream_id, subject, payload, headers, now() FROM moved ORDER BY position \
-         RETURNING id",
-    )
-    .bind(ids)
-    .fetch_all(pool)
-    .await
 }
 
 /// Holds the relay's wake-up for `ahead`: moves the `outbox_wake` trigger's
