@@ -1,8 +1,9 @@
 //! A build's service binaries: a directory holding checkout, outbox-relay,
-//! payment-worker, fulfillment, psp-sim and expiry (`cargo build
-//! --release`'s target directory, or a copy of it set aside for a
-//! before/after comparison). A directory missing one is bad input, said
-//! in one line before anything starts.
+//! payment-worker, fulfillment, psp-sim and expiry, and the build's own
+//! `soldonce`, which migrates the bench's database to that build's schema
+//! (`cargo build --release`'s target directory, or a copy of it set aside
+//! for a before/after comparison). A directory missing one is bad input,
+//! said in one line before anything starts.
 
 use crate::CliError;
 use anyhow::Context;
@@ -19,6 +20,11 @@ pub const SERVICES: [&str; 6] = [
     "psp-sim",
     "expiry",
 ];
+
+/// The build's CLI: its `soldonce migrate` gives the database the schema
+/// its services were built for (a comparison across a migration runs each
+/// build on its own schema).
+pub const MIGRATOR: &str = "soldonce";
 
 /// A checked directory of one build's service binaries.
 #[derive(Debug, Clone, Serialize)]
@@ -45,13 +51,13 @@ impl BinDir {
                 dir.display()
             )));
         }
-        for name in SERVICES {
+        for name in SERVICES.into_iter().chain([MIGRATOR]) {
             let binary = dir.join(name);
             let executable = std::fs::metadata(&binary)
                 .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
             if !executable {
                 return Err(CliError::Usage(format!(
-                    "{flag} {}: no {name} there (a bin dir holds one build's {})",
+                    "{flag} {}: no {name} there (a bin dir holds one build's {} and its {MIGRATOR})",
                     dir.display(),
                     SERVICES.join(", ")
                 )));

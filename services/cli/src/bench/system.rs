@@ -76,7 +76,8 @@ impl System {
         load::drive(&self.checkout_url, &self.token, skus, drive, pool).await
     }
 
-    /// Starts the servers, migrates, creates the buyer account and starts `spec.services`.
+    /// Starts the servers, migrates (with the build's own `soldonce`),
+    /// creates the buyer account and starts `spec.services`.
     pub async fn start(spec: Spec) -> Result<System, CliError> {
         let logs = tempfile::Builder::new()
             .prefix("soldonce-bench-")
@@ -93,7 +94,7 @@ impl System {
         let pool = store::connect(&database_url, 8)
             .await
             .context("connecting to the bench's PostgreSQL")?;
-        store::migrate(&pool).await.context("applying migrations")?;
+        migrate(&spec.bins, &database_url).await?;
         let token = store::accounts::create(&pool, "bench")
             .await
             .context("creating the bench's buyer account")?
@@ -369,4 +370,27 @@ pub async fn until_interrupted<T>(
         result = work => result,
         _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted").into()),
     }
+}
+
+/// Migrates the database at `database_url` with the build's own `soldonce
+/// migrate`, so each build runs on the schema it was built for.
+async fn migrate(bins: &BinDir, database_url: &str) -> Result<(), CliError> {
+    let soldonce = bins.binary(super::bins::MIGRATOR);
+    let out = tokio::process::Command::new(&soldonce)
+        .arg("migrate")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("DATABASE_URL", database_url)
+        .output()
+        .await
+        .with_context(|| format!("running {} migrate", soldonce.display()))?;
+    if !out.status.success() {
+        return Err(anyhow::anyhow!(
+            "{} migrate failed: {}",
+            soldonce.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+        .into());
+    }
+    Ok(())
 }
