@@ -462,7 +462,7 @@ async fn claim_plan_after_statistics_of(left: i64) {
         .await
         .expect("a backlog");
     let (explained,): (serde_json::Value,) =
-        sqlx::query_as("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_plan(500)")
+        sqlx::query_as("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_plan(500)")
             .fetch_one(&mut *conn)
             .await
             .expect("explain");
@@ -509,6 +509,13 @@ async fn claim_plan_after_statistics_of(left: i64) {
     assert_eq!(
         probe["Actual Rows"], 0,
         "no older row of the same order ({left} rows left)"
+    );
+    let top = &explained[0]["Plan"];
+    let blocks = top["Shared Hit Blocks"].as_u64().unwrap_or(0)
+        + top["Shared Read Blocks"].as_u64().unwrap_or(0);
+    assert!(
+        blocks <= 5_000,
+        "about 7 blocks per claimed row (its order's probe, its event's probe, its own entry), not a walk: {blocks} for 500 rows ({left} rows left)"
     );
     let event = index("events_pkey");
     assert!(

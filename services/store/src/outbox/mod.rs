@@ -145,17 +145,23 @@ pub const CLAIM_SETTINGS: &[(&str, &str)] = &[
 /// run for each row with the row's order as its key, instead of a join
 /// whose inner side the planner may choose to walk whole (see
 /// [`CLAIM_SETTINGS`]): planned alone, the look-up's only index path is the
-/// probe by order. Each claimed row's event is read by its position (a
-/// probe of `events_pkey`); only the outbox row is locked. Each row also
-/// says whether commits wait for synchronous standbys (`standbys`), so the
-/// relay knows in the same round trip whether it needs
-/// [`await_replication`].
-pub const CLAIM_SQL: &str = "SELECT e.event_id AS id, o.position, o.stream_id, e.type AS kind, e.data, e.metadata, e.recorded_at, \
-        coalesce(CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(o.xmin) END, o.created_at) AS created_at, \
+/// probe by order. The rows are claimed first (`claimed`, materialized:
+/// the claim plans as if no event were read), then each one's event is read
+/// by its position (`LATERAL`: one probe of `events_pkey` per claimed row,
+/// never a walk of `events` in position order, which would also give the
+/// claim's order). Rows come back in no particular order; [`claim`] sorts
+/// them by position. Each row also says whether commits wait for
+/// synchronous standbys (`standbys`), so the relay knows in the same round
+/// trip whether it needs [`await_replication`].
+pub const CLAIM_SQL: &str = "WITH claimed AS MATERIALIZED ( \
+     SELECT o.position, o.stream_id, \
+            coalesce(CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(o.xmin) END, o.created_at) AS created_at \
+     FROM outbox o \
+     WHERE NOT EXISTS (SELECT 1 FROM outbox p WHERE p.stream_id = o.stream_id AND p.position + 0 < o.position OFFSET 0) \
+     ORDER BY o.position LIMIT $1 FOR UPDATE SKIP LOCKED) \
+ SELECT e.event_id AS id, c.position, c.stream_id, e.type AS kind, e.data, e.metadata, e.recorded_at, c.created_at, \
         current_setting('synchronous_standby_names') <> '' AS standbys \
- FROM outbox o JOIN events e ON e.position = o.position \
- WHERE NOT EXISTS (SELECT 1 FROM outbox p WHERE p.stream_id = o.stream_id AND p.position + 0 < o.position OFFSET 0) \
- ORDER BY o.position LIMIT $1 FOR UPDATE OF o SKIP LOCKED";
+ FROM claimed c, LATERAL (SELECT * FROM events e WHERE e.position = c.position) e";
 
 /// The rows one claim locked.
 #[derive(Debug, Clone, Default)]
@@ -190,12 +196,14 @@ pub async fn claim(conn: &mut PgConnection, limit: i64) -> Result<Claimed, Store
         .fetch_all(conn)
         .await?;
     let needs_replication = rows.iter().any(|r| r.standbys);
+    let mut rows: Vec<OutboxRow> = rows
+        .into_iter()
+        .map(OutboxRow::of)
+        .collect::<Result<_, _>>()?;
+    rows.sort_unstable_by_key(|r| r.position);
     Ok(Claimed {
         needs_replication,
-        rows: rows
-            .into_iter()
-            .map(OutboxRow::of)
-            .collect::<Result<_, _>>()?,
+        rows,
     })
 }
 
