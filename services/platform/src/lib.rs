@@ -5,7 +5,6 @@
 //! problem responses. This crate must never know about orders or stock.
 //!
 //! Layout:
-//! - `alloc.rs` — the allocator of every program that links this crate
 //! - `app.rs` — the runner: ops server, tasks, shutdown, join
 //! - `config.rs` — settings from the environment, each declared with its meaning
 //! - `http.rs` — serving a port with connection hygiene (timeouts, a connection cap)
@@ -18,7 +17,6 @@
 //! - `telemetry.rs` — logs: JSON lines naming their service, or text
 //! - `trace.rs` — W3C trace context
 
-mod alloc;
 pub mod app;
 pub mod config;
 pub mod http;
