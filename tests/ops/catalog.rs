@@ -168,3 +168,48 @@ async fn a_deactivated_sku_is_refused_by_every_checkout_and_a_new_price_holds_fo
                              "active": true, "max_per_order": null, "per_account_limit": null }])
     );
 }
+
+/// What an order's history names (its SKU's product, its buyer's account)
+/// is never deleted nor re-keyed: the database refuses, with a clear error,
+/// and the order's lines and ledger still name a product that exists.
+#[tokio::test]
+async fn a_product_or_an_account_that_orders_name_can_be_neither_deleted_nor_rekeyed() {
+    let app = TestApp::spawn().await;
+    app.add_product("MUG", 1_000, 10).await;
+    let placed = app.buy("MUG", 1).await;
+    assert_eq!(placed.status, 202, "{}", placed.body);
+    for statement in [
+        "DELETE FROM products WHERE sku = 'MUG'",
+        "UPDATE products SET sku = 'CUP' WHERE sku = 'MUG'",
+        "TRUNCATE products CASCADE",
+        "DELETE FROM accounts",
+        "UPDATE accounts SET id = gen_random_uuid()",
+        "TRUNCATE accounts CASCADE",
+    ] {
+        let error = sqlx::query(statement)
+            .execute(&app.pool)
+            .await
+            .expect_err(statement);
+        let db = error.as_database_error().expect("a database error");
+        assert_eq!(db.code().as_deref(), Some("23503"), "{statement}: {db}");
+        assert!(
+            db.message().contains("never deleted nor re-keyed"),
+            "{statement}: {}",
+            db.message()
+        );
+    }
+    let orphans = app
+        .count(
+            "SELECT (SELECT count(*) FROM order_lines l WHERE NOT EXISTS (SELECT 1 FROM products p WHERE p.sku = l.sku)) \
+                  + (SELECT count(*) FROM stock_ledger s WHERE NOT EXISTS (SELECT 1 FROM products p WHERE p.sku = s.sku)) \
+                  + (SELECT count(*) FROM orders o WHERE NOT EXISTS (SELECT 1 FROM accounts a WHERE a.id = o.account_id))",
+        )
+        .await;
+    assert_eq!(orphans, 0);
+    assert_eq!(
+        app.count("SELECT count(*) FROM order_lines WHERE sku = 'MUG'")
+            .await,
+        1,
+        "the order's line is still there"
+    );
+}
