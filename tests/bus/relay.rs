@@ -725,7 +725,7 @@ async fn the_batch_delete_says_whether_a_row_was_written_after_the_batch() {
             !claimed.needs_replication,
             "no synchronous standby is named: no barrier to pass"
         );
-        let positions: Vec<i64> = claimed.rows.iter().map(|r| r.position).collect();
+        let positions: Vec<i64> = claimed.rows.iter().map(|r| r.message.position).collect();
         let last = positions.iter().copied().max().expect("a row claimed");
         let deleted = store::outbox::delete(&mut tx, &positions, last)
             .await

@@ -241,7 +241,7 @@ async fn scan(
 /// the stream acknowledged as new.
 async fn republish(
     js: &jetstream::Context,
-    messages: &[store::stream_copy::Republish],
+    messages: &[store::stream_copy::EventMessage],
 ) -> anyhow::Result<u64> {
     let mut acks = Vec::with_capacity(messages.len());
     for m in messages {

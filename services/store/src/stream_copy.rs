@@ -11,32 +11,41 @@
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use events::{envelope, names, Metadata};
+use serde::Deserialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
 /// The message of one event: what the relay publishes and what a repair
-/// republishes (the same subject, envelope and trace header), built from
+/// republishes (the same subject, envelope and trace headers), built from
 /// the event's one written copy in `events`.
-pub(crate) struct Message {
+#[derive(Debug, Clone)]
+pub struct EventMessage {
+    /// Its position in `events` (the `Soldonce-Position` header).
+    pub position: i64,
+    /// Its id (the `Nats-Msg-Id`, so JetStream and consumers dedupe it).
+    pub event_id: Uuid,
     pub subject: String,
-    /// The CloudEvent envelope as JSON text.
+    /// The CloudEvent envelope as JSON text: the bytes published.
     pub payload: String,
     pub traceparent: Option<String>,
     pub tracestate: Option<String>,
 }
 
-impl Message {
-    /// The message for an event recorded with these fields.
+impl EventMessage {
+    /// The message of the event recorded at `position` with these fields.
     pub(crate) fn of(
+        position: i64,
         event_id: Uuid,
         stream_id: Uuid,
         type_name: &str,
         at: DateTime<Utc>,
         data: serde_json::Value,
         meta: &Metadata,
-    ) -> Result<Message, StoreError> {
+    ) -> Result<EventMessage, StoreError> {
         let wrapped = envelope::wrap(event_id, stream_id, type_name, at, data, meta);
-        Ok(Message {
+        Ok(EventMessage {
+            position,
+            event_id,
             subject: names::subject(type_name, stream_id),
             payload: serde_json::to_string(&wrapped)
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?,
@@ -44,20 +53,6 @@ impl Message {
             tracestate: meta.tracestate.clone(),
         })
     }
-}
-
-/// An event to put back on the stream.
-#[derive(Debug, Clone)]
-pub struct Republish {
-    /// Its position in `events` (the `Soldonce-Position` header).
-    pub position: i64,
-    /// Its id (the `Nats-Msg-Id`, so JetStream and consumers dedupe it).
-    pub event_id: Uuid,
-    pub subject: String,
-    /// The CloudEvent envelope, as the relay would have sent it.
-    pub payload: String,
-    pub traceparent: Option<String>,
-    pub tracestate: Option<String>,
 }
 
 /// The first position of an event recorded at or after `at`, or one past
@@ -147,7 +142,7 @@ pub async fn positions_of(pool: &PgPool, ids: &[Uuid]) -> Result<Vec<i64>, Store
 pub async fn messages(
     pool: &PgPool,
     positions: &[i64],
-) -> Result<(Vec<Republish>, usize), StoreError> {
+) -> Result<(Vec<EventMessage>, usize), StoreError> {
     type Row = (
         i64,
         Uuid,
@@ -167,20 +162,14 @@ pub async fn messages(
     let mut out = Vec::with_capacity(rows.len());
     let mut unreadable = 0;
     for (position, event_id, stream_id, type_name, data, metadata, at) in rows {
-        let Ok(meta) = serde_json::from_value::<Metadata>(metadata) else {
+        let Ok(meta) = Metadata::deserialize(&metadata) else {
             tracing::warn!(position, %event_id, "an event's metadata cannot be read; it cannot be republished");
             unreadable += 1;
             continue;
         };
-        let m = Message::of(event_id, stream_id, &type_name, at, data, &meta)?;
-        out.push(Republish {
-            position,
-            event_id,
-            subject: m.subject,
-            payload: m.payload,
-            traceparent: m.traceparent,
-            tracestate: m.tracestate,
-        });
+        out.push(EventMessage::of(
+            position, event_id, stream_id, &type_name, at, data, &meta,
+        )?);
     }
     Ok((out, unreadable))
 }

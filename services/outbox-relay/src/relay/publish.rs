@@ -57,14 +57,16 @@ async fn send(
                 continue;
             }
         };
-        match js.send_publish(row.subject.clone(), message).await {
+        match js.send_publish(row.message.subject.clone(), message).await {
             Ok(ack) => pending.push((i, IntoFuture::into_future(ack))),
             Err(e) => match poison::classify(&e) {
                 Some(p) => sent.parked.push((i, p)),
                 None => {
                     // The connection is likely gone: leave the rest of the batch for the retry.
-                    sent.failure =
-                        Some(anyhow::Error::new(e).context(format!("publishing event {}", row.id)));
+                    sent.failure = Some(
+                        anyhow::Error::new(e)
+                            .context(format!("publishing event {}", row.message.event_id)),
+                    );
                     break;
                 }
             },
@@ -76,20 +78,21 @@ async fn send(
 /// The relay's producer span for `row`, when the row carries a valid
 /// `traceparent` to continue.
 fn producer_hop(row: &OutboxRow) -> Option<Hop> {
-    row.traceparent
+    row.message
+        .traceparent
         .as_deref()
         .and_then(TraceParent::parse)
         .map(|parent| {
-            let state = platform::trace::tracestate(row.tracestate.as_deref());
+            let state = platform::trace::tracestate(row.message.tracestate.as_deref());
             let mut hop = Hop::start(
                 Kind::Producer,
-                format!("publish {}", row.subject),
+                format!("publish {}", row.message.subject),
                 Some(parent),
             )
             .with_tracestate(state);
             hop.attribute("messaging.system", "nats");
-            hop.attribute("messaging.destination.name", row.subject.clone());
-            hop.attribute("messaging.message.id", row.id.to_string());
+            hop.attribute("messaging.destination.name", row.message.subject.clone());
+            hop.attribute("messaging.message.id", row.message.event_id.to_string());
             hop
         })
 }
@@ -119,17 +122,18 @@ async fn await_acks(
                 }
                 lag.record(seconds_between(row.created_at, chrono::Utc::now()));
                 tracing::debug!(
-                    event_id = %row.id,
+                    event_id = %row.message.event_id,
                     order_id = %row.stream_id,
                     trace_id = row
+                        .message
                         .traceparent
                         .as_deref()
                         .and_then(platform::trace::TraceParent::parse)
                         .map(|t| t.trace_id()),
-                    subject = %row.subject,
+                    subject = %row.message.subject,
                     "event published"
                 );
-                sent.published.push(row.position);
+                sent.published.push(row.message.position);
             }
             Err(e) => match poison::classify(&e) {
                 Some(p) => sent.parked.push((i, p)),
@@ -138,8 +142,10 @@ async fn await_acks(
                         hop.fail(&e);
                     }
                     sent.failure.get_or_insert_with(|| {
-                        anyhow::Error::new(e)
-                            .context(format!("awaiting the ack of event {}", row.id))
+                        anyhow::Error::new(e).context(format!(
+                            "awaiting the ack of event {}",
+                            row.message.event_id
+                        ))
                     });
                 }
             },
@@ -159,14 +165,18 @@ fn message(
     if let Some(why) = &row.unreadable {
         return Err(Poison::new(poison::UNREADABLE, why.clone()));
     }
-    if !poison::publishable_subject(&row.subject) {
+    if !poison::publishable_subject(&row.message.subject) {
         return Err(Poison::new(
             poison::BAD_SUBJECT,
-            format!("{:?} is not a subject under {}", row.subject, bus::SUBJECTS),
+            format!(
+                "{:?} is not a subject under {}",
+                row.message.subject,
+                bus::SUBJECTS
+            ),
         ));
     }
-    let id = row.id.to_string();
-    let position = row.position.to_string();
+    let id = row.message.event_id.to_string();
+    let position = row.message.position.to_string();
     let mut headers: Vec<(&str, &str)> = vec![
         ("Nats-Msg-Id", id.as_str()),
         (bus::POSITION_HEADER, position.as_str()),
@@ -179,14 +189,14 @@ fn message(
     if let Some(state) = &tracestate {
         headers.push(("tracestate", state.as_str()));
     }
-    match (&traceparent, &row.traceparent) {
+    match (&traceparent, &row.message.traceparent) {
         (Some(tp), _) => headers.push(("traceparent", tp.as_str())),
         (None, Some(_)) => {
-            tracing::warn!(event_id = %row.id, "dropping a malformed traceparent header")
+            tracing::warn!(event_id = %row.message.event_id, "dropping a malformed traceparent header")
         }
         (None, None) => {}
     }
-    let size = poison::wire_size(&headers, row.payload.len());
+    let size = poison::wire_size(&headers, row.message.payload.len());
     if max_payload > 0 && size > max_payload {
         return Err(Poison::new(
             poison::TOO_LARGE,
@@ -195,7 +205,7 @@ fn message(
     }
     // `message_id` adds a header; `headers()` would replace them all.
     let mut publish = PublishMessage::build()
-        .payload(row.payload.clone().into())
+        .payload(row.message.payload.clone().into())
         .message_id(&id);
     for (name, value) in &headers[1..] {
         publish = publish.header(*name, *value);

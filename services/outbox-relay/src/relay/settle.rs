@@ -35,7 +35,11 @@ impl Relay {
         let full = i64::try_from(rows.len()).is_ok_and(|n| n >= self.batch_size);
         let mut more = full;
         if !published.is_empty() {
-            let last = rows.iter().map(|r| r.position).max().unwrap_or_default();
+            let last = rows
+                .iter()
+                .map(|r| r.message.position)
+                .max()
+                .unwrap_or_default();
             more |= store::outbox::delete(&mut tx, &published, last)
                 .await?
                 .newer;
@@ -51,8 +55,8 @@ impl Relay {
             let row = &rows[*i];
             metrics::counter!("soldonce_outbox_parked_total", "reason" => p.reason).increment(1);
             tracing::error!(
-                event_id = %row.id,
-                subject = %row.subject,
+                event_id = %row.message.event_id,
+                subject = %row.message.subject,
                 reason = p.reason,
                 detail = %p.detail,
                 "outbox row parked in outbox_parked: it can never be published; later events of its order go on without it"

@@ -9,10 +9,11 @@
 //! the next row of its order claimable (a consumer then sees that order's
 //! later events without the parked one; consumers never trust order).
 
-use crate::stream_copy::Message;
+use crate::stream_copy::EventMessage;
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use events::{names, Metadata};
+use serde::Deserialize;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -23,20 +24,13 @@ pub use parked::{classify_ids, park, parked, parked_rows, requeue, ParkedRow, Re
 /// built from its row in `events`.
 #[derive(Debug, Clone)]
 pub struct OutboxRow {
-    /// The event's id (the message's `Nats-Msg-Id`).
-    pub id: Uuid,
-    /// The event's position in `events` (taken when it was written, not
-    /// when it committed), which is also its outbox row's key.
-    pub position: i64,
+    /// The message, as a repair would rebuild it; its position is also the
+    /// outbox row's key. For an event whose metadata cannot be read (see
+    /// `unreadable`), the payload is the event's type, data and metadata as
+    /// they are stored, for the parked row.
+    pub message: EventMessage,
     /// The aggregate it belongs to (the order, or the shipment).
     pub stream_id: Uuid,
-    pub subject: String,
-    /// The CloudEvent envelope as JSON text: the bytes the relay publishes.
-    /// For an event whose metadata cannot be read (see `unreadable`), the
-    /// event's type, data and metadata as they are stored, for the parked row.
-    pub payload: String,
-    pub traceparent: Option<String>,
-    pub tracestate: Option<String>,
     /// When its transaction committed (with `track_commit_timestamp = on`;
     /// otherwise when that transaction began): where the relay's
     /// commit → PubAck lag starts.
@@ -47,14 +41,14 @@ pub struct OutboxRow {
 }
 
 impl OutboxRow {
-    /// The row of a claimed event: its message as the write path's
-    /// envelope and the repair's ([`crate::stream_copy::Message`]).
+    /// The row of a claimed event, its message built as a repair builds it.
     fn of(row: ClaimedRow) -> Result<OutboxRow, StoreError> {
-        let meta = match serde_json::from_value::<Metadata>(row.metadata.clone()) {
+        let meta = match Metadata::deserialize(&row.metadata) {
             Ok(meta) => meta,
             Err(e) => return Ok(OutboxRow::unreadable(row, e)),
         };
-        let m = Message::of(
+        let message = EventMessage::of(
+            row.position,
             row.id,
             row.stream_id,
             &row.kind,
@@ -63,13 +57,8 @@ impl OutboxRow {
             &meta,
         )?;
         Ok(OutboxRow {
-            id: row.id,
-            position: row.position,
+            message,
             stream_id: row.stream_id,
-            subject: m.subject,
-            payload: m.payload,
-            traceparent: m.traceparent,
-            tracestate: m.tracestate,
             created_at: row.created_at,
             unreadable: None,
         })
@@ -79,13 +68,15 @@ impl OutboxRow {
         let stored =
             serde_json::json!({ "type": row.kind, "data": row.data, "metadata": row.metadata });
         OutboxRow {
-            id: row.id,
-            position: row.position,
+            message: EventMessage {
+                position: row.position,
+                event_id: row.id,
+                subject: names::subject(&row.kind, row.stream_id),
+                payload: stored.to_string(),
+                traceparent: None,
+                tracestate: None,
+            },
             stream_id: row.stream_id,
-            subject: names::subject(&row.kind, row.stream_id),
-            payload: stored.to_string(),
-            traceparent: None,
-            tracestate: None,
             created_at: row.created_at,
             unreadable: Some(format!("its metadata cannot be read: {e}")),
         }
@@ -94,10 +85,10 @@ impl OutboxRow {
     /// The trace headers as a parked row keeps them.
     fn headers(&self) -> serde_json::Value {
         let mut h = serde_json::Map::new();
-        if let Some(t) = &self.traceparent {
+        if let Some(t) = &self.message.traceparent {
             h.insert("traceparent".into(), t.as_str().into());
         }
-        if let Some(t) = &self.tracestate {
+        if let Some(t) = &self.message.tracestate {
             h.insert("tracestate".into(), t.as_str().into());
         }
         h.into()
@@ -200,7 +191,7 @@ pub async fn claim(conn: &mut PgConnection, limit: i64) -> Result<Claimed, Store
         .into_iter()
         .map(OutboxRow::of)
         .collect::<Result<_, _>>()?;
-    rows.sort_unstable_by_key(|r| r.position);
+    rows.sort_unstable_by_key(|r| r.message.position);
     Ok(Claimed {
         needs_replication,
         rows,

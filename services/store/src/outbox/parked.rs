@@ -20,11 +20,11 @@ pub async fn park(
     if rows.is_empty() {
         return Ok(0);
     }
-    let ids: Vec<Uuid> = rows.iter().map(|r| r.0.id).collect();
-    let positions: Vec<i64> = rows.iter().map(|r| r.0.position).collect();
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.0.message.event_id).collect();
+    let positions: Vec<i64> = rows.iter().map(|r| r.0.message.position).collect();
     let streams: Vec<Uuid> = rows.iter().map(|r| r.0.stream_id).collect();
-    let subjects: Vec<&str> = rows.iter().map(|r| r.0.subject.as_str()).collect();
-    let payloads: Vec<&str> = rows.iter().map(|r| r.0.payload.as_str()).collect();
+    let subjects: Vec<&str> = rows.iter().map(|r| r.0.message.subject.as_str()).collect();
+    let payloads: Vec<&str> = rows.iter().map(|r| r.0.message.payload.as_str()).collect();
     let headers: Vec<serde_json::Value> = rows.iter().map(|r| r.0.headers()).collect();
     let created: Vec<DateTime<Utc>> = rows.iter().map(|r| r.0.created_at).collect();
     let reasons: Vec<&str> = rows.iter().map(|r| r.1).collect();
