@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use async_nats::jetstream::message::PublishMessage;
-use bus::consumer::{ConsumerSpec, Delivery, HandleError, Handler, Tx};
+use bus::consumer::{Batching, ConsumerSpec, Delivery, HandleError, Handler, Tx};
 use localservers::Nats;
 use soldonce_tests::{eventually, servers};
 use sqlx::PgPool;
@@ -110,14 +110,8 @@ pub(super) fn start(
     tokio::sync::watch::Sender<bool>,
     tokio::task::JoinHandle<anyhow::Result<()>>,
 ) {
-    start_with(
-        js,
-        pool,
-        concurrency,
-        batch_size,
-        2,
-        Arc::new(RecordEffects),
-    )
+    let batching = batches_of(batch_size, 2);
+    start_with(js, pool, concurrency, batching, Arc::new(RecordEffects))
 }
 
 /// Runs `handler` as `test-consumer`; send `true` to stop it.
@@ -125,8 +119,7 @@ fn start_with<H: Handler<Inbox = PgInbox>>(
     js: &async_nats::jetstream::Context,
     pool: &PgPool,
     concurrency: usize,
-    batch_size: usize,
-    recorders: usize,
+    batching: Batching,
     handler: Arc<H>,
 ) -> (
     tokio::sync::watch::Sender<bool>,
@@ -140,8 +133,7 @@ fn start_with<H: Handler<Inbox = PgInbox>>(
         max_deliver: 3,
         backoff: vec![],
         concurrency,
-        batch_size,
-        recorders,
+        batching,
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let runner = tokio::spawn(bus::consumer::run(
@@ -154,27 +146,38 @@ fn start_with<H: Handler<Inbox = PgInbox>>(
     (stop, runner)
 }
 
+/// Batches of at most `batch_size`, recorded by `recorders`, without linger.
+fn batches_of(batch_size: usize, recorders: usize) -> Batching {
+    Batching {
+        batch_size,
+        recorders,
+        linger: Duration::ZERO,
+    }
+}
+
+/// The durable consumer `name`'s state on the stream, if it can be read.
+async fn consumer_info(
+    js: &async_nats::jetstream::Context,
+    name: &str,
+) -> Option<async_nats::jetstream::consumer::Info> {
+    let mut c = js
+        .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
+            name,
+            bus::STREAM,
+        )
+        .await
+        .ok()?;
+    c.info().await.ok().cloned()
+}
+
 /// Waits until the durable consumer `name` has nothing pending or in hand.
 pub(super) async fn wait_idle(js: &async_nats::jetstream::Context, name: &str) {
     eventually(
         &format!("consumer {name} to be idle"),
         Duration::from_secs(30),
-        || {
-            let js = js.clone();
-            async move {
-                let mut c = js
-                    .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
-                        name,
-                        bus::STREAM,
-                    )
-                    .await
-                    .ok()?;
-                c.info()
-                    .await
-                    .ok()
-                    .filter(|i| i.num_pending == 0 && i.num_ack_pending == 0)
-                    .map(|_| ())
-            }
+        || async move {
+            let info = consumer_info(js, name).await?;
+            (info.num_pending == 0 && info.num_ack_pending == 0).then_some(())
         },
     )
     .await;
@@ -413,7 +416,7 @@ async fn a_batch_records_what_is_prepared_without_waiting_for_its_slowest_messag
     }
     let (open, gate) = tokio::sync::watch::channel(false);
     let handler = Arc::new(WatchedEffects::new(Some(slow), gate));
-    let (stop, runner) = start_with(&js, &pool, 64, 64, 2, handler.clone());
+    let (stop, runner) = start_with(&js, &pool, 64, batches_of(64, 2), handler.clone());
 
     // The slow message is the stream's first: it opens a batch, which holds others.
     let batch = eventually(
@@ -493,7 +496,7 @@ async fn however_many_batches_are_in_hand_a_consumer_records_in_no_more_transact
         None,
         tokio::sync::watch::channel(true).1,
     ));
-    let (stop, runner) = start_with(&js, &pool, 120, 4, 1, handler.clone());
+    let (stop, runner) = start_with(&js, &pool, 120, batches_of(4, 1), handler.clone());
     eventually("every effect", Duration::from_secs(60), || async {
         (count(&pool, "SELECT count(*) FROM test_effects").await == 120).then_some(())
     })
@@ -512,6 +515,72 @@ async fn however_many_batches_are_in_hand_a_consumer_records_in_no_more_transact
         handler.most.load(Ordering::SeqCst),
         1,
         "one recorder: one transaction at a time, whatever the {batches} batches"
+    );
+    stop.send(true).expect("stop");
+    runner.await.expect("runner").expect("consumer ran cleanly");
+}
+
+/// With a linger, a batch that is not full waits after its first message
+/// for more: messages published one by one, the later ones only once the
+/// first is in hand, are prepared and recorded as one batch; it stops
+/// waiting as soon as it is full, and a lone message is handled when the
+/// linger ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lingering_batch_gathers_messages_that_arrive_after_its_first_until_it_is_full() {
+    let (pool, _nats, js) = setup("UNIQUE").await;
+    let handler = Arc::new(WatchedEffects::new(
+        None,
+        tokio::sync::watch::channel(true).1,
+    ));
+    // Far longer than the test: the batch ends because it is full.
+    let batching = Batching {
+        batch_size: 5,
+        recorders: 1,
+        linger: Duration::from_secs(600),
+    };
+    let (stop, runner) = start_with(&js, &pool, 64, batching, handler.clone());
+    let ids: Vec<Uuid> = (0..6).map(|_| Uuid::now_v7()).collect();
+    publish(&js, "m0", envelope(ids[0], "soldonce.order.placed.v1")).await;
+    eventually("the first message in hand", Duration::from_secs(30), || async {
+        let info = consumer_info(&js, "test-consumer").await?;
+        (info.num_pending == 0 && info.num_ack_pending == 1).then_some(())
+    })
+    .await;
+    for (i, id) in ids.iter().enumerate().take(5).skip(1) {
+        publish(&js, &format!("m{i}"), envelope(*id, "soldonce.order.placed.v1")).await;
+    }
+    eventually("the five effects", Duration::from_secs(30), || async {
+        (count(&pool, "SELECT count(*) FROM test_effects").await == 5).then_some(())
+    })
+    .await;
+    assert_eq!(
+        *handler.batches.lock().expect("batches"),
+        vec![ids[..5].to_vec()],
+        "the five messages as one batch, in order"
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM inbox WHERE consumer = 'test-consumer'").await,
+        5,
+        "each message's inbox row"
+    );
+    stop.send(true).expect("stop");
+    runner.await.expect("runner").expect("consumer ran cleanly");
+
+    // A batch that never fills is handled once its linger ends.
+    let batching = Batching {
+        linger: Duration::from_millis(300),
+        ..batching
+    };
+    let (stop, runner) = start_with(&js, &pool, 64, batching, handler.clone());
+    publish(&js, "m5", envelope(ids[5], "soldonce.order.placed.v1")).await;
+    eventually("the lone effect", Duration::from_secs(30), || async {
+        (count(&pool, "SELECT count(*) FROM test_effects").await == 6).then_some(())
+    })
+    .await;
+    assert_eq!(
+        handler.batches.lock().expect("batches").last(),
+        Some(&vec![ids[5]]),
+        "the lone message as a batch of its own"
     );
     stop.send(true).expect("stop");
     runner.await.expect("runner").expect("consumer ran cleanly");

@@ -44,8 +44,11 @@ async fn a_redriven_dead_letter_is_handled_once_by_its_consumer_alone() {
             max_deliver: 3,
             backoff: vec![],
             concurrency: 1,
-            batch_size: 1,
-            recorders: 1,
+            batching: bus::consumer::Batching {
+                batch_size: 1,
+                recorders: 1,
+                linger: Duration::ZERO,
+            },
         },
     )
     .await

@@ -153,13 +153,17 @@ impl Saga {
             psp_deadline: Duration::from_secs(20),
             // Enough to start every test's charges at once.
             concurrency: 256,
-            // Batches of more than one, so every saga test runs batched.
-            batch_size: 16,
-            // Several, so transactions of the same consumer race; as many as
-            // a debug build on a loaded machine needs to keep up with the
-            // tests' bursts (2 let a burst's orders expire before they were
-            // recorded).
-            recorders: 8,
+            batching: bus::consumer::Batching {
+                // Batches of more than one, so every saga test runs batched.
+                batch_size: 16,
+                // Several, so transactions of the same consumer race; as many as
+                // a debug build on a loaded machine needs to keep up with the
+                // tests' bursts (2 let a burst's orders expire before they were
+                // recorded).
+                recorders: 8,
+                // As by default: a buyer waits on it.
+                linger: Duration::ZERO,
+            },
             compensation_interval: self.compensation_interval,
             reconcile_interval: self.reconcile_interval,
             capture_at: self.capture_at,
@@ -183,8 +187,12 @@ impl Saga {
             database_url: self.app.database_url.clone(),
             nats_url: self.nats.url(),
             step_delay,
-            batch_size: 16,
-            recorders: 8,
+            batching: bus::consumer::Batching {
+                batch_size: 16,
+                recorders: 8,
+                // As by default, so every saga test ships orders gathered by it.
+                linger: fulfillment::LINGER,
+            },
             stream: bus::StreamSettings::default(),
         };
         let app = fulfillment::Application::build(settings)

@@ -41,11 +41,10 @@ pub struct Settings {
     pub nats_url: String,
     /// `FULFILLMENT_STEP_DELAY`, default 200ms: time between warehouse steps.
     pub step_delay: Duration,
-    /// `CONSUMER_BATCH_SIZE`, default 32: confirmed orders taken at once, and
-    /// the most handled in one transaction.
-    pub batch_size: usize,
-    /// `CONSUMER_RECORDERS`, default 4: transactions recording at once.
-    pub recorders: usize,
+    /// `CONSUMER_BATCH_SIZE` (default 32: confirmed orders taken at once,
+    /// and the most handled in one transaction), `CONSUMER_RECORDERS`
+    /// (default 4) and `CONSUMER_LINGER` (default [`LINGER`]).
+    pub batching: bus::consumer::Batching,
     pub stream: bus::StreamSettings,
 }
 
@@ -65,12 +64,17 @@ impl Settings {
                 "the simulated warehouse's time between a shipment's steps",
             )
             .duration(Duration::from_millis(200))?,
-            batch_size: bus::consumer::batch_size_setting()?,
-            recorders: bus::consumer::recorders_setting()?,
+            batching: bus::consumer::Batching::from_env(LINGER)?,
             stream: bus::StreamSettings::from_env()?,
         })
     }
 }
+
+/// `CONSUMER_LINGER`'s default here: a confirmed order waits up to 20 ms
+/// for others to be shipped with it. No buyer waits on it (the warehouse's
+/// own steps take `FULFILLMENT_STEP_DELAY`), and under a light load it
+/// gathers several orders into each transaction instead of one.
+pub const LINGER: Duration = Duration::from_millis(20);
 
 /// The event fulfillment consumes.
 const CONSUMES: &str = "order.confirmed.v1";
@@ -134,7 +138,7 @@ impl Handler for ShipOrders {
 }
 
 /// The consumer spec of fulfillment.
-pub fn consumer_spec(batch_size: usize, recorders: usize) -> bus::consumer::ConsumerSpec {
+pub fn consumer_spec(batching: bus::consumer::Batching) -> bus::consumer::ConsumerSpec {
     bus::consumer::ConsumerSpec {
         name: "fulfillment".into(),
         filter_subjects: vec![events::names::subjects_of(CONSUMES)],
@@ -147,8 +151,7 @@ pub fn consumer_spec(batch_size: usize, recorders: usize) -> bus::consumer::Cons
             Duration::from_secs(30),
         ],
         concurrency: 64,
-        batch_size,
-        recorders,
+        batching,
     }
 }
 
@@ -158,8 +161,7 @@ pub struct Application {
     pool: PgPool,
     js: async_nats::jetstream::Context,
     step_delay: Duration,
-    batch_size: usize,
-    recorders: usize,
+    batching: bus::consumer::Batching,
 }
 
 impl Application {
@@ -181,8 +183,7 @@ impl Application {
             pool,
             js,
             step_delay: settings.step_delay,
-            batch_size: settings.batch_size,
-            recorders: settings.recorders,
+            batching: settings.batching,
         })
     }
 
@@ -201,8 +202,7 @@ impl Application {
             pool,
             js,
             step_delay,
-            batch_size,
-            recorders,
+            batching,
         } = self;
         let ready = ops::all([store::readiness(pool.clone()), bus::readiness(js.client())]);
         App::new()
@@ -211,7 +211,7 @@ impl Application {
                 bus::consumer::run(
                     js,
                     PgInbox::new(pool.clone()),
-                    consumer_spec(batch_size, recorders),
+                    consumer_spec(batching),
                     Arc::new(ShipOrders),
                     stop,
                 )

@@ -58,11 +58,11 @@ pub struct Settings {
     /// in hand (PSP call, wait for a recorder, commit): 128 held a saturated
     /// saga to about 1,000 orders/s on 2 cores.
     pub concurrency: usize,
-    /// `CONSUMER_BATCH_SIZE`, default 32: orders taken at once, and the most
-    /// PSP answers recorded in one transaction.
-    pub batch_size: usize,
-    /// `CONSUMER_RECORDERS`, default 4: transactions recording PSP answers at once.
-    pub recorders: usize,
+    /// `CONSUMER_BATCH_SIZE` (default 32: orders taken at once, and the most
+    /// PSP answers recorded in one transaction), `CONSUMER_RECORDERS`
+    /// (default 4: transactions recording PSP answers at once) and
+    /// `CONSUMER_LINGER` (default 0: a buyer waits on every order here).
+    pub batching: bus::consumer::Batching,
     /// `COMPENSATION_INTERVAL`, default 500ms: how often due refunds are looked for.
     pub compensation_interval: Duration,
     /// `RECONCILE_INTERVAL`, default 60s; 0 turns periodic reconciliation off.
@@ -111,8 +111,7 @@ impl Settings {
             )
             .duration(Duration::from_secs(30))?,
             concurrency,
-            batch_size: bus::consumer::batch_size_setting()?,
-            recorders: bus::consumer::recorders_setting()?,
+            batching: bus::consumer::Batching::from_env(Duration::ZERO)?,
             compensation_interval: positive(
                 config::var(
                     "COMPENSATION_INTERVAL",
@@ -150,8 +149,7 @@ const CONSUMES: &str = "order.placed.v1";
 /// The consumer spec of the payment worker.
 pub fn consumer_spec(
     concurrency: usize,
-    batch_size: usize,
-    recorders: usize,
+    batching: bus::consumer::Batching,
 ) -> bus::consumer::ConsumerSpec {
     bus::consumer::ConsumerSpec {
         name: "payment-worker".into(),
@@ -167,8 +165,7 @@ pub fn consumer_spec(
             Duration::from_secs(30),
         ],
         concurrency,
-        batch_size,
-        recorders,
+        batching,
     }
 }
 
@@ -179,8 +176,7 @@ pub struct Application {
     js: async_nats::jetstream::Context,
     psp: psp::Psp,
     concurrency: usize,
-    batch_size: usize,
-    recorders: usize,
+    batching: bus::consumer::Batching,
     compensation_interval: Duration,
     reconcile_interval: Duration,
 }
@@ -226,8 +222,7 @@ impl Application {
             js,
             psp,
             concurrency: settings.concurrency,
-            batch_size: settings.batch_size,
-            recorders: settings.recorders,
+            batching: settings.batching,
             compensation_interval: settings.compensation_interval,
             reconcile_interval: settings.reconcile_interval,
         })
@@ -264,7 +259,7 @@ impl Application {
                 bus::consumer::run(
                     self.js,
                     store::inbox::PgInbox::new(self.pool),
-                    consumer_spec(self.concurrency, self.batch_size, self.recorders),
+                    consumer_spec(self.concurrency, self.batching),
                     handler,
                     stop,
                 )

@@ -28,17 +28,58 @@ pub struct ConsumerSpec {
     pub backoff: Vec<Duration>,
     /// Messages in hand at once in this process.
     pub concurrency: usize,
-    /// The most messages taken in one batch and recorded in one
-    /// transaction (1: one per message).
+    /// How messages are gathered into batches and recorded.
+    pub batching: Batching,
+}
+
+/// How a consumer gathers messages into batches and records them: the
+/// `CONSUMER_*` settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batching {
+    /// `CONSUMER_BATCH_SIZE`: the most messages taken in one batch and
+    /// recorded in one transaction (1: one per message).
     pub batch_size: usize,
-    /// Transactions recording at once in this process (see the `consumer`
-    /// module's documentation).
+    /// `CONSUMER_RECORDERS`: transactions recording at once in this process
+    /// (see the `consumer` module's documentation).
     pub recorders: usize,
+    /// `CONSUMER_LINGER`: how long a batch that is not full waits after its
+    /// first message for more (zero: it takes only what is already
+    /// buffered). Under a light load each message is otherwise a batch, a
+    /// transaction and a round of statements of its own; waiting a few
+    /// milliseconds trades that much latency for fewer of them.
+    pub linger: Duration,
+}
+
+/// The longest `CONSUMER_LINGER` accepted.
+const MOST_LINGER: Duration = Duration::from_secs(1);
+
+impl Batching {
+    /// Reads the `CONSUMER_*` settings; `linger` is this consumer's default
+    /// `CONSUMER_LINGER`.
+    pub fn from_env(linger: Duration) -> Result<Batching, platform::config::ConfigError> {
+        let setting = platform::config::var(
+            "CONSUMER_LINGER",
+            "how long a consumer's batch that is not full waits after its first message for more (0 to 1s); 0 takes only what is already buffered",
+        )
+        .default_shown_as("0 in payment-worker (a buyer waits on it), 20ms in fulfillment");
+        let linger = setting.duration(linger)?;
+        if linger > MOST_LINGER {
+            return Err(platform::config::ConfigError::new(
+                setting.name(),
+                "must be at most 1s: a batch waits that long before it is handled",
+            ));
+        }
+        Ok(Batching {
+            batch_size: batch_size_setting()?,
+            recorders: recorders_setting()?,
+            linger,
+        })
+    }
 }
 
 /// `CONSUMER_BATCH_SIZE`, default 32 (1–1000): the most messages a
 /// consumer takes at once and records in one transaction.
-pub fn batch_size_setting() -> Result<usize, platform::config::ConfigError> {
+fn batch_size_setting() -> Result<usize, platform::config::ConfigError> {
     let setting = platform::config::var(
         "CONSUMER_BATCH_SIZE",
         "the most messages a consumer takes at once and records in one transaction (1–1000); 1 handles each alone",
@@ -48,7 +89,7 @@ pub fn batch_size_setting() -> Result<usize, platform::config::ConfigError> {
 
 /// `CONSUMER_RECORDERS`, default 4 (1–64): the transactions a consumer
 /// process records in at once, each taking every prepared message waiting.
-pub fn recorders_setting() -> Result<usize, platform::config::ConfigError> {
+fn recorders_setting() -> Result<usize, platform::config::ConfigError> {
     let setting = platform::config::var(
         "CONSUMER_RECORDERS",
         "transactions recording at once in one consumer process (1–64), each taking every prepared message waiting",

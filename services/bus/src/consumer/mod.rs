@@ -42,7 +42,6 @@ mod record;
 mod settle;
 
 pub use handler::{
-    batch_size_setting, message_span, recorders_setting, ConsumerSpec, Delivery, HandleError,
-    Handler, Tx,
+    message_span, Batching, ConsumerSpec, Delivery, HandleError, Handler, Tx,
 };
 pub use pull::{ensure_consumer, run};

@@ -1,7 +1,7 @@
 //! Pulling: the durable consumer on the stream, its messages taken in
 //! batches and opened into deliveries, and the lag it reports.
 
-use super::handler::{ConsumerSpec, Delivery, Handler};
+use super::handler::{Batching, ConsumerSpec, Delivery, Handler};
 use super::record::{handle, recorder, Job};
 use super::settle::{dead_letter, duplicate, InHand};
 use async_nats::jetstream::{self, consumer::pull, AckKind};
@@ -57,7 +57,7 @@ pub async fn run<H: Handler>(
     // Every message in hand waits at most once in this queue.
     let (to_record, queue) = mpsc::channel::<Job<H::Prepared>>(spec.concurrency.max(1));
     let queue = Arc::new(tokio::sync::Mutex::new(queue));
-    let recorders: Vec<_> = (0..spec.recorders.max(1))
+    let recorders: Vec<_> = (0..spec.batching.recorders.max(1))
         .map(|_| {
             let (inbox, spec, handler, queue) =
                 (inbox.clone(), spec.clone(), handler.clone(), queue.clone());
@@ -86,8 +86,7 @@ pub async fn run<H: Handler>(
                 continue;
             }
         };
-        let (batch, held) =
-            take_batch(first, &mut messages, &permits, spec.batch_size.max(1)).await?;
+        let (batch, held) = take_batch(first, &mut messages, &permits, &spec.batching).await?;
         let (inbox, spec, handler, to_record) = (
             inbox.clone(),
             spec.clone(),
@@ -120,26 +119,42 @@ pub async fn run<H: Handler>(
 
 /// A batch starting with `first`, each message with the permit it holds:
 /// `first` waits for its permit; the rest is what the pull has already
-/// buffered, up to `most` messages.
+/// buffered and, for up to `linger` after `first`, what arrives meanwhile,
+/// up to `batch_size` messages (never more than there are permits).
 async fn take_batch(
     first: jetstream::Message,
     messages: &mut pull::Stream,
     permits: &Arc<Semaphore>,
-    most: usize,
+    batching: &Batching,
 ) -> Result<(Vec<jetstream::Message>, Vec<OwnedSemaphorePermit>), AcquireError> {
+    let most = batching.batch_size.max(1);
+    let until = tokio::time::Instant::now() + batching.linger;
     let mut held = vec![permits.clone().acquire_owned().await?];
     let mut batch = vec![first];
-    // The batch is what the pull has already buffered, up to the limit.
     while batch.len() < most {
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             break;
         };
-        match messages.next().now_or_never() {
-            Some(Some(Ok(m))) => {
+        // What the pull has buffered comes at once; then more, until the linger ends.
+        let next = match messages.next().now_or_never() {
+            Some(next) => next,
+            None if batching.linger.is_zero() => break,
+            None => match tokio::time::timeout_at(until, messages.next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            },
+        };
+        match next {
+            Some(Ok(m)) => {
                 held.push(permit);
                 batch.push(m);
             }
-            _ => break,
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "pull failed; continuing");
+                break;
+            }
+            // The stream's end: the main loop meets it at its next pull.
+            None => break,
         }
     }
     Ok((batch, held))

@@ -226,13 +226,13 @@ pub(super) async fn recorder<H: Handler>(
     handler: &H,
     queue: &tokio::sync::Mutex<mpsc::Receiver<Job<H::Prepared>>>,
 ) {
-    let mut jobs = Vec::with_capacity(spec.batch_size.max(1));
+    let mut jobs = Vec::with_capacity(spec.batching.batch_size.max(1));
     loop {
         jobs.clear();
         if queue
             .lock()
             .await
-            .recv_many(&mut jobs, spec.batch_size.max(1))
+            .recv_many(&mut jobs, spec.batching.batch_size.max(1))
             .await
             == 0
         {
