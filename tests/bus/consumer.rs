@@ -54,9 +54,19 @@ pub(super) fn envelope(id: Uuid, event_type: &str) -> Vec<u8> {
 
 /// An event of `subject` (the aggregate it is about, e.g. an order).
 fn envelope_about(id: Uuid, subject: &str, event_type: &str) -> Vec<u8> {
+    envelope_recorded(id, subject, event_type, chrono::Utc::now())
+}
+
+/// An event of `subject` recorded at `time`.
+fn envelope_recorded(
+    id: Uuid,
+    subject: &str,
+    event_type: &str,
+    time: chrono::DateTime<chrono::Utc>,
+) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
         "specversion": "1.0", "id": id, "source": "soldonce/test", "type": event_type,
-        "subject": subject, "time": chrono::Utc::now(), "datacontenttype": "application/json",
+        "subject": subject, "time": time, "datacontenttype": "application/json",
         "correlationid": id, "causationid": id, "data": {}
     }))
     .expect("json")
@@ -581,6 +591,55 @@ async fn a_lingering_batch_gathers_messages_that_arrive_after_its_first_until_it
         handler.batches.lock().expect("batches").last(),
         Some(&vec![ids[5]]),
         "the lone message as a batch of its own"
+    );
+    stop.send(true).expect("stop");
+    runner.await.expect("runner").expect("consumer ran cleanly");
+}
+
+/// A first delivery of an event published soon after it was recorded is
+/// handled without looking in the inbox first; an event published long
+/// after (a repair, a redrive) is looked for, and a copy of one already
+/// handled is acked without the handler's work. Either way the effect is
+/// recorded once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_an_event_that_may_be_a_copy_is_looked_for_before_the_handlers_work() {
+    let (pool, _nats, js) = setup("UNIQUE").await;
+    let handler = Arc::new(WatchedEffects::new(
+        None,
+        tokio::sync::watch::channel(true).1,
+    ));
+    let (stop, runner) = start_with(&js, &pool, 64, batches_of(1, 1), handler.clone());
+    let (fresh, old) = (Uuid::now_v7(), Uuid::now_v7());
+    let an_hour_ago = chrono::Utc::now() - chrono::TimeDelta::hours(1);
+    let placed = "soldonce.order.placed.v1";
+    // Each event twice, under two message ids (so the stream keeps both).
+    for (copy, (id, at)) in [(fresh, chrono::Utc::now()), (old, an_hour_ago)]
+        .into_iter()
+        .enumerate()
+    {
+        for n in 0..2 {
+            let body = envelope_recorded(id, &id.to_string(), placed, at);
+            publish(&js, &format!("e{copy}-{n}"), body).await;
+            wait_idle(&js, "test-consumer").await;
+        }
+    }
+    let prepared: Vec<Uuid> = handler
+        .batches
+        .lock()
+        .expect("batches")
+        .iter()
+        .flatten()
+        .copied()
+        .collect();
+    assert_eq!(
+        prepared,
+        vec![fresh, fresh, old],
+        "the fresh event's copy went to the handler (the inbox row stopped it), the old event's copy did not"
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM test_effects").await,
+        2,
+        "one effect per event"
     );
     stop.send(true).expect("stop");
     runner.await.expect("runner").expect("consumer ran cleanly");

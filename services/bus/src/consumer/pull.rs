@@ -3,7 +3,7 @@
 
 use super::handler::{Batching, ConsumerSpec, Delivery, Handler};
 use super::record::{handle, recorder, Job};
-use super::settle::{dead_letter, duplicate, InHand};
+use super::settle::{dead_letter, duplicate, may_be_a_copy, InHand};
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use events::{CloudEvent, Inbox};
 use futures::{FutureExt, StreamExt};
@@ -214,12 +214,26 @@ async fn process<H: Handler>(
     if hand.is_empty() {
         return;
     }
-    // A failed look-up is no answer: the inbox rows in `begin` still dedupe.
-    let event_ids: Vec<Uuid> = hand.iter().map(|h| h.delivery.event.id).collect();
-    if let Ok(seen) = inbox.seen(&spec.name, &event_ids).await {
+    // Only what may be a second copy is looked for before the work; a
+    // failed look-up is no answer: the inbox rows in `begin` still dedupe.
+    let suspects: Vec<Uuid> = hand
+        .iter()
+        .filter(|h| h.suspect)
+        .map(|h| h.delivery.event.id)
+        .collect();
+    let seen = match suspects.is_empty() {
+        true => Ok(vec![]),
+        false => inbox.seen(&spec.name, &suspects).await,
+    };
+    if let Ok(seen) = seen {
+        let seen: HashSet<Uuid> = suspects
+            .into_iter()
+            .zip(seen)
+            .filter_map(|(id, seen)| seen.then_some(id))
+            .collect();
         let mut fresh = Vec::with_capacity(hand.len());
-        for (h, seen) in hand.into_iter().zip(seen) {
-            if seen {
+        for h in hand {
+            if seen.contains(&h.delivery.event.id) {
                 duplicate(spec, &h.message).await;
             } else {
                 fresh.push(h);
@@ -255,16 +269,10 @@ async fn open<I: Inbox>(
     message: jetstream::Message,
     ids: &mut HashSet<Uuid>,
 ) -> Option<InHand> {
-    let (seq, delivered, published_ns) = message
+    let (seq, delivered, published) = message
         .info()
-        .map(|i| {
-            (
-                i.stream_sequence,
-                i.delivered,
-                i128::from(i.published.timestamp_nanos_opt().unwrap_or(0)),
-            )
-        })
-        .unwrap_or((0, 1, 0));
+        .map(|i| (i.stream_sequence, i.delivered, Some(i.published)))
+        .unwrap_or((0, 1, None));
     let event: CloudEvent = match serde_json::from_slice(&message.payload) {
         Ok(e) => e,
         Err(e) => {
@@ -284,14 +292,13 @@ async fn open<I: Inbox>(
         return None;
     }
     // The stage before this one: from the stream's PubAck to the handler's start.
-    if published_ns > 0 && delivered == 1 {
-        let now_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as i128)
-            .unwrap_or(0);
+    if let Some(published) = published.filter(|_| delivered == 1) {
+        let waited = (chrono::Utc::now() - published).to_std().unwrap_or_default();
         metrics::histogram!("soldonce_consumer_wait_seconds", "consumer" => spec.name.clone())
-            .record((now_ns - published_ns).max(0) as f64 / 1e9);
+            .record(waited.as_secs_f64());
     }
+    // Without the stream's publish time, look it up.
+    let suspect = published.is_none_or(|p| may_be_a_copy(delivered, event.time, p));
     let header = |name: &str| {
         message
             .headers
@@ -325,6 +332,7 @@ async fn open<I: Inbox>(
             traceparent,
             tracestate,
         }),
+        suspect,
         hop: hop.map(std::sync::Mutex::new),
     })
 }

@@ -12,6 +12,9 @@ pub(super) struct InHand {
     pub(super) message: jetstream::Message,
     pub(super) seq: u64,
     pub(super) delivery: Arc<Delivery>,
+    /// Whether it may be a second copy of an event already handled: worth
+    /// looking for in the inbox before the handler's work ([`may_be_a_copy`]).
+    pub(super) suspect: bool,
     /// The consumer span (recorded when the message leaves the hand); the
     /// delivery's `traceparent` names it, so what the handler writes continues it.
     pub(super) hop: Option<std::sync::Mutex<Hop>>,
@@ -85,4 +88,25 @@ pub(super) async fn dead_letter<I: Inbox>(
             tracing::error!(error = %e, "could not record the dead letter; it will be redelivered")
         }
     }
+}
+
+/// How long after its event was recorded a first delivery must have been
+/// published to be looked for in the inbox before it is handled.
+pub(super) const REPUBLISHED_AFTER: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
+
+/// Whether a message may carry an event this consumer has handled already:
+/// a redelivery, or an event published well after it was recorded (a
+/// stream repair, a redrive, a relay catching up on a backlog). A fresh
+/// event delivered for the first time cannot be a second copy unless it
+/// was published twice under two ids, which nothing does: the relay and
+/// the repair publish an event under its own id, and the stream refuses
+/// an id twice within its duplicate window. For those, the look-up before
+/// the handler's work would be a round trip that finds nothing; the inbox
+/// row written in the effect's own transaction stays the exact guard.
+pub(super) fn may_be_a_copy(
+    delivered: i64,
+    recorded: chrono::DateTime<chrono::Utc>,
+    published: chrono::DateTime<chrono::Utc>,
+) -> bool {
+    delivered > 1 || published - recorded > REPUBLISHED_AFTER
 }
