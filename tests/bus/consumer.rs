@@ -645,6 +645,126 @@ async fn only_an_event_that_may_be_a_copy_is_looked_for_before_the_handlers_work
     runner.await.expect("runner").expect("consumer ran cleanly");
 }
 
+/// Over a primary with a synchronous standby, a consumer acknowledges an
+/// event only once the standby has its effect: its commit waits for the
+/// standby, and if that wait is cancelled (PostgreSQL then keeps the commit
+/// locally and reports it done) the message is not acknowledged but
+/// delivered again, and acknowledged, without a second effect, once the
+/// standby is back. Whether commits wait is read by the transaction's own
+/// first statement (`replication::WAITS_COLUMN`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_effect_the_synchronous_standby_does_not_have_is_never_acknowledged() {
+    use localservers::{PgOptions, Postgres};
+    let dirs = tempfile::tempdir().expect("temp dir");
+    let primary = Postgres::start_in(
+        &dirs.path().join("primary"),
+        PgOptions {
+            durable: true,
+            settings: vec!["synchronous_standby_names=standby".into()],
+            ..PgOptions::default()
+        },
+    )
+    .expect("primary");
+    let mut standby = Postgres::start_standby_in(
+        &dirs.path().join("standby"),
+        &primary,
+        "standby",
+        PgOptions {
+            durable: true,
+            ..PgOptions::default()
+        },
+    )
+    .expect("standby");
+    let url = soldonce_tests::servers::migrated_database_on(&primary).await;
+    let pool = PgPool::connect(&url).await.expect("primary");
+    sqlx::query("CREATE TABLE test_effects (event_id uuid NOT NULL)")
+        .execute(&pool)
+        .await
+        .expect("table");
+    let nats = Nats::start_temporary().expect("nats");
+    let js = bus::connect(&nats.url()).await.expect("connect");
+    bus::ensure_stream(&js, &bus::StreamSettings::default())
+        .await
+        .expect("stream");
+    let spec = ConsumerSpec {
+        name: "test-consumer".into(),
+        filter_subjects: vec!["soldonce.order.placed.>".into()],
+        types: vec!["soldonce.order.placed.v1".into()],
+        ack_wait: Duration::from_secs(30),
+        // Never dead-lettered while the standby is away.
+        max_deliver: 100,
+        backoff: vec![Duration::from_millis(200)],
+        concurrency: 4,
+        batching: batches_of(1, 1),
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let runner = tokio::spawn(bus::consumer::run(
+        js.clone(),
+        PgInbox::new(pool.clone()),
+        spec,
+        Arc::new(RecordEffects),
+        stopped,
+    ));
+    let (first, second) = (Uuid::now_v7(), Uuid::now_v7());
+    let placed = "soldonce.order.placed.v1";
+    publish(&js, "first", envelope(first, placed)).await;
+    wait_idle(&js, "test-consumer").await;
+
+    // The standby goes away: the consumer's commit of the second waits.
+    standby.stop();
+    publish(&js, "second", envelope(second, placed)).await;
+    let waiting = "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' \
+                   AND backend_type = 'client backend' AND query = 'COMMIT'";
+    let (pid,): (i32,) = eventually(
+        "the consumer's commit waiting for the standby",
+        Duration::from_secs(30),
+        || async { sqlx::query_as(waiting).fetch_optional(&pool).await.ok()? },
+    )
+    .await;
+    sqlx::query("SELECT pg_cancel_backend($1)")
+        .bind(pid)
+        .execute(&pool)
+        .await
+        .expect("cancel the wait");
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM test_effects").await,
+        2,
+        "the primary kept the cancelled commit and shows it"
+    );
+    // Not acknowledged: delivered again (and again, while the standby is away).
+    eventually("the second event delivered again", Duration::from_secs(30), || async {
+        let info = consumer_info(&js, "test-consumer").await?;
+        (info.num_redelivered >= 1).then_some(())
+    })
+    .await;
+    let info = consumer_info(&js, "test-consumer").await.expect("info");
+    assert!(
+        info.num_pending + info.num_ack_pending as u64 >= 1,
+        "the second event is not acknowledged while the standby lacks it: {info:?}"
+    );
+
+    // The standby is back: acknowledged, its effect still once.
+    standby.restart().expect("standby back");
+    wait_idle(&js, "test-consumer").await;
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM test_effects").await,
+        2,
+        "each effect once"
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM inbox WHERE consumer = 'test-consumer'").await,
+        2,
+        "one inbox row each"
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM dead_letters").await,
+        0,
+        "nothing dead-lettered"
+    );
+    stop.send(true).expect("stop");
+    runner.await.expect("runner").expect("consumer ran cleanly");
+}
+
 /// The look for which events of a batch were handled already runs before
 /// every batch. Prepared, PostgreSQL may keep a generic plan made on the
 /// statistics of the last `ANALYZE`, and on a new system those say the

@@ -27,6 +27,27 @@ use uuid::Uuid;
 pub const SEEN_SQL: &str = "SELECT k.id FROM unnest($2::uuid[]) AS k(id) \
      WHERE EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = $1 AND i.event_id = k.id OFFSET 0)";
 
+/// A consumer's transaction, opened with its inbox rows: a connection to
+/// the handler (`&mut **tx`), and whether its commit waits for synchronous
+/// standbys (read by its first statement, [`crate::replication::WAITS_COLUMN`]).
+pub struct InboxTx {
+    tx: Transaction<'static, Postgres>,
+    waits: bool,
+}
+
+impl std::ops::Deref for InboxTx {
+    type Target = sqlx::PgConnection;
+    fn deref(&self) -> &sqlx::PgConnection {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for InboxTx {
+    fn deref_mut(&mut self) -> &mut sqlx::PgConnection {
+        &mut self.tx
+    }
+}
+
 /// [`events::Inbox`] over PostgreSQL: the inbox table and the dead letters.
 #[derive(Debug, Clone)]
 pub struct PgInbox {
@@ -41,7 +62,7 @@ impl PgInbox {
 }
 
 impl Inbox for PgInbox {
-    type Tx = Transaction<'static, Postgres>;
+    type Tx = InboxTx;
     type Error = StoreError;
 
     async fn seen(&self, consumer: &str, event_ids: &[Uuid]) -> Result<Vec<bool>, StoreError> {
@@ -64,26 +85,32 @@ impl Inbox for PgInbox {
         &self,
         consumer: &str,
         event_ids: &[Uuid],
-    ) -> Result<(Transaction<'static, Postgres>, Vec<bool>), StoreError> {
+    ) -> Result<(InboxTx, Vec<bool>), StoreError> {
         let mut tx = self.pool.begin().await?;
-        let fresh: Vec<Uuid> = sqlx::query_scalar(
-            "INSERT INTO inbox (consumer, event_id) SELECT $1, id FROM unnest($2::uuid[]) AS t(id) \
-             ON CONFLICT DO NOTHING RETURNING event_id",
-        )
+        let (fresh, waits): (Vec<Uuid>, bool) = sqlx::query_as(&format!(
+            "WITH fresh AS (INSERT INTO inbox (consumer, event_id) \
+                 SELECT $1, id FROM unnest($2::uuid[]) AS t(id) ON CONFLICT DO NOTHING RETURNING event_id) \
+             SELECT coalesce(array_agg(event_id), '{{}}'), {} FROM fresh",
+            crate::replication::WAITS_COLUMN
+        ))
         .bind(consumer)
         .bind(event_ids)
-        .fetch_all(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
         let fresh: std::collections::HashSet<Uuid> = fresh.into_iter().collect();
-        Ok((tx, event_ids.iter().map(|id| fresh.contains(id)).collect()))
+        let is_fresh = event_ids.iter().map(|id| fresh.contains(id)).collect();
+        Ok((InboxTx { tx, waits }, is_fresh))
     }
 
     /// Commits, then confirms the commit is on the synchronous standbys
     /// (when any are named): the caller acks only after this returns.
-    async fn commit(&self, tx: Transaction<'static, Postgres>) -> Result<(), StoreError> {
-        tx.commit().await?;
+    async fn commit(&self, tx: InboxTx) -> Result<(), StoreError> {
+        tx.tx.commit().await?;
+        if !tx.waits {
+            return Ok(());
+        }
         let mut conn = self.pool.acquire().await?;
-        crate::replication::confirm(&mut conn, "consumer").await
+        crate::replication::confirm_if(&mut conn, true, "consumer").await
     }
 
     async fn dead_letter(&self, letter: &DeadLetter) -> Result<(), StoreError> {

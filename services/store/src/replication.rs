@@ -28,9 +28,25 @@ pub const CONFIRM_WITHIN: Duration = Duration::from_secs(2);
 /// How often it polls meanwhile.
 const POLL_EVERY: Duration = Duration::from_millis(5);
 
+/// Whether commits on this server wait for synchronous standbys, as an
+/// expression (see [`WAITS_COLUMN`]).
+macro_rules! waits {
+    () => {
+        "(current_setting('synchronous_standby_names') <> '' \
+          AND current_setting('synchronous_commit') NOT IN ('off', 'local'))"
+    };
+}
+
+/// Whether commits on this server wait for synchronous standbys, as a
+/// column a transaction's own statement reads, so that [`confirm_if`]
+/// after its commit needs no statement of its own when none is named.
+/// Read before the commit rather than after it: a setting changed in
+/// between (an operator naming or dropping a standby and reloading) is
+/// missed either way, for that one commit.
+pub const WAITS_COLUMN: &str = waits!();
+
 /// Whether commits on this server wait for synchronous standbys.
-const WAITS_SQL: &str = "SELECT current_setting('synchronous_standby_names') <> '' \
-     AND current_setting('synchronous_commit') NOT IN ('off', 'local')";
+const WAITS_SQL: &str = concat!("SELECT ", waits!());
 
 /// Whether the required synchronous standbys hold WAL up to `$1` (or, when
 /// `$1` is null, up to this server's flush position, which it returns).
@@ -61,6 +77,16 @@ pub async fn confirm(conn: &mut PgConnection, site: &'static str) -> Result<(), 
     // them) there is nothing to confirm: a trivial statement, which never
     // reads pg_stat_replication (a view over every backend's state).
     let waits: bool = sqlx::query_scalar(WAITS_SQL).fetch_one(&mut *conn).await?;
+    confirm_if(conn, waits, site).await
+}
+
+/// [`confirm`] when the committed transaction read [`WAITS_COLUMN`] as
+/// `waits`: at once, without a statement, when it was false.
+pub async fn confirm_if(
+    conn: &mut PgConnection,
+    waits: bool,
+    site: &'static str,
+) -> Result<(), StoreError> {
     if !waits {
         return Ok(());
     }
