@@ -38,7 +38,8 @@ WITH p AS (
   INSERT INTO products (sku, name, price_minor, currency)
   SELECT 'MONEY-' || lpad(k::text, 3, '0'), 'money bench product', 990 + 10 * k, 'BRL' FROM generate_series(0, 99) k
   ON CONFLICT DO NOTHING RETURNING sku),
-s AS (INSERT INTO stock (sku, available) SELECT sku, 1000000000 FROM p)
+s AS (INSERT INTO stock (sku, available) SELECT sku, 1000000000 FROM p RETURNING sku),
+d AS (INSERT INTO stock_sold (sku) SELECT sku FROM s)
 INSERT INTO stock_ledger (sku, movement, d_available, d_reserved, d_sold, reason)
 SELECT sku, 'receive', 1000000000, 0, 0, 'money benchmark' FROM p;
 
@@ -93,7 +94,9 @@ INSERT INTO stock_ledger (sku, movement, d_available, d_reserved, d_sold, order_
 SELECT sku, m.movement, m.da * quantity, m.dr * quantity, m.ds * quantity, order_id, CASE m.movement WHEN 'reserve' THEN created ELSE confirmed END
 FROM bl, (VALUES ('reserve', -1, 1, 0), ('confirm', 0, -1, 1)) m(movement, da, dr, ds)
 ORDER BY 7;
-UPDATE stock s SET available = s.available - x.q, sold = s.sold + x.q
+UPDATE stock s SET available = s.available - x.q, held = s.held + x.q
+FROM (SELECT sku, sum(quantity)::bigint AS q FROM bl GROUP BY sku) x WHERE s.sku = x.sku;
+UPDATE stock_sold s SET sold = s.sold + x.q
 FROM (SELECT sku, sum(quantity)::bigint AS q FROM bl GROUP BY sku) x WHERE s.sku = x.sku;
 COMMIT;
 \endif

@@ -551,13 +551,22 @@ async fn a_lingering_batch_gathers_messages_that_arrive_after_its_first_until_it
     let (stop, runner) = start_with(&js, &pool, 64, batching, handler.clone());
     let ids: Vec<Uuid> = (0..6).map(|_| Uuid::now_v7()).collect();
     publish(&js, "m0", envelope(ids[0], "soldonce.order.placed.v1")).await;
-    eventually("the first message in hand", Duration::from_secs(30), || async {
-        let info = consumer_info(&js, "test-consumer").await?;
-        (info.num_pending == 0 && info.num_ack_pending == 1).then_some(())
-    })
+    eventually(
+        "the first message in hand",
+        Duration::from_secs(30),
+        || async {
+            let info = consumer_info(&js, "test-consumer").await?;
+            (info.num_pending == 0 && info.num_ack_pending == 1).then_some(())
+        },
+    )
     .await;
     for (i, id) in ids.iter().enumerate().take(5).skip(1) {
-        publish(&js, &format!("m{i}"), envelope(*id, "soldonce.order.placed.v1")).await;
+        publish(
+            &js,
+            &format!("m{i}"),
+            envelope(*id, "soldonce.order.placed.v1"),
+        )
+        .await;
     }
     eventually("the five effects", Duration::from_secs(30), || async {
         (count(&pool, "SELECT count(*) FROM test_effects").await == 5).then_some(())
@@ -569,7 +578,11 @@ async fn a_lingering_batch_gathers_messages_that_arrive_after_its_first_until_it
         "the five messages as one batch, in order"
     );
     assert_eq!(
-        count(&pool, "SELECT count(*) FROM inbox WHERE consumer = 'test-consumer'").await,
+        count(
+            &pool,
+            "SELECT count(*) FROM inbox WHERE consumer = 'test-consumer'"
+        )
+        .await,
         5,
         "each message's inbox row"
     );
@@ -732,10 +745,14 @@ async fn an_effect_the_synchronous_standby_does_not_have_is_never_acknowledged()
         "the primary kept the cancelled commit and shows it"
     );
     // Not acknowledged: delivered again (and again, while the standby is away).
-    eventually("the second event delivered again", Duration::from_secs(30), || async {
-        let info = consumer_info(&js, "test-consumer").await?;
-        (info.num_redelivered >= 1).then_some(())
-    })
+    eventually(
+        "the second event delivered again",
+        Duration::from_secs(30),
+        || async {
+            let info = consumer_info(&js, "test-consumer").await?;
+            (info.num_redelivered >= 1).then_some(())
+        },
+    )
     .await;
     let info = consumer_info(&js, "test-consumer").await.expect("info");
     assert!(
@@ -752,7 +769,11 @@ async fn an_effect_the_synchronous_standby_does_not_have_is_never_acknowledged()
         "each effect once"
     );
     assert_eq!(
-        count(&pool, "SELECT count(*) FROM inbox WHERE consumer = 'test-consumer'").await,
+        count(
+            &pool,
+            "SELECT count(*) FROM inbox WHERE consumer = 'test-consumer'"
+        )
+        .await,
         2,
         "one inbox row each"
     );

@@ -785,7 +785,7 @@ async fn run(seed: u64, shape: Shape) {
            (SELECT coalesce(sum(d_available), 0)::bigint FROM stock_ledger WHERE sku = s.sku AND movement = 'receive'), \
            (SELECT coalesce(sum(l.quantity), 0)::bigint FROM order_lines l JOIN orders o ON o.id = l.order_id \
              WHERE l.sku = s.sku AND o.state = 'confirmed') \
-         FROM stock s ORDER BY s.sku",
+         FROM stock_buckets s ORDER BY s.sku",
     )
     .fetch_all(&app.pool)
     .await

@@ -197,7 +197,10 @@ async fn units_another_writer_takes_between_the_unlocked_read_and_the_write_are_
     app.wait_blocked_by(other_pid, "the buyer to wait on the stock row")
         .await;
     // Meanwhile the other writer sells the last unit, and commits.
-    sqlx::query("UPDATE stock SET available = available - 1, sold = sold + 1 WHERE sku = 'MUG'")
+    sqlx::query(
+        "WITH s AS (UPDATE stock SET available = available - 1, held = held + 1 WHERE sku = 'MUG') \
+         UPDATE stock_sold SET sold = sold + 1 WHERE sku = 'MUG'",
+    )
         .execute(&mut *other)
         .await
         .expect("take the unit");

@@ -106,7 +106,7 @@ async fn a_bad_order_or_a_short_stock_row_is_set_aside_and_the_batch_goes_on() {
         .execute(&app.pool)
         .await
         .expect("corrupt one order");
-    sqlx::query("UPDATE stock SET reserved = 1 WHERE sku = 'SHORT'")
+    sqlx::query("UPDATE stock SET held = 1 WHERE sku = 'SHORT'")
         .execute(&app.pool)
         .await
         .expect("short the stock row");

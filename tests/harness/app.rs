@@ -271,7 +271,7 @@ impl TestApp {
     /// The buckets of `sku`, from the `stock` table.
     pub async fn buckets(&self, sku: &str) -> Buckets {
         let (available, reserved, sold): (i64, i64, i64) =
-            sqlx::query_as("SELECT available, reserved, sold FROM stock WHERE sku = $1")
+            sqlx::query_as("SELECT available, reserved, sold FROM stock_buckets WHERE sku = $1")
                 .bind(sku)
                 .fetch_one(&self.pool)
                 .await

@@ -236,7 +236,10 @@ async fn payment_worker_and_fulfillment_sigkilled_mid_batch_lose_nothing_and_dou
             "shipments created",
             "SELECT count(*) FROM events WHERE type = 'shipment.created.v1'",
         ),
-        ("units sold", "SELECT sold FROM stock WHERE sku = 'MUG'"),
+        (
+            "units sold",
+            "SELECT sold FROM stock_sold WHERE sku = 'MUG'",
+        ),
     ] {
         assert_eq!(system.app.count(sql).await, 600, "{what}");
     }

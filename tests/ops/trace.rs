@@ -457,7 +457,7 @@ async fn a_collector_that_never_answers_delays_no_order_and_no_stop() {
         },
     )
     .await;
-    let sold: i64 = sqlx::query_scalar("SELECT sold FROM stock WHERE sku = 'HOLE-1'")
+    let sold: i64 = sqlx::query_scalar("SELECT sold FROM stock_sold WHERE sku = 'HOLE-1'")
         .fetch_one(&system.app.pool)
         .await
         .expect("stock");

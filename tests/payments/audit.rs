@@ -133,7 +133,8 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
             .await
             .expect("a cancelled order");
     sqlx::query(
-        "WITH m AS (UPDATE stock SET available = available - 1, sold = sold + 1 WHERE sku = 'LOAD') \
+        "WITH m AS (UPDATE stock SET available = available - 1, held = held + 1 WHERE sku = 'LOAD'), \
+              n AS (UPDATE stock_sold SET sold = sold + 1 WHERE sku = 'LOAD') \
          INSERT INTO stock_ledger (sku, movement, d_available, d_reserved, d_sold, order_id) VALUES ('LOAD', 'adjust', -1, 0, 1, $1)",
     )
     .bind(cancelled)

@@ -247,3 +247,48 @@ async fn a_thousand_orders_with_declines_lost_replies_and_duplicate_webhooks_all
     );
     eprintln!("1,000 orders settled {settled_in:?} after the last was placed: {confirmed} confirmed, {failed} failed");
 }
+
+/// A payment's confirmation moves its units from reserved to sold without
+/// the SKU's `stock` row, the row checkout moves: while another
+/// transaction holds that row locked (as checkout's transactions do, one
+/// after another, on a hot SKU), the order is confirmed all the same. The
+/// buckets then agree with the ledger, and the audit is clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_is_confirmed_while_checkout_holds_its_skus_stock_row() {
+    let mut saga = Saga::start_with(soldonce_tests::saga::SagaOptions {
+        worker: false,
+        ..Default::default()
+    })
+    .await;
+    saga.app.add_product("HOT", 1000, 5).await;
+    let id = saga.order("HOT").await;
+    let mut holder = saga.app.pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM stock WHERE sku = 'HOT' FOR UPDATE")
+        .execute(&mut *holder)
+        .await
+        .expect("lock the stock row");
+    saga.start_worker().await;
+    assert_eq!(
+        saga.settled_state(&id, Duration::from_secs(30)).await,
+        "confirmed",
+        "confirmed with the stock row still locked"
+    );
+    holder.rollback().await.expect("release the row");
+    assert_eq!(
+        saga.app.buckets("HOT").await,
+        Buckets {
+            available: 4,
+            reserved: 0,
+            sold: 1
+        }
+    );
+    let (available, reserved, sold): (i64, i64, i64) = sqlx::query_as(
+        "SELECT sum(d_available)::bigint, sum(d_reserved)::bigint, sum(d_sold)::bigint \
+         FROM stock_ledger WHERE sku = 'HOT'",
+    )
+    .fetch_one(&saga.app.pool)
+    .await
+    .expect("ledger");
+    assert_eq!((available, reserved, sold), (4, 0, 1), "the ledger's sums");
+    soldonce_tests::saga::assert_audit_clean(&saga.app).await;
+}

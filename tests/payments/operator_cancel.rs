@@ -39,7 +39,7 @@ fn cli_cancel(saga: &Saga, order: &str, args: &[&str]) -> (i32, String, String) 
 
 /// MUG's buckets: available, reserved, sold.
 async fn buckets(saga: &Saga) -> (i64, i64, i64) {
-    sqlx::query_as("SELECT available, reserved, sold FROM stock WHERE sku = 'MUG'")
+    sqlx::query_as("SELECT available, reserved, sold FROM stock_buckets WHERE sku = 'MUG'")
         .fetch_one(&saga.app.pool)
         .await
         .expect("stock")

@@ -99,7 +99,7 @@ pub async fn add_product(
         }
     }
     inserted?;
-    sqlx::query("INSERT INTO stock (sku) VALUES ($1)")
+    sqlx::query("WITH s AS (INSERT INTO stock (sku) VALUES ($1) RETURNING sku) INSERT INTO stock_sold (sku) SELECT sku FROM s")
         .bind(sku.as_str())
         .execute(&mut *tx)
         .await?;
@@ -140,10 +140,13 @@ pub async fn add_products(
         }
     }
     inserted?;
-    sqlx::query("INSERT INTO stock (sku) SELECT unnest($1::text[])")
-        .bind(&names)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(
+        "WITH s AS (INSERT INTO stock (sku) SELECT unnest($1::text[]) RETURNING sku) \
+         INSERT INTO stock_sold (sku) SELECT sku FROM s",
+    )
+    .bind(&names)
+    .execute(&mut *tx)
+    .await?;
     let mut changes = Changes::new();
     for sku in skus {
         changes.stock(sku, Movement::Receive, units, None);
@@ -304,7 +307,7 @@ async fn move_available(
         });
     }
     let row: StockRow =
-        sqlx::query_as("SELECT sku, available, reserved, sold FROM stock WHERE sku = $1")
+        sqlx::query_as("SELECT sku, available, reserved, sold FROM stock_buckets WHERE sku = $1")
             .bind(sku.as_str())
             .fetch_one(&mut *tx)
             .await?;
@@ -315,7 +318,7 @@ async fn move_available(
 /// The buckets of one SKU, or of all SKUs in SKU order.
 pub async fn show(pool: &PgPool, sku: Option<&Sku>) -> Result<Vec<StockRow>, StoreError> {
     Ok(sqlx::query_as(
-        "SELECT sku, available, reserved, sold FROM stock WHERE $1::text IS NULL OR sku = $1 ORDER BY sku",
+        "SELECT sku, available, reserved, sold FROM stock_buckets WHERE $1::text IS NULL OR sku = $1 ORDER BY sku",
     )
     .bind(sku.map(Sku::as_str))
     .fetch_all(pool)

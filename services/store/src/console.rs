@@ -70,7 +70,7 @@ pub async fn figures(pool: &PgPool) -> Result<Figures, StoreError> {
     let (at,): (DateTime<Utc>,) = sqlx::query_as("SELECT now()").fetch_one(&mut *tx).await?;
     let orders = orders_by_state(&mut tx).await?;
     let hot_skus: Vec<SkuBuckets> = sqlx::query_as(
-        "SELECT sku, available, reserved, sold FROM stock \
+        "SELECT sku, available, reserved, sold FROM stock_buckets \
          ORDER BY reserved DESC, sold DESC, sku LIMIT $1",
     )
     .bind(HOT_SKUS)

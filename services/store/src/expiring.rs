@@ -157,7 +157,7 @@ fn set_aside_holders(
         excluded.push(order.id);
         skipped.push(Skipped {
             order_id: order.id,
-            reason: format!("stock row {sku} holds fewer reserved units than its expiring orders"),
+            reason: format!("stock row {sku} holds fewer units than its expiring orders"),
         });
     }
 }

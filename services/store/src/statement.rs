@@ -165,10 +165,8 @@ impl<'q> Statement<'q> {
                 }
                 Check::Moved(skus) => {
                     let moved: Vec<String> = row.try_get(i)?;
-                    short = skus
-                        .iter()
-                        .find(|k| !moved.iter().any(|m| m == k.as_str()))
-                        .cloned();
+                    let lacking = skus.iter().find(|k| !moved.iter().any(|m| m == k.as_str()));
+                    short = short.or_else(|| lacking.cloned());
                 }
                 Check::Any => {}
                 Check::Returned => returned.push(row.try_get(i)?),

@@ -2,8 +2,11 @@
 //! and what order events cause (`domain::Event::movement`) — goes through
 //! [`apply`]: fragments of the write path's one statement that move each
 //! SKU once by the sum of its movements (never below zero) and write one
-//! ledger row per movement. A batch of several SKUs locks them in SKU order first, so two
-//! batches never deadlock.
+//! ledger row per movement. A SKU's buckets are two rows (`stock`:
+//! available and held; `stock_sold`: sold), read together as the view
+//! `stock_buckets` (available, reserved = held − sold, sold). A batch of
+//! several SKUs locks them in SKU order first, so two batches never
+//! deadlock.
 
 use crate::statement::Statement;
 use crate::StoreError;
@@ -26,8 +29,17 @@ pub(crate) struct Move {
 /// Applies every move, as fragments of `statement`: the statement's
 /// `Written::StockShort` names the first SKU (in SKU order) that lacked the
 /// units or does not exist. Nothing may then be committed: the caller rolls
-/// back. Several SKUs are locked in SKU order first (a sub-statement the
-/// move reads, so it runs first, row by row), so two batches never deadlock.
+/// back.
+///
+/// A SKU is two rows: `stock` holds its available units and the units its
+/// orders hold (`held`: reserved and sold), `stock_sold` the units sold.
+/// Checkout moves only the first, a payment's confirmation (reserved →
+/// sold) only the second, so the two never wait for each other on a hot
+/// SKU's one row; a move that changes both (a late payment's reclaim, an
+/// operator's restock) takes the `stock` row first. Several SKUs are
+/// locked in SKU order first, every `stock` row before any `stock_sold`
+/// row (sub-statements the moves read, so they run first, row by row), so
+/// two batches never deadlock.
 pub(crate) fn apply<'q>(
     statement: &mut Statement<'q>,
     moves: &'q [Move],
@@ -36,17 +48,38 @@ pub(crate) fn apply<'q>(
         return Ok(());
     }
     let (per_sku, rows) = ledger_rows(moves);
-    let (mut ts, mut ta, mut tr, mut tsold) = (vec![], vec![], vec![], vec![]);
+    let (mut units, mut sold) = (Rows::default(), Rows::default());
     for (sku, d) in &per_sku {
-        ts.push(sku.as_str());
-        ta.push(d.available);
-        tr.push(d.reserved);
-        tsold.push(d.sold);
+        let held = d.reserved + d.sold;
+        if d.available != 0 || held != 0 {
+            units.push(sku, d.available, held);
+        }
+        if d.sold != 0 {
+            sold.push(sku, d.sold, 0);
+        }
     }
-    let several = per_sku.len() > 1;
-    let expected: Vec<Sku> = per_sku.into_keys().cloned().collect();
+    let mut moved = vec![];
+    if !units.skus.is_empty() {
+        moved.push("units_moved");
+        move_rows(
+            statement,
+            units,
+            ("units", "stock"),
+            "available = stock.available + d.a, held = stock.held + d.b",
+            "stock.available + d.a >= 0 AND stock.held + d.b >= 0",
+        )?;
+    }
+    if !sold.skus.is_empty() {
+        moved.push("sold_moved");
+        move_rows(
+            statement,
+            sold,
+            ("sold", "stock_sold"),
+            "sold = stock_sold.sold + d.a",
+            "stock_sold.sold + d.a >= 0",
+        )?;
+    }
     let st = statement;
-    let (ts, ta, tr, tsold) = (st.bind(ts)?, st.bind(ta)?, st.bind(tr)?, st.bind(tsold)?);
     let (skus, names, a, r, s) = (
         st.bind(rows.skus)?,
         st.bind(rows.names)?,
@@ -55,24 +88,11 @@ pub(crate) fn apply<'q>(
         st.bind(rows.s)?,
     );
     let (orders, reasons) = (st.bind(rows.orders)?, st.bind(rows.reasons)?);
-    let locked = if several {
-        st.cte(
-            "stock_locked",
-            &format!("SELECT sku FROM stock WHERE sku = ANY({ts}::text[]) ORDER BY sku FOR UPDATE"),
-        );
-        " AND stock.sku IN (SELECT sku FROM stock_locked)"
-    } else {
-        ""
-    };
-    st.cte(
-        "moved",
-        &format!(
-            "UPDATE stock SET available = stock.available + d.a, reserved = stock.reserved + d.r, sold = stock.sold + d.s \
-             FROM unnest({ts}::text[], {ta}::bigint[], {tr}::bigint[], {tsold}::bigint[]) AS d(sku, a, r, s) \
-             WHERE stock.sku = ANY({ts}::text[]) AND stock.sku = d.sku AND stock.available + d.a >= 0 AND stock.reserved + d.r >= 0{locked} \
-             RETURNING stock.sku"
-        ),
-    );
+    let moved = moved
+        .iter()
+        .map(|m| format!("SELECT sku FROM {m}"))
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ");
     st.cte(
         "ledger",
         &format!(
@@ -80,10 +100,64 @@ pub(crate) fn apply<'q>(
              SELECT x.sku, x.mv, x.a, x.r, x.s, x.o, x.why \
              FROM unnest({skus}::text[], {names}::text[], {a}::bigint[], {r}::bigint[], {s}::bigint[], {orders}::uuid[], {reasons}::text[]) \
                   AS x(sku, mv, a, r, s, o, why) \
-             WHERE x.sku IN (SELECT sku FROM moved)"
+             WHERE x.sku IN ({moved})"
         ),
     );
-    st.expect_moved("moved", expected);
+    Ok(())
+}
+
+/// The SKUs (in SKU order) of one table's rows to move, with two deltas each.
+#[derive(Default)]
+struct Rows<'q> {
+    skus: Vec<&'q Sku>,
+    a: Vec<i64>,
+    b: Vec<i64>,
+}
+
+impl<'q> Rows<'q> {
+    fn push(&mut self, sku: &'q Sku, a: i64, b: i64) {
+        self.skus.push(sku);
+        self.a.push(a);
+        self.b.push(b);
+    }
+}
+
+/// Moves `rows` of `table` (`stock` or `stock_sold`, keyed by `sku`) by
+/// `set`, only where `guard` holds (`d.a`, `d.b`: the deltas), as the
+/// fragment `<name>_moved`, expected to move every SKU; more than one SKU
+/// is locked in SKU order first.
+fn move_rows<'q>(
+    st: &mut Statement<'q>,
+    rows: Rows<'q>,
+    (name, table): (&str, &str),
+    set: &str,
+    guard: &str,
+) -> Result<(), StoreError> {
+    let expected: Vec<Sku> = rows.skus.iter().map(|s| (*s).clone()).collect();
+    let several = rows.skus.len() > 1;
+    let skus: Vec<&str> = rows.skus.iter().map(|s| s.as_str()).collect();
+    let (ts, ta, tb) = (st.bind(skus)?, st.bind(rows.a)?, st.bind(rows.b)?);
+    let locked = if several {
+        st.cte(
+            &format!("{name}_locked"),
+            &format!(
+                "SELECT sku FROM {table} WHERE sku = ANY({ts}::text[]) ORDER BY sku FOR UPDATE"
+            ),
+        );
+        format!(" AND {table}.sku IN (SELECT sku FROM {name}_locked)")
+    } else {
+        String::new()
+    };
+    st.cte(
+        &format!("{name}_moved"),
+        &format!(
+            "UPDATE {table} SET {set} \
+             FROM unnest({ts}::text[], {ta}::bigint[], {tb}::bigint[]) AS d(sku, a, b) \
+             WHERE {table}.sku = ANY({ts}::text[]) AND {table}.sku = d.sku AND {guard}{locked} \
+             RETURNING {table}.sku"
+        ),
+    );
+    st.expect_moved(&format!("{name}_moved"), expected);
     Ok(())
 }
 

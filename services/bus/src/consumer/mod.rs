@@ -41,7 +41,5 @@ mod pull;
 mod record;
 mod settle;
 
-pub use handler::{
-    message_span, Batching, ConsumerSpec, Delivery, HandleError, Handler, Tx,
-};
+pub use handler::{message_span, Batching, ConsumerSpec, Delivery, HandleError, Handler, Tx};
 pub use pull::{ensure_consumer, run};

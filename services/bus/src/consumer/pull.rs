@@ -293,7 +293,9 @@ async fn open<I: Inbox>(
     }
     // The stage before this one: from the stream's PubAck to the handler's start.
     if let Some(published) = published.filter(|_| delivered == 1) {
-        let waited = (chrono::Utc::now() - published).to_std().unwrap_or_default();
+        let waited = (chrono::Utc::now() - published)
+            .to_std()
+            .unwrap_or_default();
         metrics::histogram!("soldonce_consumer_wait_seconds", "consumer" => spec.name.clone())
             .record(waited.as_secs_f64());
     }

@@ -227,7 +227,7 @@ async fn check_buckets(
     report: &mut AuditReport,
 ) -> Result<(), StoreError> {
     let buckets: Vec<(String, i64, i64, i64)> =
-        sqlx::query_as("SELECT sku, available, reserved, sold FROM stock ORDER BY sku")
+        sqlx::query_as("SELECT sku, available, reserved, sold FROM stock_buckets ORDER BY sku")
             .fetch_all(&mut *conn)
             .await?;
     for (sku, a, r, s) in buckets {

@@ -34,7 +34,7 @@ pub(super) async fn check_stock(
                     FROM order_lines ol JOIN orders o ON o.id = ol.order_id GROUP BY ol.sku) \
          SELECT s.sku, s.available, s.reserved, s.sold, coalesce(l.a, 0) AS ledger_available, coalesce(l.r, 0) AS ledger_reserved, \
                 coalesce(l.s, 0) AS ledger_sold, coalesce(o.pending, 0) AS pending, coalesce(o.confirmed, 0) AS confirmed \
-         FROM stock s LEFT JOIN l ON l.sku = s.sku LEFT JOIN o ON o.sku = s.sku ORDER BY s.sku",
+         FROM stock_buckets s LEFT JOIN l ON l.sku = s.sku LEFT JOIN o ON o.sku = s.sku ORDER BY s.sku",
     )
     .fetch(&mut *conn);
     let mut flags = vec![];
