@@ -43,7 +43,6 @@ INSERT INTO accounts (id, name) VALUES ('00000000-0000-0000-0000-0000000000be', 
 INSERT INTO products (sku, name, price_minor, currency)
   SELECT 'BENCH-' || i, 'bench product', 4990, 'BRL' FROM generate_series(0, 9999) i ON CONFLICT DO NOTHING;
 INSERT INTO stock (sku, available) SELECT 'BENCH-' || i, 1000000000 FROM generate_series(0, 9999) i ON CONFLICT DO NOTHING;
-INSERT INTO stock_sold (sku) SELECT 'BENCH-' || i FROM generate_series(0, 9999) i ON CONFLICT DO NOTHING;
 INSERT INTO stock_ledger (sku, movement, d_available, d_reserved, d_sold, reason)
   SELECT 'BENCH-' || i, 'receive', 1000000000, 0, 0, 'benchmark' FROM generate_series(0, 9999) i;
 SQL

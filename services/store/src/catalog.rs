@@ -99,66 +99,10 @@ pub async fn add_product(
         }
     }
     inserted?;
-    sqlx::query("WITH s AS (INSERT INTO stock (sku) VALUES ($1) RETURNING sku) INSERT INTO stock_sold (sku) SELECT sku FROM s")
+    sqlx::query("INSERT INTO stock (sku) VALUES ($1)")
         .bind(sku.as_str())
         .execute(&mut *tx)
         .await?;
-    tx.commit().await?;
-    Ok(())
-}
-
-/// Adds many products at once, each with `units` received: the products
-/// and their stock rows, then one `receive` ledger row per SKU through the
-/// write path, all in one transaction (seeding a catalogue of thousands of
-/// SKUs, as the benchmarks do, in a few statements). A SKU that exists
-/// already fails the whole call with nothing added.
-pub async fn add_products(
-    pool: &PgPool,
-    skus: &[Sku],
-    name: &str,
-    price_minor: i64,
-    currency: Currency,
-    units: i64,
-) -> Result<(), CatalogError> {
-    let names: Vec<&str> = skus.iter().map(Sku::as_str).collect();
-    let mut tx = pool.begin().await?;
-    let inserted = sqlx::query(
-        "INSERT INTO products (sku, name, price_minor, currency) SELECT sku, $2, $3, $4 FROM unnest($1::text[]) AS x(sku)",
-    )
-    .bind(&names)
-    .bind(name)
-    .bind(price_minor)
-    .bind(currency.as_str())
-    .execute(&mut *tx)
-    .await;
-    if let Err(e) = &inserted {
-        if crate::violated_constraint(e) == Some("products_pkey") {
-            return Err(CatalogError::DuplicateSku(format!(
-                "among {} SKUs",
-                skus.len()
-            )));
-        }
-    }
-    inserted?;
-    sqlx::query(
-        "WITH s AS (INSERT INTO stock (sku) SELECT unnest($1::text[]) RETURNING sku) \
-         INSERT INTO stock_sold (sku) SELECT sku FROM s",
-    )
-    .bind(&names)
-    .execute(&mut *tx)
-    .await?;
-    let mut changes = Changes::new();
-    for sku in skus {
-        changes.stock(sku, Movement::Receive, units, None);
-    }
-    if let Written::StockShort(sku) = write::commit(&mut tx, &changes).await? {
-        tx.rollback().await?;
-        return Err(CatalogError::BelowZero {
-            sku: sku.to_string(),
-            available: 0,
-            delta: units,
-        });
-    }
     tx.commit().await?;
     Ok(())
 }

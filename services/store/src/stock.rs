@@ -48,16 +48,7 @@ pub(crate) fn apply<'q>(
         return Ok(());
     }
     let (per_sku, rows) = ledger_rows(moves);
-    let (mut units, mut sold) = (Rows::default(), Rows::default());
-    for (sku, d) in &per_sku {
-        let held = d.reserved + d.sold;
-        if d.available != 0 || held != 0 {
-            units.push(sku, d.available, held);
-        }
-        if d.sold != 0 {
-            sold.push(sku, d.sold, 0);
-        }
-    }
+    let (units, sold) = split(&per_sku);
     let mut moved = vec![];
     if !units.skus.is_empty() {
         moved.push("units_moved");
@@ -104,6 +95,26 @@ pub(crate) fn apply<'q>(
         ),
     );
     Ok(())
+}
+
+/// Each SKU's summed movements as the rows they move: `stock` (available,
+/// held = reserved + sold) where either changes, `stock_sold` where sold
+/// changes. Every SKU is moved in one row at least, by nothing if its
+/// moves cancel out, so that it is known to exist and its ledger rows are
+/// written; that row is `stock_sold`, never the row checkout moves.
+fn split<'q>(per_sku: &BTreeMap<&'q Sku, domain::Buckets>) -> (Rows<'q>, Rows<'q>) {
+    let (mut units, mut sold) = (Rows::default(), Rows::default());
+    for (sku, d) in per_sku {
+        let held = d.reserved + d.sold;
+        let moves_units = d.available != 0 || held != 0;
+        if moves_units {
+            units.push(sku, d.available, held);
+        }
+        if d.sold != 0 || !moves_units {
+            sold.push(sku, d.sold, 0);
+        }
+    }
+    (units, sold)
 }
 
 /// The SKUs (in SKU order) of one table's rows to move, with two deltas each.
@@ -222,4 +233,74 @@ pub(crate) async fn covers(
     .await?;
     let distinct = skus.iter().collect::<std::collections::BTreeSet<_>>().len();
     Ok(rows.len() == distinct && rows.iter().all(|(ok,)| *ok))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::Movement::*;
+
+    /// The `stock` rows moved: SKU, available, held.
+    type UnitRows = Vec<(String, i64, i64)>;
+
+    /// The rows each movement moves, by SKU: (stock's, stock_sold's).
+    fn rows_of(moves: &[(&str, domain::Movement, i64)]) -> (UnitRows, Vec<(String, i64)>) {
+        let moves: Vec<Move> = moves
+            .iter()
+            .map(|(sku, movement, units)| Move {
+                sku: Sku::parse(sku).expect("sku"),
+                movement: *movement,
+                units: *units,
+                order_id: None,
+                reason: None,
+            })
+            .collect();
+        let (per_sku, _) = ledger_rows(&moves);
+        let (units, sold) = split(&per_sku);
+        let named = |r: &Rows<'_>, i: usize| r.skus[i].to_string();
+        (
+            (0..units.skus.len())
+                .map(|i| (named(&units, i), units.a[i], units.b[i]))
+                .collect(),
+            (0..sold.skus.len())
+                .map(|i| (named(&sold, i), sold.a[i]))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn a_confirmation_moves_only_the_sold_row_and_checkout_only_the_stock_row() {
+        assert_eq!(
+            rows_of(&[("A", Confirm, 2)]),
+            (vec![], vec![("A".into(), 2)])
+        );
+        assert_eq!(
+            rows_of(&[("A", Reserve, 2)]),
+            (vec![("A".into(), -2, 2)], vec![])
+        );
+        assert_eq!(
+            rows_of(&[("A", Release, 1)]),
+            (vec![("A".into(), 1, -1)], vec![])
+        );
+    }
+
+    #[test]
+    fn a_reclaim_or_a_restock_moves_both_rows() {
+        assert_eq!(
+            rows_of(&[("A", Reclaim, 1)]),
+            (vec![("A".into(), -1, 1)], vec![("A".into(), 1)])
+        );
+        assert_eq!(
+            rows_of(&[("A", Restock, 1)]),
+            (vec![("A".into(), 1, -1)], vec![("A".into(), -1)])
+        );
+    }
+
+    #[test]
+    fn moves_that_cancel_out_still_move_the_sold_row_by_nothing() {
+        assert_eq!(
+            rows_of(&[("A", Reserve, 1), ("A", Release, 1), ("B", Confirm, 1)]),
+            (vec![], vec![("A".into(), 0), ("B".into(), 1)])
+        );
+    }
 }

@@ -241,24 +241,15 @@ impl System {
     }
 
     /// The benchmarks' catalogue: SKUs `BENCH-0` … `BENCH-9999`, a billion
-    /// units each (none sells out), made through `store` as an operator's
-    /// `product add` and `stock receive` would.
+    /// units each (none sells out), in SQL any build's schema takes
+    /// (`store::bench::seed_products`): `bench compare` seeds an older
+    /// build's database with this build's code.
     pub async fn seed_products(&self) -> Result<(), CliError> {
-        let skus: Vec<domain::Sku> = (0..BENCH_SKUS)
-            .map(|i| domain::Sku::parse(&format!("BENCH-{i}")))
-            .collect::<Result<_, _>>()
-            .map_err(|e| anyhow::anyhow!("a bench SKU: {e}"))?;
-        let currency = "BRL".parse().context("currency")?;
-        store::catalog::add_products(
-            &self.pool,
-            &skus,
-            "bench product",
-            4990,
-            currency,
-            1_000_000_000,
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("seeding the bench products: {e}"))?;
+        let skus: Vec<String> = (0..BENCH_SKUS).map(|i| format!("BENCH-{i}")).collect();
+        let skus: Vec<&str> = skus.iter().map(String::as_str).collect();
+        store::bench::seed_products(&self.pool, &skus, 4990, 1_000_000_000)
+            .await
+            .map_err(|e| anyhow::anyhow!("seeding the bench products: {e}"))?;
         Ok(())
     }
 
