@@ -253,8 +253,7 @@ async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consum
             .expect("reasons");
     assert!(reasons[0].0.starts_with("invalid envelope"), "{reasons:?}");
     assert!(reasons[1].0.contains("order.placed.v9"), "{reasons:?}");
-    stop.send(true).expect("stop");
-    runner.await.expect("runner").expect("consumer ran cleanly");
+    stopped(stop, runner).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -314,8 +313,7 @@ async fn a_message_that_fails_inside_a_batch_fails_alone_and_the_rest_commit_tog
         0,
         "the failed event left no inbox row"
     );
-    stop.send(true).expect("stop");
-    runner.await.expect("runner").expect("consumer ran cleanly");
+    stopped(stop, runner).await;
 }
 
 /// [`RecordEffects`] that the tests watch: it notes the events of each
@@ -340,6 +338,22 @@ impl WatchedEffects {
             most: AtomicUsize::new(0),
         }
     }
+}
+
+impl WatchedEffects {
+    /// One that never holds a message back.
+    fn ungated() -> Self {
+        WatchedEffects::new(None, tokio::sync::watch::channel(true).1)
+    }
+}
+
+/// Stops a consumer [`start_with`] started and checks it ran cleanly.
+async fn stopped(
+    stop: tokio::sync::watch::Sender<bool>,
+    runner: tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    stop.send(true).expect("stop");
+    runner.await.expect("runner").expect("consumer ran cleanly");
 }
 
 impl Handler for WatchedEffects {
@@ -484,8 +498,7 @@ async fn a_batch_records_what_is_prepared_without_waiting_for_its_slowest_messag
         "one inbox row per message, none twice"
     );
     assert_eq!(count(&pool, "SELECT count(*) FROM dead_letters").await, 0);
-    stop.send(true).expect("stop");
-    runner.await.expect("runner").expect("consumer ran cleanly");
+    stopped(stop, runner).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -502,10 +515,7 @@ async fn however_many_batches_are_in_hand_a_consumer_records_in_no_more_transact
         .await;
     }
     // Batches of 4, up to 30 of them in hand at once, one recorder.
-    let handler = Arc::new(WatchedEffects::new(
-        None,
-        tokio::sync::watch::channel(true).1,
-    ));
+    let handler = Arc::new(WatchedEffects::ungated());
     let (stop, runner) = start_with(&js, &pool, 120, batches_of(4, 1), handler.clone());
     eventually("every effect", Duration::from_secs(60), || async {
         (count(&pool, "SELECT count(*) FROM test_effects").await == 120).then_some(())
@@ -526,8 +536,7 @@ async fn however_many_batches_are_in_hand_a_consumer_records_in_no_more_transact
         1,
         "one recorder: one transaction at a time, whatever the {batches} batches"
     );
-    stop.send(true).expect("stop");
-    runner.await.expect("runner").expect("consumer ran cleanly");
+    stopped(stop, runner).await;
 }
 
 /// With a linger, a batch that is not full waits after its first message
@@ -538,10 +547,7 @@ async fn however_many_batches_are_in_hand_a_consumer_records_in_no_more_transact
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lingering_batch_gathers_messages_that_arrive_after_its_first_until_it_is_full() {
     let (pool, _nats, js) = setup("UNIQUE").await;
-    let handler = Arc::new(WatchedEffects::new(
-        None,
-        tokio::sync::watch::channel(true).1,
-    ));
+    let handler = Arc::new(WatchedEffects::ungated());
     // Far longer than the test: the batch ends because it is full.
     let batching = Batching {
         batch_size: 5,
@@ -586,8 +592,7 @@ async fn a_lingering_batch_gathers_messages_that_arrive_after_its_first_until_it
         5,
         "each message's inbox row"
     );
-    stop.send(true).expect("stop");
-    runner.await.expect("runner").expect("consumer ran cleanly");
+    stopped(stop, runner).await;
 
     // A batch that never fills is handled once its linger ends.
     let batching = Batching {
@@ -605,8 +610,7 @@ async fn a_lingering_batch_gathers_messages_that_arrive_after_its_first_until_it
         Some(&vec![ids[5]]),
         "the lone message as a batch of its own"
     );
-    stop.send(true).expect("stop");
-    runner.await.expect("runner").expect("consumer ran cleanly");
+    stopped(stop, runner).await;
 }
 
 /// A first delivery of an event published soon after it was recorded is
@@ -617,10 +621,7 @@ async fn a_lingering_batch_gathers_messages_that_arrive_after_its_first_until_it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_an_event_that_may_be_a_copy_is_looked_for_before_the_handlers_work() {
     let (pool, _nats, js) = setup("UNIQUE").await;
-    let handler = Arc::new(WatchedEffects::new(
-        None,
-        tokio::sync::watch::channel(true).1,
-    ));
+    let handler = Arc::new(WatchedEffects::ungated());
     let (stop, runner) = start_with(&js, &pool, 64, batches_of(1, 1), handler.clone());
     let (fresh, old) = (Uuid::now_v7(), Uuid::now_v7());
     let an_hour_ago = chrono::Utc::now() - chrono::TimeDelta::hours(1);
@@ -654,8 +655,7 @@ async fn only_an_event_that_may_be_a_copy_is_looked_for_before_the_handlers_work
         2,
         "one effect per event"
     );
-    stop.send(true).expect("stop");
-    runner.await.expect("runner").expect("consumer ran cleanly");
+    stopped(stop, runner).await;
 }
 
 /// Over a primary with a synchronous standby, a consumer acknowledges an
@@ -667,27 +667,8 @@ async fn only_an_event_that_may_be_a_copy_is_looked_for_before_the_handlers_work
 /// first statement (`replication::WAITS_COLUMN`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_effect_the_synchronous_standby_does_not_have_is_never_acknowledged() {
-    use localservers::{PgOptions, Postgres};
     let dirs = tempfile::tempdir().expect("temp dir");
-    let primary = Postgres::start_in(
-        &dirs.path().join("primary"),
-        PgOptions {
-            durable: true,
-            settings: vec!["synchronous_standby_names=standby".into()],
-            ..PgOptions::default()
-        },
-    )
-    .expect("primary");
-    let mut standby = Postgres::start_standby_in(
-        &dirs.path().join("standby"),
-        &primary,
-        "standby",
-        PgOptions {
-            durable: true,
-            ..PgOptions::default()
-        },
-    )
-    .expect("standby");
+    let (primary, mut standby) = soldonce_tests::servers::primary_with_standby(dirs.path());
     let url = soldonce_tests::servers::migrated_database_on(&primary).await;
     let pool = PgPool::connect(&url).await.expect("primary");
     sqlx::query("CREATE TABLE test_effects (event_id uuid NOT NULL)")
@@ -710,13 +691,13 @@ async fn an_effect_the_synchronous_standby_does_not_have_is_never_acknowledged()
         concurrency: 4,
         batching: batches_of(1, 1),
     };
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (stop, stopping) = tokio::sync::watch::channel(false);
     let runner = tokio::spawn(bus::consumer::run(
         js.clone(),
         PgInbox::new(pool.clone()),
         spec,
         Arc::new(RecordEffects),
-        stopped,
+        stopping,
     ));
     let (first, second) = (Uuid::now_v7(), Uuid::now_v7());
     let placed = "soldonce.order.placed.v1";
@@ -726,12 +707,9 @@ async fn an_effect_the_synchronous_standby_does_not_have_is_never_acknowledged()
     // The standby goes away: the consumer's commit of the second waits.
     standby.stop();
     publish(&js, "second", envelope(second, placed)).await;
-    let waiting = "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' \
-                   AND backend_type = 'client backend' AND query = 'COMMIT'";
-    let (pid,): (i32,) = eventually(
+    let pid = soldonce_tests::servers::commit_waiting_for_standby(
+        &pool,
         "the consumer's commit waiting for the standby",
-        Duration::from_secs(30),
-        || async { sqlx::query_as(waiting).fetch_optional(&pool).await.ok()? },
     )
     .await;
     sqlx::query("SELECT pg_cancel_backend($1)")
@@ -739,11 +717,13 @@ async fn an_effect_the_synchronous_standby_does_not_have_is_never_acknowledged()
         .execute(&pool)
         .await
         .expect("cancel the wait");
-    assert_eq!(
-        count(&pool, "SELECT count(*) FROM test_effects").await,
-        2,
-        "the primary kept the cancelled commit and shows it"
-    );
+    // The cancelled wait ends the commit: the primary keeps it and shows it.
+    eventually(
+        "the cancelled commit shown",
+        Duration::from_secs(30),
+        || async { (count(&pool, "SELECT count(*) FROM test_effects").await == 2).then_some(()) },
+    )
+    .await;
     // Not acknowledged: delivered again (and again, while the standby is away).
     eventually(
         "the second event delivered again",
@@ -782,8 +762,7 @@ async fn an_effect_the_synchronous_standby_does_not_have_is_never_acknowledged()
         0,
         "nothing dead-lettered"
     );
-    stop.send(true).expect("stop");
-    runner.await.expect("runner").expect("consumer ran cleanly");
+    stopped(stop, runner).await;
 }
 
 /// The look for which events of a batch were handled already runs before

@@ -89,3 +89,40 @@ pub async fn migrated_database_on(pg: &Postgres) -> String {
     pool.close().await;
     url
 }
+
+/// A durable primary whose commits wait for one synchronous standby
+/// (`synchronous_standby_names=standby`), and that standby, under `dir`.
+pub fn primary_with_standby(dir: &std::path::Path) -> (Postgres, Postgres) {
+    let primary = Postgres::start_in(
+        &dir.join("primary"),
+        PgOptions {
+            durable: true,
+            settings: vec!["synchronous_standby_names=standby".into()],
+            ..PgOptions::default()
+        },
+    )
+    .expect("primary");
+    let standby = Postgres::start_standby_in(
+        &dir.join("standby"),
+        &primary,
+        "standby",
+        PgOptions {
+            durable: true,
+            ..PgOptions::default()
+        },
+    )
+    .expect("standby");
+    (primary, standby)
+}
+
+/// Waits for a client's `COMMIT` waiting for the synchronous standby on
+/// the server behind `pool` (`what` names it), and returns its backend's pid.
+pub async fn commit_waiting_for_standby(pool: &PgPool, what: &str) -> i32 {
+    let waiting = "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' \
+                   AND backend_type = 'client backend' AND query = 'COMMIT'";
+    let (pid,): (i32,) = crate::eventually(what, std::time::Duration::from_secs(30), || async {
+        sqlx::query_as(waiting).fetch_optional(pool).await.ok()?
+    })
+    .await;
+    pid
+}

@@ -7,9 +7,11 @@
 //! the standby promoted, both services follow it without a restart. (The chaos
 //! suite's failover test runs the same under load with every other fault.)
 
-use localservers::{Nats, PgOptions, Postgres};
+use localservers::Nats;
 use soldonce_tests::relay::{read_stream, spawn_in_process, stream_len};
-use soldonce_tests::servers::migrated_database_on;
+use soldonce_tests::servers::{
+    commit_waiting_for_standby, migrated_database_on, primary_with_standby,
+};
 use soldonce_tests::{eventually, TestApp};
 use sqlx::PgPool;
 use std::time::Duration;
@@ -40,25 +42,7 @@ fn order_id(reply: &soldonce_tests::app::Reply) -> Uuid {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unconfirmed_commit_is_never_published_and_both_services_follow_the_promoted_standby() {
     let dirs = tempfile::tempdir().expect("temp dir");
-    let mut primary = Postgres::start_in(
-        &dirs.path().join("primary"),
-        PgOptions {
-            durable: true,
-            settings: vec!["synchronous_standby_names=standby".into()],
-            ..PgOptions::default()
-        },
-    )
-    .expect("primary");
-    let mut standby = Postgres::start_standby_in(
-        &dirs.path().join("standby"),
-        &primary,
-        "standby",
-        PgOptions {
-            durable: true,
-            ..PgOptions::default()
-        },
-    )
-    .expect("standby");
+    let (mut primary, mut standby) = primary_with_standby(dirs.path());
     migrated_database_on(&primary).await;
     let url = format!(
         "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
@@ -122,14 +106,8 @@ async fn an_unconfirmed_commit_is_never_published_and_both_services_follow_the_p
     // (The relay's hold on the wake-up, a `setval` sent right after its
     // drain of the first order, used to wait as well; it now commits without
     // waiting, see `bus::relay::holding_the_wake_up_never_waits_…`.)
-    let waiting = "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' \
-                   AND backend_type = 'client backend' AND query = 'COMMIT'";
-    let (pid,): (i32,) = eventually(
-        "the placement's commit waiting for the standby",
-        Duration::from_secs(30),
-        || async { sqlx::query_as(waiting).fetch_optional(&watch).await.ok()? },
-    )
-    .await;
+    let pid =
+        commit_waiting_for_standby(&watch, "the placement's commit waiting for the standby").await;
     let outbox = "SELECT count(*) FROM outbox";
     let (visible,): (i64,) = sqlx::query_as(outbox)
         .fetch_one(&watch)
