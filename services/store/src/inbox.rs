@@ -110,7 +110,7 @@ impl Inbox for PgInbox {
             return Ok(());
         }
         let mut conn = self.pool.acquire().await?;
-        crate::replication::confirm_if(&mut conn, true, "consumer").await
+        crate::replication::confirm_if(&mut conn, Some(true), "consumer").await
     }
 
     async fn dead_letter(&self, letter: &DeadLetter) -> Result<(), StoreError> {

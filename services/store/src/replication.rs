@@ -76,17 +76,21 @@ pub async fn confirm(conn: &mut PgConnection, site: &'static str) -> Result<(), 
     // Without synchronous standbys (or with commits that do not wait for
     // them) there is nothing to confirm: a trivial statement, which never
     // reads pg_stat_replication (a view over every backend's state).
-    let waits: bool = sqlx::query_scalar(WAITS_SQL).fetch_one(&mut *conn).await?;
-    confirm_if(conn, waits, site).await
+    confirm_if(conn, None, site).await
 }
 
 /// [`confirm`] when the committed transaction read [`WAITS_COLUMN`] as
-/// `waits`: at once, without a statement, when it was false.
+/// `waits`: at once, without a statement, when it was false; `None` when
+/// it did not read it, which is read now.
 pub async fn confirm_if(
     conn: &mut PgConnection,
-    waits: bool,
+    waits: Option<bool>,
     site: &'static str,
 ) -> Result<(), StoreError> {
+    let waits = match waits {
+        Some(waits) => waits,
+        None => sqlx::query_scalar(WAITS_SQL).fetch_one(&mut *conn).await?,
+    };
     if !waits {
         return Ok(());
     }

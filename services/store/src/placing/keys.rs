@@ -37,28 +37,35 @@ impl StoredKey {
     }
 }
 
+/// Each claim of [`claim`], with the stored key it was answered from.
+pub(super) type Claims = Vec<(Claim, Option<StoredKey>)>;
+
 /// Try-locks the keys of `which` (a lock held elsewhere: `InFlight`; never
 /// waits), then, in a statement of its own so it sees every commit made
 /// before the locks were taken, reads the keys already stored: each claim,
-/// with the stored key it was answered from.
+/// with the stored key it was answered from; and whether the transaction's
+/// commit will wait for synchronous standbys, read by the locking
+/// statement (`replication::WAITS_COLUMN`; `None` when it read no row).
 pub(super) async fn claim(
     conn: &mut PgConnection,
     group: &[Placement<'_>],
     which: &[usize],
-) -> Result<Vec<(Claim, Option<StoredKey>)>, StoreError> {
+) -> Result<(Claims, Option<bool>), StoreError> {
     let locks: Vec<i64> = which
         .iter()
         .map(|&i| idempotency::lock_id(&group[i].key))
         .collect();
-    let got: Vec<(i64, bool)> = sqlx::query_as(
-        "SELECT i, pg_try_advisory_xact_lock(l) FROM unnest($1::bigint[]) WITH ORDINALITY AS t(l, i)",
-    )
+    let got: Vec<(i64, bool, bool)> = sqlx::query_as(&format!(
+        "SELECT i, pg_try_advisory_xact_lock(l), {} FROM unnest($1::bigint[]) WITH ORDINALITY AS t(l, i)",
+        crate::replication::WAITS_COLUMN
+    ))
     .bind(&locks)
     .fetch_all(&mut *conn)
     .await?;
+    let waits = got.first().map(|(_, _, waits)| *waits);
     let mut claims = vec![(Claim::InFlight, None); which.len()];
     let mut locked = Vec::new();
-    for (i, got) in got {
+    for (i, got, _) in got {
         let at = usize::try_from(i - 1).map_err(|_| StoreError::Corrupt("ordinality".into()))?;
         if got && at < which.len() {
             claims[at].0 = Claim::Claimed;
@@ -66,7 +73,7 @@ pub(super) async fn claim(
         }
     }
     if locked.is_empty() {
-        return Ok(claims);
+        return Ok((claims, waits));
     }
     let accounts: Vec<Uuid> = locked
         .iter()
@@ -99,7 +106,7 @@ pub(super) async fn claim(
             Some(stored),
         );
     }
-    Ok(claims)
+    Ok((claims, waits))
 }
 
 /// Keys with their final answers, inserted in one statement.

@@ -192,10 +192,10 @@ async fn attempt_once(
             }
         };
         match placed {
-            Some(outcomes) => {
+            Some((outcomes, waits)) => {
                 tx.commit().await?;
                 // No 202 (nor a replay of one) that a failover could take back.
-                crate::replication::confirm(&mut conn, "checkout").await?;
+                crate::replication::confirm_if(&mut conn, waits, "checkout").await?;
                 return Ok(outcomes);
             }
             None => {
@@ -218,20 +218,21 @@ struct How {
     bisect: bool,
 }
 
-/// The group's transaction; `None` when the stock read was stale (roll
-/// back and retry with `lock_stock`).
+/// The group's transaction: its outcomes, and whether its commit will wait
+/// for synchronous standbys (`None`: not known); `None` when the stock
+/// read was stale (roll back and retry with `lock_stock`).
 async fn place_in(
     conn: &mut PgConnection,
     group: &[Placement<'_>],
     refusal: &impl Fn(&PlaceOutcome) -> StoredResponse,
     how: How,
     report: &mut GroupReport,
-) -> Result<Option<Outcomes>, StoreError> {
+) -> Result<Option<(Outcomes, Option<bool>)>, StoreError> {
     let mut outcomes: Vec<Option<PlaceOutcome>> = vec![None; group.len()];
     let (firsts, repeats) = firsts_and_repeats(group);
 
     // 1. Claim the keys.
-    let (candidates, stored) = claim_keys(conn, group, &firsts, &mut outcomes).await?;
+    let (candidates, stored, waits) = claim_keys(conn, group, &firsts, &mut outcomes).await?;
 
     // 2. What the limited accounts hold, under their locks.
     let holds = Holds::read(conn, group, &candidates).await?;
@@ -256,16 +257,15 @@ async fn place_in(
         );
         outcomes[i] = Some(PlaceOutcome::Claim(heard));
     }
-    Ok(Some(
-        outcomes
-            .into_iter()
-            .enumerate()
-            .map(|(i, o)| match failed.remove(&i) {
-                Some(e) => Err(e),
-                None => Ok(o.unwrap_or(PlaceOutcome::Claim(Claim::InFlight))),
-            })
-            .collect(),
-    ))
+    let outcomes = outcomes
+        .into_iter()
+        .enumerate()
+        .map(|(i, o)| match failed.remove(&i) {
+            Some(e) => Err(e),
+            None => Ok(o.unwrap_or(PlaceOutcome::Claim(Claim::InFlight))),
+        })
+        .collect();
+    Ok(Some((outcomes, waits)))
 }
 
 /// The group's requests that claim their key (the first of each key in
@@ -288,15 +288,16 @@ fn firsts_and_repeats(group: &[Placement<'_>]) -> (Vec<usize>, Vec<(usize, usize
 }
 
 /// Step 1: claims the `firsts`' keys. Returns the placements that claimed
-/// theirs (the candidates) and each key stored before, by placement; the
+/// theirs (the candidates), each key stored before, by placement, and
+/// whether the commit will wait for standbys ([`keys::claim`]); the
 /// others' outcomes go into `outcomes`.
 async fn claim_keys(
     conn: &mut PgConnection,
     group: &[Placement<'_>],
     firsts: &[usize],
     outcomes: &mut [Option<PlaceOutcome>],
-) -> Result<(Vec<usize>, HashMap<usize, keys::StoredKey>), StoreError> {
-    let claims = keys::claim(conn, group, firsts).await?;
+) -> Result<(Vec<usize>, HashMap<usize, keys::StoredKey>, Option<bool>), StoreError> {
+    let (claims, waits) = keys::claim(conn, group, firsts).await?;
     let mut candidates = Vec::with_capacity(firsts.len());
     let mut stored = HashMap::new();
     for (i, (claim, key)) in firsts.iter().copied().zip(claims) {
@@ -308,7 +309,7 @@ async fn claim_keys(
             stored.insert(i, key);
         }
     }
-    Ok((candidates, stored))
+    Ok((candidates, stored, waits))
 }
 
 /// Steps 3 and 4: reads the SKUs' units, allocates the candidates in
