@@ -664,7 +664,7 @@ async fn only_an_event_that_may_be_a_copy_is_looked_for_before_the_handlers_work
 /// locally and reports it done) the message is not acknowledged but
 /// delivered again, and acknowledged, without a second effect, once the
 /// standby is back. Whether commits wait is read by the transaction's own
-/// first statement (`replication::WAITS_COLUMN`).
+/// first statement (`replication::waits!`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_effect_the_synchronous_standby_does_not_have_is_never_acknowledged() {
     let dirs = tempfile::tempdir().expect("temp dir");

@@ -29,7 +29,7 @@ pub const SEEN_SQL: &str = "SELECT k.id FROM unnest($2::uuid[]) AS k(id) \
 
 /// A consumer's transaction, opened with its inbox rows: a connection to
 /// the handler (`&mut **tx`), and whether its commit waits for synchronous
-/// standbys (read by its first statement, [`crate::replication::WAITS_COLUMN`]).
+/// standbys (read by its first statement, `replication::waits!`).
 pub struct InboxTx {
     tx: Transaction<'static, Postgres>,
     waits: bool,
@@ -47,6 +47,17 @@ impl std::ops::DerefMut for InboxTx {
         &mut self.tx
     }
 }
+
+/// A consumer transaction's first statement: the batch's inbox rows (`$1`
+/// the consumer, `$2` the event ids), the ids that were new, and whether
+/// the commit will wait for synchronous standbys.
+const BEGIN_SQL: &str = concat!(
+    "WITH fresh AS (INSERT INTO inbox (consumer, event_id) \
+         SELECT $1, id FROM unnest($2::uuid[]) AS t(id) ON CONFLICT DO NOTHING RETURNING event_id) \
+     SELECT coalesce(array_agg(event_id), '{}'), ",
+    crate::replication::waits!(),
+    " FROM fresh"
+);
 
 /// [`events::Inbox`] over PostgreSQL: the inbox table and the dead letters.
 #[derive(Debug, Clone)]
@@ -87,16 +98,11 @@ impl Inbox for PgInbox {
         event_ids: &[Uuid],
     ) -> Result<(InboxTx, Vec<bool>), StoreError> {
         let mut tx = self.pool.begin().await?;
-        let (fresh, waits): (Vec<Uuid>, bool) = sqlx::query_as(&format!(
-            "WITH fresh AS (INSERT INTO inbox (consumer, event_id) \
-                 SELECT $1, id FROM unnest($2::uuid[]) AS t(id) ON CONFLICT DO NOTHING RETURNING event_id) \
-             SELECT coalesce(array_agg(event_id), '{{}}'), {} FROM fresh",
-            crate::replication::WAITS_COLUMN
-        ))
-        .bind(consumer)
-        .bind(event_ids)
-        .fetch_one(&mut *tx)
-        .await?;
+        let (fresh, waits): (Vec<Uuid>, bool) = sqlx::query_as(BEGIN_SQL)
+            .bind(consumer)
+            .bind(event_ids)
+            .fetch_one(&mut *tx)
+            .await?;
         let fresh: std::collections::HashSet<Uuid> = fresh.into_iter().collect();
         let is_fresh = event_ids.iter().map(|id| fresh.contains(id)).collect();
         Ok((InboxTx { tx, waits }, is_fresh))

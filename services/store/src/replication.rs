@@ -29,21 +29,19 @@ pub const CONFIRM_WITHIN: Duration = Duration::from_secs(2);
 const POLL_EVERY: Duration = Duration::from_millis(5);
 
 /// Whether commits on this server wait for synchronous standbys, as an
-/// expression (see [`WAITS_COLUMN`]).
+/// SQL expression: a column a transaction's own statement reads (put
+/// together with `concat!`), so that [`confirm_if`] after its commit needs
+/// no statement of its own when none is named. Read before the commit
+/// rather than after it: a setting changed in between (an operator naming
+/// or dropping a standby and reloading) is missed either way, for that one
+/// commit.
 macro_rules! waits {
     () => {
         "(current_setting('synchronous_standby_names') <> '' \
           AND current_setting('synchronous_commit') NOT IN ('off', 'local'))"
     };
 }
-
-/// Whether commits on this server wait for synchronous standbys, as a
-/// column a transaction's own statement reads, so that [`confirm_if`]
-/// after its commit needs no statement of its own when none is named.
-/// Read before the commit rather than after it: a setting changed in
-/// between (an operator naming or dropping a standby and reloading) is
-/// missed either way, for that one commit.
-pub const WAITS_COLUMN: &str = waits!();
+pub(crate) use waits;
 
 /// Whether commits on this server wait for synchronous standbys.
 const WAITS_SQL: &str = concat!("SELECT ", waits!());
@@ -79,7 +77,7 @@ pub async fn confirm(conn: &mut PgConnection, site: &'static str) -> Result<(), 
     confirm_if(conn, None, site).await
 }
 
-/// [`confirm`] when the committed transaction read [`WAITS_COLUMN`] as
+/// [`confirm`] when the committed transaction read [`waits!`] as
 /// `waits`: at once, without a statement, when it was false; `None` when
 /// it did not read it, which is read now.
 pub async fn confirm_if(

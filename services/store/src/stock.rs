@@ -51,24 +51,22 @@ pub(crate) fn apply<'q>(
     let (units, sold) = split(&per_sku);
     let mut moved = vec![];
     if !units.skus.is_empty() {
-        moved.push("units_moved");
-        move_rows(
+        moved.push(move_rows(
             statement,
             units,
             ("units", "stock"),
             "available = stock.available + d.a, held = stock.held + d.b",
             "stock.available + d.a >= 0 AND stock.held + d.b >= 0",
-        )?;
+        )?);
     }
     if !sold.skus.is_empty() {
-        moved.push("sold_moved");
-        move_rows(
+        moved.push(move_rows(
             statement,
             sold,
             ("sold", "stock_sold"),
             "sold = stock_sold.sold + d.a",
             "stock_sold.sold + d.a >= 0",
-        )?;
+        )?);
     }
     let st = statement;
     let (skus, names, a, r, s) = (
@@ -135,16 +133,17 @@ impl<'q> Rows<'q> {
 
 /// Moves `rows` of `table` (`stock` or `stock_sold`, keyed by `sku`) by
 /// `set`, only where `guard` holds (`d.a`, `d.b`: the deltas), as the
-/// fragment `<name>_moved`, expected to move every SKU; more than one SKU
-/// is locked in SKU order first.
+/// fragment `<name>_moved` (returned), expected to move every SKU; more
+/// than one SKU is locked in SKU order first.
 fn move_rows<'q>(
     st: &mut Statement<'q>,
     rows: Rows<'q>,
     (name, table): (&str, &str),
     set: &str,
     guard: &str,
-) -> Result<(), StoreError> {
+) -> Result<String, StoreError> {
     let expected: Vec<Sku> = rows.skus.iter().map(|s| (*s).clone()).collect();
+    let fragment = format!("{name}_moved");
     let several = rows.skus.len() > 1;
     let skus: Vec<&str> = rows.skus.iter().map(|s| s.as_str()).collect();
     let (ts, ta, tb) = (st.bind(skus)?, st.bind(rows.a)?, st.bind(rows.b)?);
@@ -160,7 +159,7 @@ fn move_rows<'q>(
         String::new()
     };
     st.cte(
-        &format!("{name}_moved"),
+        &fragment,
         &format!(
             "UPDATE {table} SET {set} \
              FROM unnest({ts}::text[], {ta}::bigint[], {tb}::bigint[]) AS d(sku, a, b) \
@@ -168,8 +167,8 @@ fn move_rows<'q>(
              RETURNING {table}.sku"
         ),
     );
-    st.expect_moved(&format!("{name}_moved"), expected);
-    Ok(())
+    st.expect_moved(&fragment, expected);
+    Ok(fragment)
 }
 
 /// Each move's ledger row, column by column, in the order the insert binds them.

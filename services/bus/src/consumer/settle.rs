@@ -92,7 +92,7 @@ pub(super) async fn dead_letter<I: Inbox>(
 
 /// How long after its event was recorded a first delivery must have been
 /// published to be looked for in the inbox before it is handled.
-pub(super) const REPUBLISHED_AFTER: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
+const REPUBLISHED_AFTER: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
 
 /// Whether a message may carry an event this consumer has handled already:
 /// a redelivery, or an event published well after it was recorded (a

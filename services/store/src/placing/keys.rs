@@ -19,6 +19,14 @@ const KEYS_SQL: &str = "SELECT t.i, k.fingerprint, k.status, k.response_body, k.
      FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS t(a, k, i) \
      JOIN idempotency_keys k ON k.account_id = t.a AND k.key = t.k";
 
+/// Try-locks each key (`$1`, by position), and says whether the commit
+/// will wait for synchronous standbys.
+const LOCK_SQL: &str = concat!(
+    "SELECT i, pg_try_advisory_xact_lock(l), ",
+    crate::replication::waits!(),
+    " FROM unnest($1::bigint[]) WITH ORDINALITY AS t(l, i)"
+);
+
 /// A key already stored: the request it was first used for, and its answer.
 #[derive(Debug, Clone)]
 pub(super) struct StoredKey {
@@ -45,7 +53,7 @@ pub(super) type Claims = Vec<(Claim, Option<StoredKey>)>;
 /// before the locks were taken, reads the keys already stored: each claim,
 /// with the stored key it was answered from; and whether the transaction's
 /// commit will wait for synchronous standbys, read by the locking
-/// statement (`replication::WAITS_COLUMN`; `None` when it read no row).
+/// statement (`replication::waits!`; `None` when it read no row).
 pub(super) async fn claim(
     conn: &mut PgConnection,
     group: &[Placement<'_>],
@@ -55,13 +63,10 @@ pub(super) async fn claim(
         .iter()
         .map(|&i| idempotency::lock_id(&group[i].key))
         .collect();
-    let got: Vec<(i64, bool, bool)> = sqlx::query_as(&format!(
-        "SELECT i, pg_try_advisory_xact_lock(l), {} FROM unnest($1::bigint[]) WITH ORDINALITY AS t(l, i)",
-        crate::replication::WAITS_COLUMN
-    ))
-    .bind(&locks)
-    .fetch_all(&mut *conn)
-    .await?;
+    let got: Vec<(i64, bool, bool)> = sqlx::query_as(LOCK_SQL)
+        .bind(&locks)
+        .fetch_all(&mut *conn)
+        .await?;
     let waits = got.first().map(|(_, _, waits)| *waits);
     let mut claims = vec![(Claim::InFlight, None); which.len()];
     let mut locked = Vec::new();
