@@ -12,6 +12,7 @@
 #   bash scripts/bench/statements.sh expiry [orders]
 # BIN_DIR=… runs binaries already built (e.g. an older build); PG_SETTINGS="a=1 b=2"
 # adds server settings (e.g. plan_cache_mode=force_generic_plan), to try one.
+# RATE=N places N orders/s instead of 300.
 # CLOSED=1 runs the saga's case as a closed loop at saturation (300
 # connections, `seconds` × 1,000 orders) instead of 300 orders/s.
 # PERF=1 also samples every core with `perf record` during the load and
@@ -23,6 +24,8 @@ cd "$(dirname "$0")/../.."
 . deploy/setup.sh >&2
 case="${1:-10k}"
 secs="${2:-15}"
+rate="${RATE:-300}"
+[[ "$rate" =~ ^[1-9][0-9]*$ ]] || { echo "statements.sh: RATE must be a positive number of orders per second, not '$rate'" >&2; exit 2; }
 case "$case" in
   hot) sku=BENCH-0 count=1 ;;
   10k) sku=BENCH count=10000 ;;
@@ -103,11 +106,11 @@ else
     orders=$(sql "SELECT count(*) FROM orders")
     echo "case $case: closed loop, 300 connections; orders: $orders, all settled after ${settled}s, every confirmed one delivered"
   else
-    load --sku "$sku" --sku-count "$count" --rate 300 --duration "${secs}s" >/dev/null
+    load --sku "$sku" --sku-count "$count" --rate "$rate" --duration "${secs}s" >/dev/null
     perf_stop
     wait_settled; wait_delivered
     orders=$(sql "SELECT count(*) FROM orders")
-    echo "case $case: 300 orders/s for ${secs}s; orders: $orders, every one settled and every confirmed one delivered"
+    echo "case $case: $rate orders/s for ${secs}s; orders: $orders, every one settled and every confirmed one delivered"
   fi
   echo "CPU: $(cpu_per_order "$dir/cpu.before" "$orders")"
 fi

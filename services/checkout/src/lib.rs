@@ -133,7 +133,8 @@ pub struct Coalesce {
     pub enabled: bool,
     /// `CHECKOUT_COALESCE_MAX`, default 256: the most placements in one group.
     pub max_group: usize,
-    /// `CHECKOUT_COALESCE_LANES`, default 4: groups in flight at once (each
+    /// `CHECKOUT_COALESCE_LANES`, by default one per core, at most 4
+    /// ([`platform::runtime::per_core`]): groups in flight at once (each
     /// holds one connection); the next group forms while they run.
     pub lanes: usize,
     /// `CHECKOUT_QUEUE_DEADLINE`, default 5 s: how long a placement may wait
@@ -147,7 +148,7 @@ impl Default for Coalesce {
         Coalesce {
             enabled: true,
             max_group: 256,
-            lanes: 4,
+            lanes: platform::runtime::per_core(4),
             queue_deadline: Duration::from_secs(5),
         }
     }
@@ -203,6 +204,7 @@ impl Coalesce {
             "CHECKOUT_COALESCE_LANES",
             "placing groups in flight at once, each holding one connection (1–64)",
         )
+        .default_shown_as("one per core, at most 4")
         .parsed(d.lanes)?;
         if !(1..=64).contains(&lanes) {
             return Err(ConfigError::new(

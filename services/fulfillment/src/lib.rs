@@ -43,7 +43,7 @@ pub struct Settings {
     pub step_delay: Duration,
     /// `CONSUMER_BATCH_SIZE` (default 32: confirmed orders taken at once,
     /// and the most handled in one transaction), `CONSUMER_RECORDERS`
-    /// (default 4) and `CONSUMER_LINGER` (default [`LINGER`]).
+    /// (one per core, at most 4) and `CONSUMER_LINGER` (default [`LINGER`]).
     pub batching: bus::consumer::Batching,
     pub stream: bus::StreamSettings,
 }

@@ -60,7 +60,7 @@ pub struct Settings {
     pub concurrency: usize,
     /// `CONSUMER_BATCH_SIZE` (default 32: orders taken at once, and the most
     /// PSP answers recorded in one transaction), `CONSUMER_RECORDERS`
-    /// (default 4: transactions recording PSP answers at once) and
+    /// (one per core, at most 4: transactions recording PSP answers at once) and
     /// `CONSUMER_LINGER` (default 0: a buyer waits on every order here).
     pub batching: bus::consumer::Batching,
     /// `COMPENSATION_INTERVAL`, default 500ms: how often due refunds are looked for.

@@ -50,6 +50,15 @@ pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
 }
 
+/// A default for how many transactions a process keeps open at once: one
+/// per core it may use, at most `most`. Past the cores, more transactions
+/// at once do not run sooner: on a small host (PostgreSQL beside the
+/// services) they split the work into smaller batches, each paying its
+/// own round trips and wake-ups, and queue for the same cores.
+pub fn per_core(most: usize) -> usize {
+    cores().clamp(1, most.max(1))
+}
+
 /// A service's `main`: answers `--version` and `--help` without starting
 /// (config::answer_version_or_help), reads its settings, the runtime's size
 /// and the logging settings (as [`config::load`] does: `--check-config`, or
@@ -114,4 +123,19 @@ fn export_workers() {
     crate::ops::metrics_handle();
     let workers = tokio::runtime::Handle::current().metrics().num_workers();
     metrics::gauge!("soldonce_runtime_workers").set(workers as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_per_core_default_is_the_cores_this_process_may_use_within_its_bounds() {
+        let cores = cores();
+        assert_eq!(per_core(64), cores.min(64));
+        assert_eq!(per_core(4), cores.min(4));
+        assert_eq!(per_core(1), 1);
+        // A bound of 0 still leaves one: a process always gets a lane.
+        assert_eq!(per_core(0), 1);
+    }
 }

@@ -87,14 +87,16 @@ fn batch_size_setting() -> Result<usize, platform::config::ConfigError> {
     count_setting(setting, 32, 1000)
 }
 
-/// `CONSUMER_RECORDERS`, default 4 (1–64): the transactions a consumer
-/// process records in at once, each taking every prepared message waiting.
+/// `CONSUMER_RECORDERS`, by default one per core, at most 4 (1–64): the
+/// transactions a consumer process records in at once, each taking every
+/// prepared message waiting ([`platform::runtime::per_core`]).
 fn recorders_setting() -> Result<usize, platform::config::ConfigError> {
     let setting = platform::config::var(
         "CONSUMER_RECORDERS",
         "transactions recording at once in one consumer process (1–64), each taking every prepared message waiting",
-    );
-    count_setting(setting, 4, 64)
+    )
+    .default_shown_as("one per core, at most 4");
+    count_setting(setting, platform::runtime::per_core(4), 64)
 }
 
 /// A count between 1 and `most`, or `default` when unset.
