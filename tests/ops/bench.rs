@@ -6,7 +6,8 @@
 //! services they start themselves from the debug binaries: every accepted
 //! order is confirmed, counted from the load's answers, the orders' states
 //! and their events; both sides of a comparison are measured and compared;
-//! a bin dir missing a service is refused before anything starts.
+//! a bin dir missing a service is refused before anything starts. The
+//! scripts' pgbench floor runs on today's schema.
 
 use serde_json::Value;
 use soldonce_tests::relay::binary;
@@ -317,4 +318,70 @@ async fn a_compare_with_a_bin_dir_missing_a_service_is_refused() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// `scripts/bench/checkout.pgbench.sql` (the floor `checkout.sh` and
+/// `coalesce.sh` put checkout beside) runs on today's schema: pgbench runs it
+/// five times, and each run reserved one unit, by the SKU's buckets and by
+/// the orders, ledger rows and outbox rows it wrote. The scripts send
+/// pgbench's errors to /dev/null, so a migration that renamed a column it
+/// moves would otherwise only show as a bench that stops short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_checkout_shaped_pgbench_script_reserves_one_unit_per_run_on_todays_schema() {
+    let url = servers::fresh_database().await;
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    store::bench::seed_products(&pool, &["BENCH-0"], 4990, 100)
+        .await
+        .expect("seed the SKU");
+    // The account the script's orders belong to, as scripts/bench/lib.sh seeds it.
+    sqlx::query("INSERT INTO accounts (id, name) VALUES ('00000000-0000-0000-0000-0000000000be', 'pgbench')")
+        .execute(&pool)
+        .await
+        .expect("seed the account");
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench/checkout.pgbench.sql");
+    let run = tokio::process::Command::new("pgbench")
+        .args([
+            "-n", "-M", "prepared", "-c", "1", "-t", "5", "-D", "skus=1", "-f",
+        ])
+        .arg(&script)
+        .arg(&url)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("run pgbench (PostgreSQL's bin directory on PATH, as deploy/setup.sh puts it)");
+    assert!(
+        run.status.success(),
+        "pgbench failed on the script:\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let (available, reserved, sold): (i64, i64, i64) =
+        sqlx::query_as("SELECT available, reserved, sold FROM stock_buckets WHERE sku = 'BENCH-0'")
+            .fetch_one(&pool)
+            .await
+            .expect("the SKU's buckets");
+    assert_eq!(
+        (available, reserved, sold),
+        (95, 5, 0),
+        "five units reserved"
+    );
+    let count = |sql: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&pool)
+                .await
+                .expect(sql)
+        }
+    };
+    assert_eq!(
+        count("SELECT count(*) FROM orders WHERE state = 'payment_pending'").await,
+        5
+    );
+    assert_eq!(
+        count("SELECT coalesce(sum(d_reserved), 0)::bigint FROM stock_ledger WHERE movement = 'reserve'").await,
+        5
+    );
+    assert_eq!(count("SELECT count(*) FROM outbox").await, 5);
+    pool.close().await;
 }
