@@ -44,8 +44,7 @@ cat >"$dir/rowlimit.sql" <<'SQL'
 UPDATE stock SET available = available - 1 WHERE sku = 'BENCH-0' AND available >= 1;
 SQL
 rowlimit() {
-  pgbench -n -M prepared -c 1 -j 1 -T "$secs" -f "$dir/rowlimit.sql" "$DATABASE_URL" 2>/dev/null \
-    | sed -n 's/^tps = \([0-9.]*\).*/\1/p'
+  pgbench_tps -n -M prepared -c 1 -j 1 -T "$secs" -f "$dir/rowlimit.sql" "$DATABASE_URL"
 }
 scrape() { curl -s "http://$on_ops/metrics" | grep -E '^soldonce_checkout_(group_size|group_seconds|queue_wait_seconds)_(bucket|sum|count)' || true; }
 # Placements per group (mean, and the share of groups in each size bucket) since the last scrape.

@@ -66,9 +66,20 @@ start_expiry() {
 
 load() { "$bin/soldonce" --json load --url "$CHECKOUT_URL" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(' '.join(str(d[k]) for k in sys.argv[1:]))" "$@"; }
+# pgbench ARGS…: its transactions per second. Its chatter goes aside; if
+# it fails (a client aborted: the schema moved under a script), its errors
+# are shown and the bench stops, instead of a figure missing.
+pgbench_tps() {
+  local out
+  if ! out=$(pgbench "$@" 2>"$dir/pgbench.err"); then
+    echo "pgbench failed:" >&2
+    cat "$dir/pgbench.err" >&2
+    return 1
+  fi
+  sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out"
+}
 pgb() {
-  pgbench -n -M prepared -c 32 -j 2 -T "$secs" -D skus="$1" -f scripts/bench/checkout.pgbench.sql "$DATABASE_URL" 2>/dev/null \
-    | sed -n 's/^tps = \([0-9.]*\).*/\1/p'
+  pgbench_tps -n -M prepared -c 32 -j 2 -T "$secs" -D skus="$1" -f scripts/bench/checkout.pgbench.sql "$DATABASE_URL"
 }
 
 # CPU seconds each program used (summed over its processes, from /proc), to a file.
