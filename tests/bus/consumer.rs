@@ -200,6 +200,14 @@ pub(super) async fn count(pool: &PgPool, sql: &str) -> i64 {
         .expect("count")
 }
 
+/// Polls `sql` (a count) until it is `expected`, at most `limit`.
+async fn wait_until_count(pool: &PgPool, what: &str, limit: Duration, sql: &str, expected: i64) {
+    eventually(what, limit, || async {
+        (count(pool, sql).await == expected).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consumer_goes_on() {
     let (pool, _nats, js) = setup("").await;
@@ -232,10 +240,12 @@ async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consum
         },
     )
     .await;
-    eventually(
+    wait_until_count(
+        &pool,
         "both poison messages to be dead-lettered",
         Duration::from_secs(30),
-        || async { (count(&pool, "SELECT count(*) FROM dead_letters").await == 2).then_some(()) },
+        "SELECT count(*) FROM dead_letters",
+        2,
     )
     .await;
     // Messages are handled concurrently: wait until the consumer has nothing
@@ -276,16 +286,20 @@ async fn a_message_that_fails_inside_a_batch_fails_alone_and_the_rest_commit_tog
         }
     }
     let (stop, runner) = start(&js, &pool, 64, 16);
-    eventually(
+    wait_until_count(
+        &pool,
         "the failing event and the junk to be dead-lettered",
         Duration::from_secs(60),
-        || async { (count(&pool, "SELECT count(*) FROM dead_letters").await == 2).then_some(()) },
+        "SELECT count(*) FROM dead_letters",
+        2,
     )
     .await;
-    eventually(
+    wait_until_count(
+        &pool,
         "every good event's effect",
         Duration::from_secs(60),
-        || async { (count(&pool, "SELECT count(*) FROM test_effects").await == 60).then_some(()) },
+        "SELECT count(*) FROM test_effects",
+        60,
     )
     .await;
     assert_eq!(
@@ -718,10 +732,12 @@ async fn an_effect_the_synchronous_standby_does_not_have_is_never_acknowledged()
         .await
         .expect("cancel the wait");
     // The cancelled wait ends the commit: the primary keeps it and shows it.
-    eventually(
+    wait_until_count(
+        &pool,
         "the cancelled commit shown",
         Duration::from_secs(30),
-        || async { (count(&pool, "SELECT count(*) FROM test_effects").await == 2).then_some(()) },
+        "SELECT count(*) FROM test_effects",
+        2,
     )
     .await;
     // Not acknowledged: delivered again (and again, while the standby is away).
