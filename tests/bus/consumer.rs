@@ -95,7 +95,14 @@ pub(super) async fn setup_at(
     constraint: &str,
 ) -> (String, PgPool, Nats, async_nats::jetstream::Context) {
     let url = servers::fresh_database().await;
-    let pool = PgPool::connect(&url).await.expect("db");
+    let (pool, nats, js) = setup_on(&url, constraint).await;
+    (url, pool, nats, js)
+}
+
+/// `test_effects` in the migrated database at `url`, and a private NATS
+/// with the stream.
+async fn setup_on(url: &str, constraint: &str) -> (PgPool, Nats, async_nats::jetstream::Context) {
+    let pool = PgPool::connect(url).await.expect("db");
     sqlx::query(&format!(
         "CREATE TABLE test_effects (event_id uuid NOT NULL {constraint})"
     ))
@@ -107,7 +114,7 @@ pub(super) async fn setup_at(
     bus::ensure_stream(&js, &bus::StreamSettings::default())
         .await
         .expect("stream");
-    (url, pool, nats, js)
+    (pool, nats, js)
 }
 
 /// Runs [`RecordEffects`] as `test-consumer`; send `true` to stop it.
@@ -684,16 +691,7 @@ async fn an_effect_the_synchronous_standby_does_not_have_is_never_acknowledged()
     let dirs = tempfile::tempdir().expect("temp dir");
     let (primary, mut standby) = soldonce_tests::servers::primary_with_standby(dirs.path());
     let url = soldonce_tests::servers::migrated_database_on(&primary).await;
-    let pool = PgPool::connect(&url).await.expect("primary");
-    sqlx::query("CREATE TABLE test_effects (event_id uuid NOT NULL)")
-        .execute(&pool)
-        .await
-        .expect("table");
-    let nats = Nats::start_temporary().expect("nats");
-    let js = bus::connect(&nats.url()).await.expect("connect");
-    bus::ensure_stream(&js, &bus::StreamSettings::default())
-        .await
-        .expect("stream");
+    let (pool, _nats, js) = setup_on(&url, "").await;
     let spec = ConsumerSpec {
         name: "test-consumer".into(),
         filter_subjects: vec!["soldonce.order.placed.>".into()],
