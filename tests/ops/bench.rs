@@ -365,23 +365,18 @@ async fn the_checkout_shaped_pgbench_script_reserves_one_unit_per_run_on_todays_
         (95, 5, 0),
         "five units reserved"
     );
-    let count = |sql: &'static str| {
-        let pool = pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(sql)
-                .fetch_one(&pool)
-                .await
-                .expect(sql)
-        }
-    };
+    let written: (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM orders WHERE state = 'payment_pending'), \
+                (SELECT coalesce(sum(d_reserved), 0)::bigint FROM stock_ledger WHERE movement = 'reserve'), \
+                (SELECT count(*) FROM outbox)",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("what the runs wrote");
     assert_eq!(
-        count("SELECT count(*) FROM orders WHERE state = 'payment_pending'").await,
-        5
+        written,
+        (5, 5, 5),
+        "pending orders, units reserved in the ledger, outbox rows"
     );
-    assert_eq!(
-        count("SELECT coalesce(sum(d_reserved), 0)::bigint FROM stock_ledger WHERE movement = 'reserve'").await,
-        5
-    );
-    assert_eq!(count("SELECT count(*) FROM outbox").await, 5);
     pool.close().await;
 }
