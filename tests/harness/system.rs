@@ -56,6 +56,19 @@ pub struct SystemOptions {
 }
 
 /// The variable a service's HTTP address is read from.
+/// A free port that no instance of the system was given: the OS may hand
+/// out a port again once its picker has closed it, and two services named
+/// on one port would each be moved as one (their settings rewritten
+/// together), leaving one polled where nothing listens.
+fn unused_port(given: &BTreeMap<String, u16>) -> u16 {
+    loop {
+        let port = free_port().expect("port");
+        if !given.values().any(|&p| p == port) {
+            return port;
+        }
+    }
+}
+
 fn addr_variable(service: &str) -> &'static str {
     match service {
         "psp-sim" => "PSP_SIM_ADDR",
@@ -96,7 +109,8 @@ impl System {
         };
         let mut ports: BTreeMap<String, u16> = BTreeMap::new();
         for s in SERVICES {
-            ports.insert((*s).to_owned(), free_port().expect("port"));
+            let port = unused_port(&ports);
+            ports.insert((*s).to_owned(), port);
         }
         for (service, port) in &options.ports {
             ports.insert((*service).to_owned(), *port);
@@ -190,7 +204,7 @@ impl System {
         for (service, count) in options.instances {
             for k in 2..=count {
                 let name = format!("{service}#{k}");
-                let port = free_port().expect("port");
+                let port = unused_port(&ports);
                 let mut settings = env[service].clone();
                 settings.insert(addr_variable(service), format!("127.0.0.1:{port}"));
                 env.insert(name.clone(), settings);
@@ -288,7 +302,7 @@ impl System {
     /// instance's, and restarts the running instances that named the old one.
     async fn move_port(&mut self, instance: &str) {
         let old = format!("127.0.0.1:{}", self.ports[instance]);
-        let port = free_port().expect("port");
+        let port = unused_port(&self.ports);
         let new = format!("127.0.0.1:{port}");
         self.ports.insert(instance.to_owned(), port);
         let mut restart = Vec::new();
