@@ -15,6 +15,8 @@
 # RATE=N places N orders/s instead of 300.
 # CLOSED=1 runs the saga's case as a closed loop at saturation (300
 # connections, `seconds` × 1,000 orders) instead of 300 orders/s.
+# Besides the statements it prints the WAL an order wrote, by record type
+# and by relation (table or index), and the bytes of an event's row by type.
 # PERF=1 also samples every core with `perf record` during the load and
 # prints the functions that used the most CPU (needs perf and the right to
 # sample the whole machine: root, or kernel.perf_event_paranoid <= 0);
@@ -123,6 +125,32 @@ echo "WAL records per order by type (pg_waldump --stats=record):"
 "$(pg_config --bindir)/pg_waldump" --stats=record -p "$dir/pg/pg_wal" -s "$wal_start" -e "$wal_end" 2>/dev/null \
   | awk -v n="$orders" '$1 ~ /\// && $2 ~ /^[0-9]+$/ && $2 > 0 { printf "  %6.2f  %s\n", $2 / n, $1 }' | sort -rn | head -15 \
   || echo "  (pg_waldump could not read the segments)"
+# The same WAL by the relation its record changes (its first block
+# reference; full-page images counted with it): which table or index the
+# bytes are for. Commits and other records that name no relation come last.
+echo "WAL bytes per order by relation (pg_waldump; a record is counted with the first relation it changes, its full-page images with it):"
+sql "SELECT relfilenode || ' ' || relname FROM pg_class WHERE relfilenode <> 0" >"$dir/relfilenodes"
+"$(pg_config --bindir)/pg_waldump" -p "$dir/pg/pg_wal" -s "$wal_start" -e "$wal_end" 2>/dev/null \
+  | awk -v n="$orders" -v names="$dir/relfilenodes" '
+      BEGIN { while ((getline line < names) > 0) { split(line, f, " "); name[f[1]] = f[2] } }
+      {
+        match($0, /len \(rec\/tot\): *[0-9]+\/ *[0-9]+/); split(substr($0, RSTART, RLENGTH), l, "/"); tot = l[3] + 0
+        rel = "(no relation: commits, running transactions, ...)"
+        if (match($0, /rel [0-9]+\/[0-9]+\/[0-9]+/)) { split(substr($0, RSTART + 4, RLENGTH - 4), r, "/"); rel = (r[3] in name) ? name[r[3]] : "filenode " r[3] }
+        split($0, d, "desc: "); split(d[2], w, " "); kind = w[1]
+        bytes[rel] += tot; records[rel]++; all += tot; kinds[rel, kind]++; seen[rel] = seen[rel] (index(seen[rel], " " kind " ") ? "" : " " kind " ")
+      }
+      END {
+        for (k in bytes) {
+          split(seen[k], ks, " "); detail = ""
+          for (i in ks) if (ks[i] != "" && kinds[k, ks[i]] / n >= 0.05) detail = detail (detail == "" ? "" : ", ") sprintf("%s %.1f", ks[i], kinds[k, ks[i]] / n)
+          printf "  %7.0f B %5.1f records %4.1f%%  %s (%s)\n", bytes[k] / n, records[k] / n, 100 * bytes[k] / all, k, detail
+        }
+      }' \
+  | sort -rn | head -30 \
+  || echo "  (pg_waldump could not read the segments)"
+echo "bytes of an event's row, by type (pg_column_size; as json: the same values stored as text):"
+psql "$DATABASE_URL" -P pager=off -c "SELECT type, count(*) AS events, round(avg(pg_column_size(e.*))) AS row, round(avg(pg_column_size(data))) AS data, round(avg(pg_column_size(metadata))) AS metadata, round(avg(pg_column_size(data::json))) AS data_as_json, round(avg(pg_column_size(metadata::json))) AS metadata_as_json FROM events e GROUP BY type ORDER BY count(*) DESC, type"
 echo "indexes of the tables written per order (an index is one more entry to write per row; idx_scan = 0: not read during the run):"
 psql "$DATABASE_URL" -P pager=off -c "SELECT t.relname AS table, round((t.n_tup_ins + t.n_tup_upd - t.n_tup_hot_upd)::numeric / $orders, 2) AS index_writes_per_order, i.indexrelname AS index, i.idx_scan FROM pg_stat_user_tables t JOIN pg_stat_user_indexes i USING (relid) WHERE t.n_tup_ins + t.n_tup_upd > $orders / 10 ORDER BY t.relname, i.indexrelname"
 echo "statements per order: $(sql "SELECT round(sum(calls)::numeric / $orders, 1) || ', ' || round(sum(total_exec_time)::numeric / $orders, 2) || ' ms in them' FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())")"
