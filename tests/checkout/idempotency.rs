@@ -267,3 +267,64 @@ async fn a_key_repeated_in_one_group_is_compared_with_its_stored_request() {
     );
     assert_eq!(app.buckets("MUG").await.reserved, 1);
 }
+
+/// `POST /v1/orders` with `key`, its body as the bytes sent.
+async fn place_raw(app: &TestApp, key: &str, body: &serde_json::Value) -> (u16, String) {
+    let reply = app
+        .client
+        .post(app.url("/v1/orders"))
+        .bearer_auth(&app.token)
+        .header("idempotency-key", key)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("POST /v1/orders");
+    let status = reply.status().as_u16();
+    (status, reply.text().await.expect("body"))
+}
+
+#[tokio::test]
+async fn a_202_is_replayed_byte_for_byte_from_the_orders_first_event_after_the_order_moved_on() {
+    let app = TestApp::spawn().await;
+    app.add_product("MUG", 2500, 1).await;
+    let (status, first) = place_raw(&app, "k", &one("MUG", 1)).await;
+    assert_eq!(status, 202, "{first}");
+    let refused = app.place(&app.token, "refused", &one("MUG", 1)).await;
+    refused.assert_problem(409);
+    // The 202's body is not stored under its key; the refusal's is.
+    assert_eq!(
+        app.count("SELECT count(*) FROM idempotency_keys WHERE key = 'k' AND response_body IS NULL AND order_id IS NOT NULL")
+            .await,
+        1
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM idempotency_keys WHERE key = 'refused' AND response_body IS NOT NULL")
+            .await,
+        1
+    );
+    let id: serde_json::Value = serde_json::from_str(&first).expect("JSON");
+    let id = id["id"].as_str().expect("order id").to_owned();
+    let cancelled = app
+        .post_empty(&app.token, &format!("/v1/orders/{id}/cancel"))
+        .await;
+    assert!(
+        cancelled.status < 300,
+        "cancel: {} {}",
+        cancelled.status,
+        cancelled.body
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM orders WHERE state = 'cancelled'")
+            .await,
+        1,
+        "the order moved on"
+    );
+    let (status, replayed) = place_raw(&app, "k", &one("MUG", 1)).await;
+    assert_eq!(status, 202);
+    assert_eq!(
+        replayed, first,
+        "the answer as it was sent, not the order as it is now"
+    );
+    assert_eq!(app.count("SELECT count(*) FROM orders").await, 1);
+}

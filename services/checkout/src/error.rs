@@ -7,7 +7,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use domain::{DomainError, Sku};
 use platform::Problem;
-use store::idempotency::StoredResponse;
+use store::idempotency::{StoredBody, StoredResponse};
 use store::placing::LimitReached;
 
 /// Everything a handler can fail with, business refusals included.
@@ -262,7 +262,7 @@ impl ApiError {
         let problem = self.problem();
         StoredResponse {
             status: problem.status,
-            body: problem.to_json(),
+            body: StoredBody::Json(problem.to_json()),
             order_id: None,
         }
     }

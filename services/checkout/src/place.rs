@@ -9,7 +9,6 @@ use crate::error::ApiError;
 use crate::logging::RequestTrace;
 use crate::reply::stored_response;
 use crate::request::{self, OrderRequest};
-use crate::view::OrderView;
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -21,7 +20,7 @@ use events::Metadata;
 use sqlx::PgPool;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use store::idempotency::{Claim, KeyedRequest, StoredResponse};
+use store::idempotency::{Claim, KeyedRequest, StoredBody, StoredResponse};
 use store::placing::{HoldLimits, LimitReached, PlaceOutcome, Placement};
 use uuid::Uuid;
 
@@ -229,8 +228,7 @@ fn placement<'a>(
         .ok_or_else(|| ApiError::Internal("placing produced no order".into()))?;
     let accepted = StoredResponse {
         status: 202,
-        body: serde_json::to_value(OrderView::from(&order))
-            .map_err(|e| ApiError::Internal(e.to_string()))?,
+        body: StoredBody::Placed(Box::new(order.clone())),
         order_id: Some(order_id),
     };
     Ok(Placement {

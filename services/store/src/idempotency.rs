@@ -21,8 +21,20 @@ pub struct KeyedRequest<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredResponse {
     pub status: u16,
-    pub body: serde_json::Value,
+    pub body: StoredBody,
     pub order_id: Option<Uuid>,
+}
+
+/// The body of a stored response.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoredBody {
+    /// Stored as it was sent (a refusal's problem document).
+    Json(serde_json::Value),
+    /// The order as it was placed, which a `202` shows. The order's first
+    /// event holds it whole, so the key does not store it again (its
+    /// `response_body` is NULL): a replay folds that event and renders the
+    /// same body from it.
+    Placed(Box<domain::Order>),
 }
 
 /// The outcome of trying to claim a key.

@@ -3,7 +3,7 @@
 //! in the group's statement.
 
 use super::Placement;
-use crate::idempotency::{self, Claim, KeyedRequest, StoredResponse};
+use crate::idempotency::{self, Claim, KeyedRequest, StoredBody, StoredResponse};
 use crate::statement::Statement;
 use crate::StoreError;
 use sqlx::PgConnection;
@@ -15,9 +15,14 @@ use uuid::Uuid;
 /// `inbox::SEEN_SQL`): a generic plan made while the table was small
 /// hashes every stored key (a sequential scan), where a plan that sees the
 /// arrays probes the key's index once per key.
-const KEYS_SQL: &str = "SELECT t.i, k.fingerprint, k.status, k.response_body, k.order_id \
+///
+/// A key whose body is not stored (a `202`: [`StoredBody::Placed`]) comes
+/// with its order's first event, which the body is rebuilt from.
+const KEYS_SQL: &str =
+    "SELECT t.i, k.fingerprint, k.status, k.response_body, k.order_id, e.type, e.data \
      FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS t(a, k, i) \
-     JOIN idempotency_keys k ON k.account_id = t.a AND k.key = t.k";
+     JOIN idempotency_keys k ON k.account_id = t.a AND k.key = t.k \
+     LEFT JOIN events e ON k.response_body IS NULL AND e.stream_id = k.order_id AND e.version = 1";
 
 /// Try-locks each key (`$1`, by position), and says whether the commit
 /// will wait for synchronous standbys.
@@ -85,14 +90,31 @@ pub(super) async fn claim(
         .map(|&a| group[which[a]].key.account_id)
         .collect();
     let keys: Vec<&str> = locked.iter().map(|&a| group[which[a]].key.key).collect();
-    type Stored = (i64, Vec<u8>, i16, serde_json::Value, Option<Uuid>);
+    type Stored = (
+        i64,
+        Vec<u8>,
+        i16,
+        Option<serde_json::Value>,
+        Option<Uuid>,
+        Option<String>,
+        Option<serde_json::Value>,
+    );
     let stored: Vec<Stored> = sqlx::query_as(KEYS_SQL)
         .persistent(false)
         .bind(&accounts)
         .bind(&keys)
         .fetch_all(&mut *conn)
         .await?;
-    for (i, fingerprint, status, body, order_id) in stored {
+    for (i, fingerprint, status, body, order_id, placed_type, placed_data) in stored {
+        let body = match (body, placed_type, placed_data) {
+            (Some(body), _, _) => StoredBody::Json(body),
+            (None, Some(type_name), Some(data)) => StoredBody::Placed(Box::new(placed(&type_name, data)?)),
+            (None, _, _) => {
+                return Err(StoreError::Corrupt(format!(
+                    "an idempotency key stores no response and its order {order_id:?} has no first event to rebuild it from"
+                )))
+            }
+        };
         let at = usize::try_from(i - 1)
             .ok()
             .and_then(|n| locked.get(n).copied())
@@ -114,6 +136,18 @@ pub(super) async fn claim(
     Ok((claims, waits))
 }
 
+/// The order its first event placed: what a `202` stored as
+/// [`StoredBody::Placed`] shows.
+fn placed(type_name: &str, data: serde_json::Value) -> Result<domain::Order, StoreError> {
+    let event = domain::Event::from_parts(type_name, data)
+        .map_err(|e| StoreError::Corrupt(format!("an order's first event cannot be read: {e}")))?;
+    domain::fold(std::iter::once(&event)).ok_or_else(|| {
+        StoreError::Corrupt(format!(
+            "an order's first event ({type_name}) places no order"
+        ))
+    })
+}
+
 /// Keys with their final answers, inserted in one statement.
 #[derive(Default)]
 pub(super) struct StoredKeys<'a> {
@@ -121,7 +155,8 @@ pub(super) struct StoredKeys<'a> {
     keys: Vec<&'a str>,
     fingerprints: Vec<Vec<u8>>,
     statuses: Vec<i16>,
-    bodies: Vec<serde_json::Value>,
+    /// NULL for a [`StoredBody::Placed`]: its order's first event holds it.
+    bodies: Vec<Option<serde_json::Value>>,
     orders: Vec<Option<Uuid>>,
 }
 
@@ -132,7 +167,10 @@ impl<'a> StoredKeys<'a> {
         self.fingerprints.push(key.fingerprint.to_vec());
         self.statuses
             .push(i16::try_from(answer.status).unwrap_or(500));
-        self.bodies.push(answer.body.clone());
+        self.bodies.push(match &answer.body {
+            StoredBody::Json(body) => Some(body.clone()),
+            StoredBody::Placed(_) => None,
+        });
         self.orders.push(answer.order_id);
     }
 
