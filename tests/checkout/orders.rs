@@ -267,3 +267,37 @@ async fn the_orders_list_pages_an_accounts_orders_newest_first_each_once() {
     }
     assert_eq!(pages(&app, &stranger, 50).await.concat().len(), 1);
 }
+
+#[tokio::test]
+async fn an_orders_event_is_stored_as_the_json_text_it_was_written_with() {
+    let app = TestApp::spawn().await;
+    app.add_product("MUG", 2500, 1).await;
+    let placed = app.buy("MUG", 1).await;
+    assert_eq!(placed.status, 202, "{}", placed.body);
+    let id = placed.body["id"].as_str().expect("order id").to_owned();
+    let (data, metadata): (String, String) = sqlx::query_as(
+        "SELECT data::text, metadata::text FROM events WHERE stream_id = $1::uuid AND version = 1",
+    )
+    .bind(&id)
+    .fetch_one(&app.pool)
+    .await
+    .expect("the order's first event");
+    // As serde wrote them (compact, the metadata's keys in its fields'
+    // order): jsonb would print them again, a space after every colon and
+    // the keys in its own order.
+    let value: serde_json::Value = serde_json::from_str(&data).expect("JSON");
+    assert_eq!(
+        data,
+        serde_json::to_string(&value).expect("JSON"),
+        "data as written"
+    );
+    let meta: events::Metadata = serde_json::from_str(&metadata).expect("metadata");
+    assert_eq!(
+        metadata,
+        serde_json::to_string(&meta).expect("JSON"),
+        "metadata as written"
+    );
+    let data: serde_json::Value = serde_json::from_str(&data).expect("JSON");
+    assert_eq!(data["order_id"].as_str(), Some(id.as_str()));
+    assert_eq!(data["lines"][0]["sku"], "MUG");
+}

@@ -55,7 +55,9 @@ impl Record {
 /// Appends records (of one or many streams) with their outbox rows, as
 /// fragments of `statement`. An outbox row names its event by position
 /// (and its stream, for the relay's per-order order); the relay builds the
-/// message from the event itself.
+/// message from the event itself. An event's data and metadata are sent
+/// and stored as the JSON text serialized here (`json`, not `jsonb`: see
+/// the `events_as_written` migration), which PostgreSQL only checks.
 pub(crate) fn append<'q>(
     statement: &mut Statement<'q>,
     records: &'q [Record],
@@ -81,9 +83,9 @@ pub(crate) fn append<'q>(
         streams.push(r.stream_id);
         versions.push(r.version);
         types.push(r.type_name);
-        datas.push(&r.data);
+        datas.push(serde_json::to_string(&r.data).map_err(corrupt)?);
         times.push(r.at);
-        metas.push(serde_json::to_value(&r.meta).map_err(corrupt)?);
+        metas.push(serde_json::to_string(&r.meta).map_err(corrupt)?);
     }
     let s = statement;
     let (ids, streams) = (s.bind(ids)?, s.bind(streams)?);
@@ -93,7 +95,7 @@ pub(crate) fn append<'q>(
         "appended",
         &format!(
             "INSERT INTO events (event_id, stream_id, version, type, data, metadata, recorded_at) \
-             SELECT * FROM unnest({ids}::uuid[], {streams}::uuid[], {versions}::int[], {types}::text[], {datas}::jsonb[], {metas}::jsonb[], {times}::timestamptz[]) \
+             SELECT * FROM unnest({ids}::uuid[], {streams}::uuid[], {versions}::int[], {types}::text[], {datas}::text[]::json[], {metas}::text[]::json[], {times}::timestamptz[]) \
              RETURNING position, stream_id"
         ),
     );
