@@ -118,37 +118,44 @@ else
 fi
 echo "transactions per order: $(sql "SELECT round(xact_commit::numeric / $orders, 2) || ' committed, ' || round(xact_rollback::numeric / $orders, 2) || ' rolled back' FROM pg_stat_database WHERE datname = current_database()")"
 echo "WAL per order: $(sql "SELECT round(wal_records::numeric / $orders, 1) || ' records, ' || round(wal_fpi::numeric / $orders, 2) || ' full-page images, ' || round(wal_bytes / $orders / 1024, 1) || ' kB' FROM pg_stat_wal"); events per order: $(sql "SELECT round(count(*)::numeric / $orders, 2) FROM events")"
-# The WAL written since the statistics were reset, by record type (pg_waldump
-# of the private server's segments): which writes an order costs.
+# The WAL written from the run's start to now, read back with pg_waldump
+# from the private server's segments (pg_stat_wal above also counts what
+# autovacuum and checkpoints wrote after the run): by record type, then by
+# the relation each record changes (its first block reference, its
+# full-page images with it), so the table or index the bytes are for shows.
 wal_end=$(sql "SELECT pg_current_wal_insert_lsn()")
-echo "WAL records per order by type (pg_waldump --stats=record):"
-"$(pg_config --bindir)/pg_waldump" --stats=record -p "$dir/pg/pg_wal" -s "$wal_start" -e "$wal_end" 2>/dev/null \
-  | awk -v n="$orders" '$1 ~ /\// && $2 ~ /^[0-9]+$/ && $2 > 0 { printf "  %6.2f  %s\n", $2 / n, $1 }' | sort -rn | head -15 \
-  || echo "  (pg_waldump could not read the segments)"
-# The same WAL by the relation its record changes (its first block
-# reference; full-page images counted with it): which table or index the
-# bytes are for. Commits and other records that name no relation come last.
-echo "WAL bytes per order by relation (pg_waldump; a record is counted with the first relation it changes, its full-page images with it):"
-sql "SELECT relfilenode || ' ' || relname FROM pg_class WHERE relfilenode <> 0" >"$dir/relfilenodes"
-"$(pg_config --bindir)/pg_waldump" -p "$dir/pg/pg_wal" -s "$wal_start" -e "$wal_end" 2>/dev/null \
-  | awk -v n="$orders" -v names="$dir/relfilenodes" '
+waldump="$(pg_config --bindir)/pg_waldump"
+# pg_waldump may stop with an error at the last record, not yet flushed:
+# what it read before is kept.
+"$waldump" --stats=record -p "$dir/pg/pg_wal" -s "$wal_start" -e "$wal_end" >"$dir/wal.stats" 2>"$dir/wal.err" || true
+"$waldump" -p "$dir/pg/pg_wal" -s "$wal_start" -e "$wal_end" >"$dir/wal.records" 2>>"$dir/wal.err" || true
+if [ -s "$dir/wal.stats" ] && [ -s "$dir/wal.records" ]; then
+  sql "SELECT relfilenode || ' ' || relname FROM pg_class WHERE relfilenode <> 0" >"$dir/relfilenodes"
+  awk -v n="$orders" -v names="$dir/relfilenodes" -v total="$dir/wal.total" '
       BEGIN { while ((getline line < names) > 0) { split(line, f, " "); name[f[1]] = f[2] } }
       {
         match($0, /len \(rec\/tot\): *[0-9]+\/ *[0-9]+/); split(substr($0, RSTART, RLENGTH), l, "/"); tot = l[3] + 0
         rel = "(no relation: commits, running transactions, ...)"
         if (match($0, /rel [0-9]+\/[0-9]+\/[0-9]+/)) { split(substr($0, RSTART + 4, RLENGTH - 4), r, "/"); rel = (r[3] in name) ? name[r[3]] : "filenode " r[3] }
         split($0, d, "desc: "); split(d[2], w, " "); kind = w[1]
-        bytes[rel] += tot; records[rel]++; all += tot; kinds[rel, kind]++; seen[rel] = seen[rel] (index(seen[rel], " " kind " ") ? "" : " " kind " ")
+        bytes[rel] += tot; records[rel]++; all += tot; count++; kinds[rel, kind]++; seen[rel] = seen[rel] (index(seen[rel], " " kind " ") ? "" : " " kind " ")
       }
       END {
+        printf "WAL per order from the run'"'"'s start to its end (pg_waldump): %.2f kB, %.1f records\n", all / n / 1024, count / n > total
         for (k in bytes) {
           split(seen[k], ks, " "); detail = ""
           for (i in ks) if (ks[i] != "" && kinds[k, ks[i]] / n >= 0.05) detail = detail (detail == "" ? "" : ", ") sprintf("%s %.1f", ks[i], kinds[k, ks[i]] / n)
           printf "  %7.0f B %5.1f records %4.1f%%  %s (%s)\n", bytes[k] / n, records[k] / n, 100 * bytes[k] / all, k, detail
         }
-      }' \
-  | sort -rn | head -30 \
-  || echo "  (pg_waldump could not read the segments)"
+      }' "$dir/wal.records" | sort -rn >"$dir/wal.relations"
+  cat "$dir/wal.total"
+  echo "WAL records per order by type:"
+  awk -v n="$orders" '$1 ~ /\// && $2 ~ /^[0-9]+$/ && $2 > 0 { printf "  %6.2f  %s\n", $2 / n, $1 }' "$dir/wal.stats" | sort -rn | head -15
+  echo "WAL bytes per order by relation (a record counted with the first relation it changes, its full-page images with it):"
+  head -30 "$dir/wal.relations"
+else
+  echo "WAL by record type and relation: pg_waldump could not read the segments: $(head -c 300 "$dir/wal.err")"
+fi
 echo "bytes of an event's row, by type (pg_column_size; as json: the same values stored as text):"
 psql "$DATABASE_URL" -P pager=off -c "SELECT type, count(*) AS events, round(avg(pg_column_size(e.*))) AS row, round(avg(pg_column_size(data))) AS data, round(avg(pg_column_size(metadata))) AS metadata, round(avg(pg_column_size(data::json))) AS data_as_json, round(avg(pg_column_size(metadata::json))) AS metadata_as_json FROM events e GROUP BY type ORDER BY count(*) DESC, type"
 echo "indexes of the tables written per order (an index is one more entry to write per row; idx_scan = 0: not read during the run):"
