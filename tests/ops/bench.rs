@@ -7,7 +7,8 @@
 //! order is confirmed, counted from the load's answers, the orders' states
 //! and their events; both sides of a comparison are measured and compared;
 //! a bin dir missing a service is refused before anything starts. The
-//! scripts' pgbench floor runs on today's schema.
+//! scripts' pgbench floor runs on today's schema, and their money seed
+//! writes books the audit finds clean.
 
 use serde_json::Value;
 use soldonce_tests::relay::binary;
@@ -379,4 +380,69 @@ async fn the_checkout_shaped_pgbench_script_reserves_one_unit_per_run_on_todays_
         "pending orders, units reserved in the ledger, outbox rows"
     );
     pool.close().await;
+}
+
+/// `scripts/bench/money.seed.sql` (the books `money.sh` times the audit and
+/// the reconciliation over) writes, on today's schema, orders exactly as the
+/// services would: 300 seeded orders are every one confirmed, paid and
+/// shipped by the tables, and `soldonce audit` finds them clean. A
+/// migration that changed a table the seed writes would otherwise show only
+/// as a money bench that stops, or audits a violation, at its first step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_money_seed_writes_orders_the_audit_finds_clean_on_todays_schema() {
+    let url = servers::fresh_database().await;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench/money.seed.sql");
+    let t0 = chrono::Utc::now().timestamp() / 86_400 * 86_400 - 30 * 86_400;
+    let seed = tokio::process::Command::new("psql")
+        .args([
+            "-qtA",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-v",
+            "from=1",
+            "-v",
+            "to=300",
+        ])
+        .arg("-v")
+        .arg(format!("t0={t0}"))
+        .arg("-f")
+        .arg(&script)
+        .arg(&url)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("run psql (PostgreSQL's bin directory on PATH, as deploy/setup.sh puts it)");
+    assert!(
+        seed.status.success(),
+        "psql failed on the seed:\n{}",
+        String::from_utf8_lossy(&seed.stderr)
+    );
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let seeded: (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM orders WHERE state = 'confirmed'), \
+                (SELECT count(*) FROM payments WHERE disposition = 'attached'), \
+                (SELECT count(*) FROM shipments)",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("what the seed wrote");
+    assert_eq!(
+        seeded,
+        (300, 300, 300),
+        "confirmed orders, their payments, their shipments"
+    );
+    pool.close().await;
+    let audit = tokio::process::Command::new(binary("soldonce"))
+        .args(["--json", "audit"])
+        .env("DATABASE_URL", &url)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("run soldonce audit");
+    assert!(
+        audit.status.success(),
+        "the audit found the seeded books wrong:\n{}\n{}",
+        String::from_utf8_lossy(&audit.stdout),
+        String::from_utf8_lossy(&audit.stderr)
+    );
 }
