@@ -108,11 +108,14 @@ pub(super) async fn claim(
     for (i, fingerprint, status, body, order_id, placed_type, placed_data) in stored {
         let body = match (body, placed_type, placed_data) {
             (Some(body), _, _) => StoredBody::Json(body),
-            (None, Some(type_name), Some(data)) => StoredBody::Placed(Box::new(placed(&type_name, data)?)),
+            (None, Some(type_name), Some(data)) => {
+                StoredBody::Placed(Box::new(placed(&type_name, data)?))
+            }
             (None, _, _) => {
+                let order = order_id.map_or_else(|| "none".to_owned(), |id| id.to_string());
                 return Err(StoreError::Corrupt(format!(
-                    "an idempotency key stores no response and its order {order_id:?} has no first event to rebuild it from"
-                )))
+                    "an idempotency key stores no response and its order ({order}) has no first event to rebuild it from"
+                )));
             }
         };
         let at = usize::try_from(i - 1)
