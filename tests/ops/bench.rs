@@ -339,23 +339,11 @@ async fn the_checkout_shaped_pgbench_script_reserves_one_unit_per_run_on_todays_
         .execute(&pool)
         .await
         .expect("seed the account");
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench/checkout.pgbench.sql");
-    let run = tokio::process::Command::new("pgbench")
-        .args([
-            "-n", "-M", "prepared", "-c", "1", "-t", "5", "-D", "skus=1", "-f",
-        ])
-        .arg(&script)
-        .arg(&url)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .expect("run pgbench (PostgreSQL's bin directory on PATH, as deploy/setup.sh puts it)");
-    assert!(
-        run.status.success(),
-        "pgbench failed on the script:\n{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let script = bench_script("checkout.pgbench.sql");
+    let args = [
+        "-n", "-M", "prepared", "-c", "1", "-t", "5", "-D", "skus=1", "-f",
+    ];
+    run_on_database("pgbench", &args.map(String::from), &script, &url).await;
     let (available, reserved, sold): (i64, i64, i64) =
         sqlx::query_as("SELECT available, reserved, sold FROM stock_buckets WHERE sku = 'BENCH-0'")
             .fetch_one(&pool)
@@ -391,32 +379,13 @@ async fn the_checkout_shaped_pgbench_script_reserves_one_unit_per_run_on_todays_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_money_seed_writes_orders_the_audit_finds_clean_on_todays_schema() {
     let url = servers::fresh_database().await;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench/money.seed.sql");
+    let script = bench_script("money.seed.sql");
     let t0 = chrono::Utc::now().timestamp() / 86_400 * 86_400 - 30 * 86_400;
-    let seed = tokio::process::Command::new("psql")
-        .args([
-            "-qtA",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-v",
-            "from=1",
-            "-v",
-            "to=300",
-        ])
-        .arg("-v")
-        .arg(format!("t0={t0}"))
-        .arg("-f")
-        .arg(&script)
-        .arg(&url)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .expect("run psql (PostgreSQL's bin directory on PATH, as deploy/setup.sh puts it)");
-    assert!(
-        seed.status.success(),
-        "psql failed on the seed:\n{}",
-        String::from_utf8_lossy(&seed.stderr)
-    );
+    let vars = ["ON_ERROR_STOP=1", "from=1", "to=300", &format!("t0={t0}")];
+    let mut args = vec!["-qtA".to_owned()];
+    args.extend(vars.iter().flat_map(|v| ["-v".to_owned(), (*v).to_owned()]));
+    args.push("-f".to_owned());
+    run_on_database("psql", &args, &script, &url).await;
     let pool = sqlx::PgPool::connect(&url).await.expect("connect");
     let seeded: (i64, i64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM orders WHERE state = 'confirmed'), \
@@ -444,5 +413,34 @@ async fn the_money_seed_writes_orders_the_audit_finds_clean_on_todays_schema() {
         "the audit found the seeded books wrong:\n{}\n{}",
         String::from_utf8_lossy(&audit.stdout),
         String::from_utf8_lossy(&audit.stderr)
+    );
+}
+
+/// A script of `scripts/bench/`.
+fn bench_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scripts/bench")
+        .join(name)
+}
+
+/// Runs PostgreSQL's `program` (pgbench, psql) with `args`, then `script`
+/// and the database `url`, as the bench scripts do; fails the test with its
+/// errors unless it succeeds.
+async fn run_on_database(program: &str, args: &[String], script: &Path, url: &str) {
+    let run = tokio::process::Command::new(program)
+        .args(args)
+        .arg(script)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap_or_else(|e| {
+            panic!("run {program} (PostgreSQL's bin directory on PATH, as deploy/setup.sh puts it): {e}")
+        });
+    assert!(
+        run.status.success(),
+        "{program} failed on {}:\n{}",
+        script.display(),
+        String::from_utf8_lossy(&run.stderr)
     );
 }
