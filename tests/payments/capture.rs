@@ -316,3 +316,72 @@ async fn three_d_secure_completed_confirms_and_abandoned_ends_the_order_with_not
     saga.fault_fired("reorder_webhooks", 1.0).await;
     assert_audit_clean(&saga.app).await;
 }
+
+/// The warehouse's step decides each capture as its shipment ships (not a
+/// sweep over every authorized order): the step names the orders whose
+/// shipments shipped, and deciding for them decides exactly those, once,
+/// counted by what the calls return and by the events and payment rows;
+/// the sweep then finds nothing left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_step_that_ships_an_order_names_it_and_its_capture_is_decided_once_without_the_sweep() {
+    let saga = Saga::start_with(SagaOptions::default()).await;
+    saga.app.add_product("MUG", 2500, 10).await;
+    let mut ids = std::collections::BTreeSet::new();
+    for _ in 0..3 {
+        let id = saga.order("MUG").await;
+        assert_eq!(saga.settled_state(&id, SETTLE).await, "confirmed");
+        ids.insert(id.parse::<uuid::Uuid>().expect("uuid"));
+    }
+    for id in &ids {
+        let meta = events::Metadata::from_request("test", *id, None);
+        let mut tx = saga.app.pool.begin().await.expect("tx");
+        store::shipments::create_many(&mut tx, &[(*id, meta)])
+            .await
+            .expect("ship");
+        tx.commit().await.expect("commit");
+    }
+    // pending → picked → shipped → delivered: only the second step ships them.
+    let pool = &saga.app.pool;
+    let step = || async {
+        store::shipments::advance_due(pool, Duration::ZERO, 10, "test")
+            .await
+            .expect("a warehouse step")
+    };
+    let picked = step().await;
+    let shipped = step().await;
+    assert_eq!((picked.steps, shipped.steps), (3, 3));
+    assert!(picked.shipped.is_empty(), "{picked:?}");
+    let named: std::collections::BTreeSet<uuid::Uuid> = shipped.shipped.iter().copied().collect();
+    assert_eq!(named, ids, "the step names the orders it shipped");
+    let decided = store::captures::decide_for(pool, &shipped.shipped, "test")
+        .await
+        .expect("decide");
+    assert_eq!(decided, 3);
+    assert_eq!(
+        saga.app
+            .count("SELECT count(*) FROM payments WHERE capture_state IS NOT NULL")
+            .await,
+        3,
+        "each payment's capture is due"
+    );
+    let delivered = step().await;
+    assert_eq!((delivered.steps, delivered.shipped.len()), (3, 0));
+    let again = store::captures::decide_for(pool, &shipped.shipped, "test")
+        .await
+        .expect("decide again");
+    let swept = store::captures::decide_shipped(pool, 500, "test")
+        .await
+        .expect("sweep");
+    assert_eq!(
+        (again, swept),
+        (0, 0),
+        "nothing decided twice, nothing left for the sweep"
+    );
+    assert_eq!(
+        saga.app
+            .count("SELECT count(*) FROM events WHERE type = 'order.capture_decided.v1'")
+            .await,
+        3,
+        "one capture decided per order"
+    );
+}

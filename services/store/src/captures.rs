@@ -67,16 +67,44 @@ impl Capture {
 /// authorized and whose shipment has shipped, oldest authorization first,
 /// in one transaction; returns how many were decided. Orders another sweep
 /// holds are skipped.
+///
+/// This is the safety net, not the usual way: it walks every authorized
+/// order (or every open shipment, as the planner chooses), however many
+/// wait to ship, so it runs seldom; the warehouse's step decides each
+/// capture as its shipment ships ([`decide_for`]), and this sweep finds
+/// what that missed (a process stopped between the two transactions, an
+/// order its step skipped because another writer held it).
 pub async fn decide_shipped(pool: &PgPool, limit: i64, source: &str) -> Result<usize, StoreError> {
-    let mut tx = pool.begin().await?;
-    let ids: Vec<Uuid> = sqlx::query_scalar(
-        "SELECT o.id FROM orders o WHERE o.capture = 'authorized' \
+    let sql = "SELECT o.id FROM orders o WHERE o.capture = 'authorized' \
          AND EXISTS (SELECT 1 FROM shipments s WHERE s.order_id = o.id AND s.state IN ('shipped', 'delivered')) \
-         ORDER BY o.updated_at, o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED",
-    )
-    .bind(limit)
-    .fetch_all(&mut *tx)
-    .await?;
+         ORDER BY o.updated_at, o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED";
+    decide(pool, sqlx::query_scalar(sql).bind(limit), source).await
+}
+
+/// Decides the capture of these orders (the warehouse's step found their
+/// shipments shipped), each one whose payment is only authorized and whose
+/// shipment has shipped, in one transaction; returns how many were decided.
+/// An order another writer holds is skipped: [`decide_shipped`] finds it.
+pub async fn decide_for(pool: &PgPool, orders: &[Uuid], source: &str) -> Result<usize, StoreError> {
+    if orders.is_empty() {
+        return Ok(0);
+    }
+    let sql = "SELECT o.id FROM orders o WHERE o.id = ANY($1) AND o.capture = 'authorized' \
+         AND EXISTS (SELECT 1 FROM shipments s WHERE s.order_id = o.id AND s.state IN ('shipped', 'delivered')) \
+         ORDER BY o.id FOR UPDATE OF o SKIP LOCKED";
+    decide(pool, sqlx::query_scalar(sql).bind(orders), source).await
+}
+
+/// Decides the capture of the orders `candidates` finds and locks, in one
+/// transaction: each order's `order.capture_decided` and its payment's
+/// `capture_state = 'pending'` commit together.
+async fn decide<'q>(
+    pool: &PgPool,
+    candidates: sqlx::query::QueryScalar<'q, sqlx::Postgres, Uuid, sqlx::postgres::PgArguments>,
+    source: &str,
+) -> Result<usize, StoreError> {
+    let mut tx = pool.begin().await?;
+    let ids: Vec<Uuid> = candidates.fetch_all(&mut *tx).await?;
     if ids.is_empty() {
         return Ok(0);
     }

@@ -164,17 +164,27 @@ pub async fn create_many(
     Ok(answers)
 }
 
+/// What [`advance_due`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Advanced {
+    /// Shipments moved one step on.
+    pub steps: u64,
+    /// The orders whose shipment shipped in this transaction: the ones whose
+    /// capture is due now (`crate::captures::decide_for`).
+    pub shipped: Vec<Uuid>,
+}
+
 /// Moves every shipment whose last step is older than `step_delay` one
 /// step on, at most `limit` in one transaction; safe with N processes.
 /// A shipment held by a dispute (`shipment_holds`) never moves, nor does a
 /// cancelled one.
-/// `source` names the caller in the events' metadata. Returns how many moved.
+/// `source` names the caller in the events' metadata.
 pub async fn advance_due(
     pool: &PgPool,
     step_delay: Duration,
     limit: i64,
     source: &str,
-) -> Result<u64, StoreError> {
+) -> Result<Advanced, StoreError> {
     let mut tx = pool.begin().await?;
     let due: Vec<ShipmentRow> = sqlx::query_as(&format!(
         "{SELECT} s WHERE state <> 'delivered' AND state <> 'cancelled' AND updated_at <= now() - make_interval(secs => $1) \
@@ -194,7 +204,7 @@ pub async fn advance_due(
         .fetch_all(&mut *tx)
         .await?;
     let mut changes = Changes::new();
-    let mut moved = 0;
+    let mut advanced = Advanced::default();
     for row in due.into_iter().filter(|r| !held.contains(&r.order_id)) {
         let current = Shipment::try_from(row)?;
         let events = shipment::decide(
@@ -206,11 +216,14 @@ pub async fn advance_due(
         }
         let meta = Metadata::spontaneous(source, current.order_id);
         changes.shipment(Some(&current), &events, &meta)?;
-        moved += 1;
+        advanced.steps += 1;
+        if events.iter().any(|e| e.state == ShipmentState::Shipped) {
+            advanced.shipped.push(current.order_id);
+        }
     }
     write::commit(&mut tx, &changes).await?;
     tx.commit().await?;
-    Ok(moved)
+    Ok(advanced)
 }
 
 /// The order's shipment, if it has one.
