@@ -1,7 +1,8 @@
 //! Captures: with `CAPTURE_AT=shipment` an order confirms on an
 //! authorization, and its money is taken only when its shipment ships.
-//! Fulfillment's sweep ([`decide_shipped`]) decides each capture once: the
-//! order's `order.capture_decided` event and the payment row's
+//! Fulfillment decides each capture once, as the order's shipment ships
+//! ([`decide_for`]; the sweep [`decide_shipped`] finds what that missed):
+//! the order's `order.capture_decided` event and the payment row's
 //! `capture_state = 'pending'` commit together. The payment worker then
 //! carries it out like a compensation — claimed under a lease, asked with
 //! the stable key `capture:<payment_id>` until the PSP confirms — and
