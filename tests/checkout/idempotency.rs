@@ -268,27 +268,11 @@ async fn a_key_repeated_in_one_group_is_compared_with_its_stored_request() {
     assert_eq!(app.buckets("MUG").await.reserved, 1);
 }
 
-/// `POST /v1/orders` with `key`, its body as the bytes sent.
-async fn place_raw(app: &TestApp, key: &str, body: &serde_json::Value) -> (u16, String) {
-    let reply = app
-        .client
-        .post(app.url("/v1/orders"))
-        .bearer_auth(&app.token)
-        .header("idempotency-key", key)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("POST /v1/orders");
-    let status = reply.status().as_u16();
-    (status, reply.text().await.expect("body"))
-}
-
 #[tokio::test]
 async fn a_202_is_replayed_byte_for_byte_from_the_orders_first_event_after_the_order_moved_on() {
     let app = TestApp::spawn().await;
     app.add_product("MUG", 2500, 1).await;
-    let (status, first) = place_raw(&app, "k", &one("MUG", 1)).await;
+    let (status, first) = app.place_text(&app.token, "k", &one("MUG", 1)).await;
     assert_eq!(status, 202, "{first}");
     let refused = app.place(&app.token, "refused", &one("MUG", 1)).await;
     refused.assert_problem(409);
@@ -320,7 +304,7 @@ async fn a_202_is_replayed_byte_for_byte_from_the_orders_first_event_after_the_o
         1,
         "the order moved on"
     );
-    let (status, replayed) = place_raw(&app, "k", &one("MUG", 1)).await;
+    let (status, replayed) = app.place_text(&app.token, "k", &one("MUG", 1)).await;
     assert_eq!(status, 202);
     assert_eq!(
         replayed, first,

@@ -190,15 +190,28 @@ impl TestApp {
 
     /// `POST /v1/orders` with a JSON body.
     pub async fn place(&self, token: &str, key: &str, body: &Value) -> Reply {
-        self.send(
-            self.client
-                .post(self.url("/v1/orders"))
-                .bearer_auth(token)
-                .header("idempotency-key", key)
-                .header("content-type", "application/json")
-                .body(body.to_string()),
-        )
-        .await
+        self.send(self.place_request(token, key, body)).await
+    }
+
+    /// `POST /v1/orders` with a JSON body: its status and its body as the
+    /// bytes sent, for comparing answers byte for byte.
+    pub async fn place_text(&self, token: &str, key: &str, body: &Value) -> (u16, String) {
+        let reply = self
+            .place_request(token, key, body)
+            .send()
+            .await
+            .expect("POST /v1/orders");
+        let status = reply.status().as_u16();
+        (status, reply.text().await.expect("body"))
+    }
+
+    fn place_request(&self, token: &str, key: &str, body: &Value) -> reqwest::RequestBuilder {
+        self.client
+            .post(self.url("/v1/orders"))
+            .bearer_auth(token)
+            .header("idempotency-key", key)
+            .header("content-type", "application/json")
+            .body(body.to_string())
     }
 
     /// `POST /v1/orders` for one line, with a fresh key, as the default account.
