@@ -104,13 +104,13 @@ else
     wait_settled
     settled=$(python3 -c "import time; print(f'{time.time()-$t0:.1f}')")
     perf_stop
-    wait_delivered
+    wait_delivered; wait_captured
     orders=$(sql "SELECT count(*) FROM orders")
     echo "case $case: closed loop, 300 connections; orders: $orders, all settled after ${settled}s, every confirmed one delivered"
   else
     load --sku "$sku" --sku-count "$count" --rate "$rate" --duration "${secs}s" >/dev/null
     perf_stop
-    wait_settled; wait_delivered
+    wait_settled; wait_delivered; wait_captured
     orders=$(sql "SELECT count(*) FROM orders")
     echo "case $case: $rate orders/s for ${secs}s; orders: $orders, every one settled and every confirmed one delivered"
   fi
@@ -174,4 +174,17 @@ if [ -n "${PERF:-}" ]; then
   perf report -i "$perf_data" --no-children --sort comm,dso --stdio --percent-limit 1 2>/dev/null | grep -v '^#' | grep -v '^$' | head -25
   echo "the functions with the most samples:"
   perf report -i "$perf_data" --no-children --sort dso,sym --stdio --percent-limit 0.4 2>/dev/null | grep -v '^#' | grep -v '^$' | head -60
+fi
+if [ "$case" != expiry ]; then
+  # Where an order's time goes: each of its events after the one before it
+  # (its shipment's events with it), recorded times, p50 and p99.
+  echo "an order's steps, each from the event before it (recorded times), read after everything above:"
+  psql "$DATABASE_URL" -P pager=off -c "WITH e AS (
+    SELECT type, recorded_at - lag(recorded_at) OVER (PARTITION BY o ORDER BY recorded_at, position) AS gap,
+           lag(type) OVER (PARTITION BY o ORDER BY recorded_at, position) AS after
+    FROM (SELECT *, CASE WHEN type LIKE 'shipment.%' THEN (data->>'order_id')::uuid ELSE stream_id END AS o FROM events) x)
+    SELECT after || ' → ' || type AS step, count(*) AS orders,
+           round((extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY gap)) * 1000)::numeric, 1) AS p50_ms,
+           round((extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY gap)) * 1000)::numeric, 1) AS p99_ms
+    FROM e WHERE after IS NOT NULL GROUP BY after, type HAVING count(*) >= $orders / 100 ORDER BY min(gap) IS NULL, percentile_cont(0.5) WITHIN GROUP (ORDER BY gap) DESC"
 fi

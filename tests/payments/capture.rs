@@ -385,3 +385,95 @@ async fn the_step_that_ships_an_order_names_it_and_its_capture_is_decided_once_w
         "one capture decided per order"
     );
 }
+
+/// Ships these orders by hand (create, pick, ship) and decides their
+/// captures, as fulfillment's step does; a shipment already further on
+/// moves one step too.
+async fn ship_and_decide(saga: &Saga, ids: &[uuid::Uuid]) {
+    let pool = &saga.app.pool;
+    let mut tx = pool.begin().await.expect("tx");
+    let made: Vec<(uuid::Uuid, events::Metadata)> = ids
+        .iter()
+        .map(|id| (*id, events::Metadata::from_request("test", *id, None)))
+        .collect();
+    store::shipments::create_many(&mut tx, &made)
+        .await
+        .expect("ship");
+    tx.commit().await.expect("commit");
+    let mut shipped = vec![];
+    for _ in 0..2 {
+        let step = store::shipments::advance_due(pool, Duration::ZERO, 10, "test")
+            .await
+            .expect("a warehouse step");
+        shipped.extend(step.shipped);
+    }
+    shipped.sort();
+    let mut wanted = ids.to_vec();
+    wanted.sort();
+    assert_eq!(shipped, wanted, "the steps shipped these orders");
+    let decided = store::captures::decide_for(pool, ids, "test")
+        .await
+        .expect("decide");
+    assert_eq!(decided, ids.len());
+}
+
+/// A capture the PSP sits on holds back no other: while psp-sim holds one
+/// capture request (far longer than the test), the captures decided after
+/// it are asked, confirmed and recorded. Counted in soldonce's payment rows
+/// and events and in psp-sim's books; the held one is still owed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capture_the_psp_sits_on_holds_back_no_other() {
+    let saga = Saga::start_with(SagaOptions {
+        // Long enough that the held call is still in flight at the end.
+        psp_timeout: Duration::from_secs(300),
+        ..SagaOptions::default()
+    })
+    .await;
+    saga.app.add_product("MUG", 2500, 10).await;
+    let mut ids = vec![];
+    for _ in 0..4 {
+        let id = saga.order("MUG").await;
+        assert_eq!(saga.settled_state(&id, SETTLE).await, "confirmed");
+        ids.push(id.parse::<uuid::Uuid>().expect("uuid"));
+    }
+    // The first capture reaches a PSP that holds every request for 10 minutes.
+    saga.set_faults(r#"{"latency_ms": 600000}"#).await;
+    ship_and_decide(&saga, &ids[..1]).await;
+    saga.fault_fired("latency", 1.0).await;
+    saga.set_faults("{}").await;
+    // The others ship and are decided while it is held.
+    ship_and_decide(&saga, &ids[1..]).await;
+    for id in &ids[1..] {
+        let taken = psp_payment_in(&saga, &id.to_string(), "succeeded").await;
+        assert_eq!(taken["amount_captured"], 2500, "{taken}");
+    }
+    saga.app
+        .wait_count(
+            "the three captures recorded",
+            "SELECT count(*) FROM payments WHERE capture_state = 'captured' AND captured_minor = 2500",
+            3,
+        )
+        .await;
+    let held = saga.psp_payments(&ids[0].to_string()).await;
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0]["status"], "requires_capture", "{held:?}");
+    let owed: Vec<(uuid::Uuid, String)> = sqlx::query_as(
+        "SELECT order_id, capture_state FROM payments WHERE capture_state <> 'captured'",
+    )
+    .fetch_all(&saga.app.pool)
+    .await
+    .expect("payments");
+    assert_eq!(owed, vec![(ids[0], "pending".to_string())]);
+    assert_eq!(
+        saga.app
+            .count("SELECT count(*) FROM events WHERE type = 'order.captured.v1'")
+            .await,
+        3,
+        "one capture recorded per order the PSP answered for"
+    );
+    assert_eq!(
+        saga.faults_injected("latency").await,
+        1.0,
+        "only the first capture was held"
+    );
+}

@@ -7,35 +7,31 @@
 //! person: the goods left unpaid.
 
 use crate::psp::{Psp, PspError, PspPayment};
-use futures::StreamExt;
 use sqlx::PgPool;
 use std::time::Duration;
 use store::captures::{self, Capture};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 /// How long a claim keeps other workers away from a capture.
 const LEASE: Duration = Duration::from_secs(30);
-/// Captures claimed per round.
-const BATCH: i64 = 64;
-/// Captures asked of the PSP at once.
-pub const IN_FLIGHT: usize = 16;
-
-/// What one round did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Round {
-    pub captured: usize,
-    pub postponed: usize,
-    pub refused: usize,
-}
-
-impl Round {
-    /// Whether the round found any work.
-    pub fn busy(&self) -> bool {
-        self.captured + self.postponed + self.refused > 0
-    }
-}
+/// Captures asked of the PSP at once. Each waits for the PSP's answer (a
+/// network round trip and the PSP's own time), so this, divided by that
+/// time, caps the captures per second: 128 at 100 ms is 1,280 a second.
+pub const IN_FLIGHT: usize = 128;
+/// While captures keep coming, how often more are claimed (at most).
+const LOOK_EVERY: Duration = Duration::from_millis(50);
+/// How long a confirmed capture may wait for others to be recorded with
+/// (unless nothing else is in flight, or [`RECORD_BATCH`] wait).
+const RECORD_LINGER: Duration = Duration::from_millis(50);
+/// The most confirmed captures recorded in one transaction.
+const RECORD_BATCH: usize = 64;
+/// How often the outstanding-capture gauges are read while captures flow.
+const GAUGES_EVERY: Duration = Duration::from_secs(1);
 
 /// What the PSP's answer came to; a capture it confirmed is recorded with
-/// the round's others, in one transaction.
+/// others, in one transaction.
 #[derive(Debug)]
 enum Outcome {
     Captured(Capture, i64),
@@ -43,38 +39,84 @@ enum Outcome {
     Refused,
 }
 
-/// Claims the captures that are due, asks the PSP for each once, and
-/// records those it confirmed together.
-pub async fn run_due(pool: &PgPool, psp: &Psp) -> Result<Round, store::StoreError> {
-    let due = captures::claim_due(pool, BATCH, LEASE).await?;
-    let outcomes: Vec<Outcome> = futures::stream::iter(due)
-        .map(|c| carry_out(pool, psp, c))
-        .buffer_unordered(IN_FLIGHT)
-        .collect()
-        .await;
-    let mut round = Round::default();
-    let mut confirmed = Vec::new();
-    for outcome in outcomes {
-        match outcome {
-            Outcome::Captured(c, taken) => confirmed.push((c, taken)),
-            Outcome::Postponed => round.postponed += 1,
-            Outcome::Refused => round.refused += 1,
+/// Carries out captures until `stop` turns true, as a pipeline: up to
+/// [`IN_FLIGHT`] asked of the PSP at once, more claimed as answers come
+/// back (every [`LOOK_EVERY`] while any were found, else every
+/// `interval`), and those the PSP confirmed recorded together once
+/// [`RECORD_LINGER`] has passed. No capture waits for a slower one: an
+/// earlier version asked in rounds of 64, each round waiting for its last
+/// answer, which held captures to about 250 a second with a 20 ms PSP on
+/// 2 cores (an open loop of 300 orders a second fell further behind every
+/// second). On stop, the captures in flight are finished and recorded.
+pub async fn run(pool: PgPool, psp: Psp, interval: Duration, mut stop: watch::Receiver<bool>) {
+    let mut flight: JoinSet<Outcome> = JoinSet::new();
+    let mut confirmed: Vec<(Capture, i64)> = Vec::new();
+    // When the first of `confirmed` came back.
+    let mut waiting_since = Instant::now();
+    let mut next_claim = Instant::now();
+    let mut gauges_at = Instant::now();
+    loop {
+        let stopping = *stop.borrow();
+        if !stopping && flight.len() < IN_FLIGHT && Instant::now() >= next_claim {
+            let room = (IN_FLIGHT - flight.len()) as i64;
+            let found = match captures::claim_due(&pool, room, LEASE).await {
+                Ok(due) => {
+                    let found = due.len();
+                    for c in due {
+                        flight.spawn(carry_out(pool.clone(), psp.clone(), c));
+                    }
+                    found
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "claiming captures failed; retrying");
+                    0
+                }
+            };
+            next_claim = Instant::now() + if found > 0 { LOOK_EVERY } else { interval };
+            if found == 0 || gauges_at.elapsed() >= GAUGES_EVERY {
+                observe_outstanding(&pool).await;
+                gauges_at = Instant::now();
+            }
+        }
+        let full = confirmed.len() >= RECORD_BATCH;
+        if !confirmed.is_empty()
+            && (full || flight.is_empty() || waiting_since.elapsed() >= RECORD_LINGER)
+        {
+            record(&pool, std::mem::take(&mut confirmed)).await;
+        }
+        if stopping && flight.is_empty() {
+            return;
+        }
+        let record_at = waiting_since + RECORD_LINGER;
+        tokio::select! {
+            Some(done) = flight.join_next(), if !flight.is_empty() => {
+                let mut done = Some(done);
+                // Everything else already answered comes along.
+                while let Some(d) = done.take().or_else(|| flight.try_join_next()) {
+                    match d {
+                        Ok(Outcome::Captured(c, taken)) => {
+                            if confirmed.is_empty() {
+                                waiting_since = Instant::now();
+                            }
+                            confirmed.push((c, taken));
+                        }
+                        Ok(Outcome::Postponed | Outcome::Refused) => {}
+                        // The capture's lease brings it back to be asked again.
+                        Err(e) => tracing::error!(error = %e, "a capture task ended abnormally"),
+                    }
+                }
+            }
+            () = tokio::time::sleep_until(record_at), if !confirmed.is_empty() => {}
+            () = tokio::time::sleep_until(next_claim), if !stopping && flight.len() < IN_FLIGHT => {}
+            _ = stop.wait_for(|s| *s), if !stopping => {}
         }
     }
-    let (captured, postponed) = record(pool, confirmed).await;
-    round.captured += captured;
-    round.postponed += postponed;
-    observe_outstanding(pool).await;
-    Ok(round)
 }
 
 /// Records the confirmed captures in one transaction; if that fails, each
 /// is postponed (the same key replays, and the PSP answers with the capture
-/// it made). Returns how many were recorded and how many postponed.
-async fn record(pool: &PgPool, confirmed: Vec<(Capture, i64)>) -> (usize, usize) {
-    if confirmed.is_empty() {
-        return (0, 0);
-    }
+/// it made).
+async fn record(pool: &PgPool, confirmed: Vec<(Capture, i64)>) {
     let batch: Vec<captures::Captured> = confirmed
         .iter()
         .map(|(c, taken)| captures::Captured {
@@ -93,7 +135,6 @@ async fn record(pool: &PgPool, confirmed: Vec<(Capture, i64)>) -> (usize, usize)
             }
             metrics::counter!("soldonce_captures_total", "outcome" => "captured")
                 .increment(confirmed.len() as u64);
-            (confirmed.len(), 0)
         }
         Err(e) => {
             let why = format!("recording the capture: {e}");
@@ -102,12 +143,11 @@ async fn record(pool: &PgPool, confirmed: Vec<(Capture, i64)>) -> (usize, usize)
             }
             metrics::counter!("soldonce_captures_total", "outcome" => "postponed")
                 .increment(confirmed.len() as u64);
-            (0, confirmed.len())
         }
     }
 }
 
-/// The captures-outstanding gauges, read after each round.
+/// The captures-outstanding gauges.
 async fn observe_outstanding(pool: &PgPool) {
     if let Ok((n, oldest)) = captures::outstanding(pool).await {
         metrics::gauge!("soldonce_captures_outstanding").set(n as f64);
@@ -122,7 +162,8 @@ async fn observe_outstanding(pool: &PgPool) {
 }
 
 #[tracing::instrument(skip_all, fields(payment_id = %c.payment_id, order_id = %c.order_id, attempt = c.attempts))]
-async fn carry_out(pool: &PgPool, psp: &Psp, c: Capture) -> Outcome {
+async fn carry_out(pool: PgPool, psp: Psp, c: Capture) -> Outcome {
+    let pool = &pool;
     let outcome = match psp.capture_once(&c.payment_id, &c.key(), None).await {
         Ok(payment) => settle(pool, c, &payment).await,
         // Captured or canceled already: the payment says which.

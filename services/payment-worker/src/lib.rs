@@ -63,7 +63,8 @@ pub struct Settings {
     /// (one per core, at most 4: transactions recording PSP answers at once) and
     /// `CONSUMER_LINGER` (default 0: a buyer waits on every order here).
     pub batching: bus::consumer::Batching,
-    /// `COMPENSATION_INTERVAL`, default 500ms: how often due refunds are looked for.
+    /// `COMPENSATION_INTERVAL`, default 500ms: how often due refunds and
+    /// captures are looked for while none are found.
     pub compensation_interval: Duration,
     /// `RECONCILE_INTERVAL`, default 60s; 0 turns periodic reconciliation off.
     pub reconcile_interval: Duration,
@@ -115,7 +116,7 @@ impl Settings {
             compensation_interval: positive(
                 config::var(
                     "COMPENSATION_INTERVAL",
-                    "how often refunds due are looked for and carried out",
+                    "how often refunds and captures due are looked for while none are found",
                 ),
                 Duration::from_millis(500),
             )?,
@@ -252,6 +253,9 @@ impl Application {
             .task("compensation", |stop| {
                 compensation_loop(pool.clone(), psp.clone(), self.compensation_interval, stop)
             })
+            .task("captures", |stop| {
+                capture::run(pool.clone(), psp.clone(), self.compensation_interval, stop)
+            })
             .task("reconciliation", |stop| {
                 reconcile_loop(pool, psp, self.reconcile_interval, stop)
             })
@@ -270,8 +274,9 @@ impl Application {
     }
 }
 
-/// Carries out due compensations and captures every `interval` (at once
-/// again while a round finds work).
+/// Carries out due compensations and operator refunds every `interval`
+/// (at once again while a round finds work); captures have their own
+/// pipeline ([`capture::run`]).
 async fn compensation_loop(
     pool: sqlx::PgPool,
     psp: psp::Psp,
@@ -286,13 +291,6 @@ async fn compensation_loop(
                 false
             }
         };
-        let captures = match capture::run_due(&pool, &psp).await {
-            Ok(round) => round.busy(),
-            Err(e) => {
-                tracing::warn!(error = %e, "capture round failed; retrying");
-                false
-            }
-        };
         let asked = match operator_refund::run_due(&pool, &psp).await {
             Ok(n) => n > 0,
             Err(e) => {
@@ -300,7 +298,7 @@ async fn compensation_loop(
                 false
             }
         };
-        let busy = refunds || captures || asked;
+        let busy = refunds || asked;
         if *stop.borrow() {
             return;
         }

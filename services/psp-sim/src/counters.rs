@@ -34,10 +34,12 @@ pub enum Fault {
     Processing,
     /// A payment that started as `requires_action` because of `action_required_rate`.
     ActionRequired,
+    /// A request held back, before it was handled, because of `latency_ms`.
+    Latency,
 }
 
 impl Fault {
-    const ALL: [Fault; 8] = [
+    const ALL: [Fault; 9] = [
         Fault::FailFirst,
         Fault::Decline,
         Fault::LoseReply,
@@ -46,6 +48,7 @@ impl Fault {
         Fault::ReorderWebhooks,
         Fault::Processing,
         Fault::ActionRequired,
+        Fault::Latency,
     ];
 
     fn label(self) -> &'static str {
@@ -58,6 +61,7 @@ impl Fault {
             Fault::ReorderWebhooks => "reorder_webhooks",
             Fault::Processing => "processing",
             Fault::ActionRequired => "action_required",
+            Fault::Latency => "latency",
         }
     }
 }

@@ -121,6 +121,10 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
 async fn inject_latency(State(state): SharedState, request: Request, next: Next) -> Response {
     let latency_ms = state.faults.current().latency_ms;
     if latency_ms > 0 {
+        // Counted as it starts, so a test sees a request is being held.
+        state
+            .counters
+            .fault_injected(crate::counters::Fault::Latency, 1);
         tokio::time::sleep(Duration::from_millis(latency_ms)).await;
     }
     next.run(request).await
