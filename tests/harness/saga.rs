@@ -153,6 +153,7 @@ impl Saga {
             psp_deadline: Duration::from_secs(20),
             // Enough to start every test's charges at once.
             concurrency: 256,
+            capture_concurrency: payment_worker::capture::DEFAULT_CONCURRENCY,
             batching: bus::consumer::Batching {
                 // Batches of more than one, so every saga test runs batched.
                 batch_size: 16,

@@ -243,6 +243,16 @@ fn every_service_turns_bad_configuration_into_exit_2_and_one_line_naming_it() {
             "CONSUMER_RECORDERS",
         ),
         (
+            "payment-worker",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("NATS_URL", "nats://x"),
+                ("PSP_URL", "http://127.0.0.1:1"),
+                ("CAPTURE_CONCURRENCY", "0"),
+            ],
+            "CAPTURE_CONCURRENCY",
+        ),
+        (
             "fulfillment",
             &[
                 ("DATABASE_URL", "postgres://x/y"),

@@ -16,18 +16,27 @@ use tokio::time::Instant;
 
 /// How long a claim keeps other workers away from a capture.
 const LEASE: Duration = Duration::from_secs(30);
-/// Captures asked of the PSP at once. Each waits for the PSP's answer (a
-/// network round trip and the PSP's own time), so this, divided by that
-/// time, caps the captures per second: 128 at 100 ms is 1,280 a second.
-pub const IN_FLIGHT: usize = 128;
+/// Captures asked of the PSP at once unless `CAPTURE_CONCURRENCY` says
+/// otherwise. Each waits for the PSP's answer (a network round trip and the
+/// PSP's own time), so this, divided by that time, caps the captures per
+/// second: 32 at 50 ms is 640 a second. It also spreads a burst of
+/// captures (fulfillment decides them a warehouse step at a time) over
+/// time, so the PSP's calls and webhooks do not all land at once on the
+/// cores that confirm orders.
+pub const DEFAULT_CONCURRENCY: usize = 32;
 /// While captures keep coming, how often more are claimed (at most).
 const LOOK_EVERY: Duration = Duration::from_millis(50);
+/// How long after a claim last found captures the worker keeps looking
+/// every [`LOOK_EVERY`]: fulfillment decides captures in bursts, one per
+/// warehouse step, so a claim between two bursts finds none, and waiting
+/// the idle interval then would hold the next burst back that long.
+const BUSY_FOR: Duration = Duration::from_secs(2);
 /// How long a confirmed capture may wait for others to be recorded with
 /// (unless nothing else is in flight, or [`RECORD_BATCH`] wait).
 const RECORD_LINGER: Duration = Duration::from_millis(50);
 /// The most confirmed captures recorded in one transaction.
 const RECORD_BATCH: usize = 64;
-/// How often the outstanding-capture gauges are read while captures flow.
+/// How often the outstanding-capture gauges are read (at most: on a claim).
 const GAUGES_EVERY: Duration = Duration::from_secs(1);
 
 /// What the PSP's answer came to; a capture it confirmed is recorded with
@@ -40,25 +49,34 @@ enum Outcome {
 }
 
 /// Carries out captures until `stop` turns true, as a pipeline: up to
-/// [`IN_FLIGHT`] asked of the PSP at once, more claimed as answers come
-/// back (every [`LOOK_EVERY`] while any were found, else every
-/// `interval`), and those the PSP confirmed recorded together once
+/// `in_flight` asked of the PSP at once, more claimed as answers come
+/// back (every [`LOOK_EVERY`] while any were found in the last
+/// [`BUSY_FOR`], else every `interval`), and those the PSP confirmed recorded together once
 /// [`RECORD_LINGER`] has passed. No capture waits for a slower one: an
 /// earlier version asked in rounds of 64, each round waiting for its last
 /// answer, which held captures to about 250 a second with a 20 ms PSP on
 /// 2 cores (an open loop of 300 orders a second fell further behind every
 /// second). On stop, the captures in flight are finished and recorded.
-pub async fn run(pool: PgPool, psp: Psp, interval: Duration, mut stop: watch::Receiver<bool>) {
+pub async fn run(
+    pool: PgPool,
+    psp: Psp,
+    in_flight: usize,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let in_flight = in_flight.max(1);
     let mut flight: JoinSet<Outcome> = JoinSet::new();
     let mut confirmed: Vec<(Capture, i64)> = Vec::new();
     // When the first of `confirmed` came back.
     let mut waiting_since = Instant::now();
     let mut next_claim = Instant::now();
-    let mut gauges_at = Instant::now();
+    let mut gauges_at: Option<Instant> = None;
+    // When a claim last found captures.
+    let mut found_at: Option<Instant> = None;
     loop {
         let stopping = *stop.borrow();
-        if !stopping && flight.len() < IN_FLIGHT && Instant::now() >= next_claim {
-            let room = (IN_FLIGHT - flight.len()) as i64;
+        if !stopping && flight.len() < in_flight && Instant::now() >= next_claim {
+            let room = (in_flight - flight.len()) as i64;
             let found = match captures::claim_due(&pool, room, LEASE).await {
                 Ok(due) => {
                     let found = due.len();
@@ -72,10 +90,14 @@ pub async fn run(pool: PgPool, psp: Psp, interval: Duration, mut stop: watch::Re
                     0
                 }
             };
-            next_claim = Instant::now() + if found > 0 { LOOK_EVERY } else { interval };
-            if found == 0 || gauges_at.elapsed() >= GAUGES_EVERY {
+            if found > 0 {
+                found_at = Some(Instant::now());
+            }
+            let busy = found_at.is_some_and(|at| at.elapsed() < BUSY_FOR);
+            next_claim = Instant::now() + if busy { LOOK_EVERY } else { interval };
+            if gauges_at.is_none_or(|at| at.elapsed() >= GAUGES_EVERY) {
                 observe_outstanding(&pool).await;
-                gauges_at = Instant::now();
+                gauges_at = Some(Instant::now());
             }
         }
         let full = confirmed.len() >= RECORD_BATCH;
@@ -107,7 +129,7 @@ pub async fn run(pool: PgPool, psp: Psp, interval: Duration, mut stop: watch::Re
                 }
             }
             () = tokio::time::sleep_until(record_at), if !confirmed.is_empty() => {}
-            () = tokio::time::sleep_until(next_claim), if !stopping && flight.len() < IN_FLIGHT => {}
+            () = tokio::time::sleep_until(next_claim), if !stopping && flight.len() < in_flight => {}
             _ = stop.wait_for(|s| *s), if !stopping => {}
         }
     }

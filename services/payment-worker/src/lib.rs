@@ -58,6 +58,9 @@ pub struct Settings {
     /// in hand (PSP call, wait for a recorder, commit): 128 held a saturated
     /// saga to about 1,000 orders/s on 2 cores.
     pub concurrency: usize,
+    /// `CAPTURE_CONCURRENCY`, default 32: captures asked of the PSP at once
+    /// (1–1024); this divided by the PSP's answer time caps captures per second.
+    pub capture_concurrency: usize,
     /// `CONSUMER_BATCH_SIZE` (default 32: orders taken at once, and the most
     /// PSP answers recorded in one transaction), `CONSUMER_RECORDERS`
     /// (one per core, at most 4: transactions recording PSP answers at once) and
@@ -95,6 +98,17 @@ impl Settings {
                 "must be between 1 and 1024",
             ));
         }
+        let capture_concurrency = config::var(
+            "CAPTURE_CONCURRENCY",
+            "captures asked of the PSP at once (1–1024); divided by the PSP's answer time, it caps captures per second",
+        )
+        .parsed(capture::DEFAULT_CONCURRENCY)?;
+        if !(1..=1024).contains(&capture_concurrency) {
+            return Err(ConfigError::new(
+                "CAPTURE_CONCURRENCY",
+                "must be between 1 and 1024",
+            ));
+        }
         Ok(Settings {
             addr: config::var(
                 "PAYMENT_WORKER_ADDR",
@@ -112,6 +126,7 @@ impl Settings {
             )
             .duration(Duration::from_secs(30))?,
             concurrency,
+            capture_concurrency,
             batching: bus::consumer::Batching::from_env(Duration::ZERO)?,
             compensation_interval: positive(
                 config::var(
@@ -177,6 +192,7 @@ pub struct Application {
     js: async_nats::jetstream::Context,
     psp: psp::Psp,
     concurrency: usize,
+    capture_concurrency: usize,
     batching: bus::consumer::Batching,
     compensation_interval: Duration,
     reconcile_interval: Duration,
@@ -211,7 +227,7 @@ impl Application {
             // One connection kept for each order in hand, the refunds' and the captures'.
             settings.concurrency
                 + compensate::IN_FLIGHT
-                + capture::IN_FLIGHT
+                + settings.capture_concurrency
                 + operator_refund::IN_FLIGHT,
         )
         .context("PSP client")?
@@ -223,6 +239,7 @@ impl Application {
             js,
             psp,
             concurrency: settings.concurrency,
+            capture_concurrency: settings.capture_concurrency,
             batching: settings.batching,
             compensation_interval: settings.compensation_interval,
             reconcile_interval: settings.reconcile_interval,
@@ -254,7 +271,13 @@ impl Application {
                 compensation_loop(pool.clone(), psp.clone(), self.compensation_interval, stop)
             })
             .task("captures", |stop| {
-                capture::run(pool.clone(), psp.clone(), self.compensation_interval, stop)
+                capture::run(
+                    pool.clone(),
+                    psp.clone(),
+                    self.capture_concurrency,
+                    self.compensation_interval,
+                    stop,
+                )
             })
             .task("reconciliation", |stop| {
                 reconcile_loop(pool, psp, self.reconcile_interval, stop)
