@@ -62,16 +62,22 @@ async fn one_orders_trace_id_runs_through_every_services_logs_and_the_psps_webho
     assert_eq!(placed.status, 202, "{}", placed.body);
     let order_id = placed.body["id"].as_str().expect("order id").to_owned();
 
-    // The order goes all the way: paid, shipped, delivered.
-    eventually("the order delivered", Duration::from_secs(60), || async {
-        let state: Option<(String,)> =
-            sqlx::query_as("SELECT s.state FROM shipments s WHERE s.order_id = $1::uuid")
-                .bind(&order_id)
-                .fetch_optional(&system.app.pool)
-                .await
-                .ok()?;
-        (state?.0 == "delivered").then_some(())
-    })
+    // The order goes all the way: paid, shipped, delivered, its payment captured.
+    eventually(
+        "the order delivered and captured",
+        Duration::from_secs(60),
+        || async {
+            let state: Option<(String, Option<String>)> = sqlx::query_as(
+                "SELECT s.state, o.capture FROM shipments s JOIN orders o ON o.id = s.order_id WHERE s.order_id = $1::uuid",
+            )
+            .bind(&order_id)
+            .fetch_optional(&system.app.pool)
+            .await
+            .ok()?;
+            let (shipment, capture) = state?;
+            (shipment == "delivered" && capture.as_deref() == Some("captured")).then_some(())
+        },
+    )
     .await;
 
     // What each service said about this order, under its trace id.
@@ -79,7 +85,8 @@ async fn one_orders_trace_id_runs_through_every_services_logs_and_the_psps_webho
         ("checkout", &["order placed", "webhook recorded"]),
         ("outbox-relay", &["event published"]),
         // Confirmed by the worker's answer, or already by the webhook.
-        ("payment-worker", &["payment recorded"]),
+        // The capture too: asked of the PSP and recorded in the buyer's trace.
+        ("payment-worker", &["payment recorded", "payment captured"]),
         ("psp-sim", &["payment created", "webhook acknowledged"]),
         ("fulfillment", &["shipment created"]),
     ];

@@ -152,7 +152,7 @@ async fn record(pool: &PgPool, confirmed: Vec<(Capture, i64)>) {
                 if recorded.contains(&c.payment_id) {
                     metrics::counter!("soldonce_payments_captured_minor_total", "currency" => c.currency.clone())
                         .increment(u64::try_from(*taken).unwrap_or(0));
-                    tracing::info!(payment_id = %c.payment_id, order_id = %c.order_id, amount_minor = taken, "payment captured");
+                    tracing::info!(payment_id = %c.payment_id, order_id = %c.order_id, trace_id = %trace_id(c), amount_minor = taken, "payment captured");
                 }
             }
             metrics::counter!("soldonce_captures_total", "outcome" => "captured")
@@ -183,10 +183,23 @@ async fn observe_outstanding(pool: &PgPool) {
     }
 }
 
-#[tracing::instrument(skip_all, fields(payment_id = %c.payment_id, order_id = %c.order_id, attempt = c.attempts))]
+/// The W3C trace id of the capture's order (empty when it has none), for log lines.
+fn trace_id(c: &Capture) -> String {
+    c.traceparent
+        .as_deref()
+        .and_then(platform::trace::TraceParent::parse)
+        .map(|t| t.trace_id())
+        .unwrap_or_default()
+}
+
+#[tracing::instrument(skip_all, fields(payment_id = %c.payment_id, order_id = %c.order_id, trace_id = %trace_id(&c), attempt = c.attempts))]
 async fn carry_out(pool: PgPool, psp: Psp, c: Capture) -> Outcome {
     let pool = &pool;
-    let outcome = match psp.capture_once(&c.payment_id, &c.key(), None).await {
+    let trace = c
+        .traceparent
+        .as_deref()
+        .map(|t| (t, c.tracestate.as_deref()));
+    let outcome = match psp.capture_once(&c.payment_id, &c.key(), None, trace).await {
         Ok(payment) => settle(pool, c, &payment).await,
         // Captured or canceled already: the payment says which.
         Err(PspError::WrongState(why)) => match psp.payment(&c.payment_id).await {

@@ -55,6 +55,11 @@ pub struct Capture {
     pub currency: String,
     /// Attempts so far, this one included.
     pub attempts: i32,
+    /// The order's trace (its first event's `traceparent` and
+    /// `tracestate`), so the PSP call, its webhook and the log lines sit in
+    /// the buyer's trace like every other step.
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
 }
 
 impl Capture {
@@ -159,7 +164,9 @@ pub async fn claim_due(
          FROM (SELECT payment_id FROM payments WHERE capture_state = 'pending' AND capture_next_attempt_at <= now() \
                ORDER BY capture_next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED) due \
          WHERE p.payment_id = due.payment_id \
-         RETURNING p.payment_id, p.order_id, p.amount_minor, p.currency, p.capture_attempts AS attempts",
+         RETURNING p.payment_id, p.order_id, p.amount_minor, p.currency, p.capture_attempts AS attempts, \
+                   (SELECT e.metadata->>'traceparent' FROM events e WHERE e.stream_id = p.order_id AND e.version = 1) AS traceparent, \
+                   (SELECT e.metadata->>'tracestate' FROM events e WHERE e.stream_id = p.order_id AND e.version = 1) AS tracestate",
     )
     .bind(limit)
     .bind(lease.as_secs_f64())

@@ -217,6 +217,10 @@ fn figures(report: &SagaReport) -> Vec<(&'static str, String, f64)> {
             add("closed: accepted orders/s", Some(k.accepted_per_second));
             add("closed: settled orders/s", Some(k.settled_per_second));
             add(
+                "closed: every order delivered and captured after (s)",
+                Some(k.finished_seconds),
+            );
+            add(
                 "closed: CPU per order, every program (ms)",
                 Some(k.cpu.ms_per_order),
             );

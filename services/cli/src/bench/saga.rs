@@ -330,13 +330,22 @@ async fn closed_loop(
     };
     let load = system.drive(case.skus(), drive, true).await?;
     progress.phase(format!(
-        "{}: closed loop sent; waiting until every order is settled",
+        "{}: closed loop sent; waiting until every order is settled, then delivered and captured",
         case.name()
     ));
     system.wait(Until::Settled, SETTLE).await?;
     let settled_seconds = started.elapsed().as_secs_f64();
+    // The CPU of the whole saga: a capture left for later is work the
+    // loop caused all the same.
+    system.wait(Until::Finished, SETTLE).await?;
+    let finished_seconds = started.elapsed().as_secs_f64();
     let cpu = Snapshot::take().since(&cpu_before, load.accepted);
-    Ok(ClosedLoop::new(load, settled_seconds, alone, cpu))
+    Ok(ClosedLoop::new(
+        load,
+        (settled_seconds, finished_seconds),
+        alone,
+        cpu,
+    ))
 }
 
 /// checkout's webhook answers by outcome, over the whole run.

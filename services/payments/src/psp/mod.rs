@@ -187,13 +187,14 @@ impl Psp {
         payment_id: &str,
         key: &str,
         amount_minor: Option<i64>,
+        trace: Option<(&str, Option<&str>)>,
     ) -> Result<PspPayment, PspError> {
         let url = format!("{}/v1/payments/{payment_id}/capture", self.base);
         let body = match amount_minor {
             Some(amount) => serde_json::json!({ "amount_minor": amount }),
             None => serde_json::json!({}),
         };
-        self.post(&url, key, &body, None).await
+        self.post(&url, key, &body, trace).await
     }
 
     /// Asks once to void (cancel) an uncaptured authorization with a stable

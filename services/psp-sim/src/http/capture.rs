@@ -16,15 +16,29 @@ use crate::ledger::Recorded;
 use crate::model::{CancelRequest, CaptureRequest};
 use crate::problem::ApiError;
 
+/// The caller's trace, continued by this change (an absent or invalid header starts a new
+/// one): its webhook carries it, as a new payment's does.
+fn continuing(headers: &HeaderMap, route: &'static str) -> platform::otel::Hop {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let mut hop =
+        platform::otel::Hop::continuing(platform::otel::Kind::Server, route, header("traceparent"))
+            .with_tracestate(platform::trace::tracestate(header("tracestate")));
+    hop.attribute("http.request.method", "POST");
+    hop.attribute("http.route", route.trim_start_matches("POST "));
+    tracing::Span::current().record("trace_id", hop.traceparent().trace_id().as_str());
+    hop
+}
+
 /// Captures a `requires_capture` payment; an empty body captures all that was authorized,
 /// a smaller amount releases the rest.
-#[tracing::instrument(skip_all, fields(payment_id = %payment_id, idempotency_key))]
+#[tracing::instrument(skip_all, fields(payment_id = %payment_id, idempotency_key, trace_id))]
 pub(super) async fn capture(
     State(state): SharedState,
     Path(payment_id): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    let hop = continuing(&headers, "POST /v1/payments/{id}/capture");
     let (faults, key) = super::admit_keyed(&state, &headers)?;
     let request: CaptureRequest = optional_json_body(&body)?;
     request.validate()?;
@@ -36,6 +50,11 @@ pub(super) async fn capture(
             let partial = payment.amount_captured < payment.amount_minor;
             tracing::info!(order_id = %payment.reference, amount_captured = payment.amount_captured, "payment captured");
             state.counters.payment_captured(partial);
+            changes::remember_trace(
+                &state,
+                &payment.id,
+                (hop.traceparent(), hop.tracestate().map(str::to_owned)),
+            );
             changes::payment_changed(&state, payment);
         }
         Recorded::Replayed(_) => state.counters.change_replayed(Change::Capture),
@@ -45,19 +64,25 @@ pub(super) async fn capture(
 
 /// Cancels a payment awaiting the buyer or its capture (`cancellation_reason: requested`).
 /// Canceling it again with a new key is refused; with the same key, the first answer repeats.
-#[tracing::instrument(skip_all, fields(payment_id = %payment_id, idempotency_key))]
+#[tracing::instrument(skip_all, fields(payment_id = %payment_id, idempotency_key, trace_id))]
 pub(super) async fn cancel(
     State(state): SharedState,
     Path(payment_id): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    let hop = continuing(&headers, "POST /v1/payments/{id}/cancel");
     let (faults, key) = super::admit_keyed(&state, &headers)?;
     let CancelRequest {} = optional_json_body(&body)?;
     let recorded = state.ledger().cancel(&payment_id, &key, Utc::now())?;
     match &recorded {
         Recorded::Created(payment) => {
             tracing::info!(order_id = %payment.reference, "payment canceled");
+            changes::remember_trace(
+                &state,
+                &payment.id,
+                (hop.traceparent(), hop.tracestate().map(str::to_owned)),
+            );
             changes::payment_changed(&state, payment);
         }
         Recorded::Replayed(_) => state.counters.change_replayed(Change::Cancel),
