@@ -58,7 +58,7 @@ pub struct Settings {
     /// in hand (PSP call, wait for a recorder, commit): 128 held a saturated
     /// saga to about 1,000 orders/s on 2 cores.
     pub concurrency: usize,
-    /// `CAPTURE_CONCURRENCY`, default 32: captures asked of the PSP at once
+    /// `CAPTURE_CONCURRENCY`, default 64: captures asked of the PSP at once
     /// (1–1024); this divided by the PSP's answer time caps captures per second.
     pub capture_concurrency: usize,
     /// `CONSUMER_BATCH_SIZE` (default 32: orders taken at once, and the most
