@@ -49,16 +49,16 @@ enum Outcome {
 }
 
 /// Carries out captures until `stop` turns true, as a pipeline: up to
-/// `in_flight` asked of the PSP at once, more claimed as answers come
-/// back (every [`LOOK_EVERY`] while any were found in the last
-/// [`BUSY_FOR`], else every `interval`), and those the PSP confirmed recorded together once
-/// [`RECORD_LINGER`] has passed, one transaction at a time, while the
+/// `in_flight` asked of the PSP at once, more claimed as answers come back
+/// (every [`LOOK_EVERY`] while any were found in the last [`BUSY_FOR`],
+/// else every `interval`), and those the PSP confirmed recorded together
+/// once [`RECORD_LINGER`] has passed, one transaction at a time, while the
 /// claims and calls go on. No capture waits for a slower one, nor for a
-/// recording: an
-/// earlier version asked in rounds of 64, each round waiting for its last
-/// answer, which held captures to about 250 a second with a 20 ms PSP on
-/// 2 cores (an open loop of 300 orders a second fell further behind every
-/// second). On stop, the captures in flight are finished and recorded.
+/// recording: an earlier version asked in rounds of 64, each round waiting
+/// for its last answer, which held captures to about 250 a second with a
+/// 20 ms PSP on 2 cores (an open loop of 300 orders a second fell further
+/// behind every second). On stop, the captures in flight are finished and
+/// recorded.
 pub async fn run(
     pool: PgPool,
     psp: Psp,
@@ -66,84 +66,122 @@ pub async fn run(
     interval: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
-    let in_flight = in_flight.max(1);
-    let mut flight: JoinSet<Outcome> = JoinSet::new();
-    // The one recording transaction under way, if any: claims and answers
-    // go on meanwhile, and what it does not take waits for the next.
-    let mut recording: JoinSet<()> = JoinSet::new();
-    let mut confirmed: Vec<(Capture, i64)> = Vec::new();
-    // When the first of `confirmed` came back.
-    let mut waiting_since = Instant::now();
-    let mut next_claim = Instant::now();
-    let mut gauges_at: Option<Instant> = None;
-    // When a claim last found captures.
-    let mut found_at: Option<Instant> = None;
+    let mut line = Pipeline::new(in_flight.max(1));
     loop {
         let stopping = *stop.borrow();
-        if !stopping && flight.len() < in_flight && Instant::now() >= next_claim {
-            let room = (in_flight - flight.len()) as i64;
-            let found = match captures::claim_due(&pool, room, LEASE).await {
-                Ok(due) => {
-                    let found = due.len();
-                    for c in due {
-                        flight.spawn(carry_out(pool.clone(), psp.clone(), c));
-                    }
-                    found
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "claiming captures failed; retrying");
-                    0
-                }
-            };
-            if found > 0 {
-                found_at = Some(Instant::now());
-            }
-            let busy = found_at.is_some_and(|at| at.elapsed() < BUSY_FOR);
-            next_claim = Instant::now() + if busy { LOOK_EVERY } else { interval };
-            if gauges_at.is_none_or(|at| at.elapsed() >= GAUGES_EVERY) {
-                observe_outstanding(&pool).await;
-                gauges_at = Some(Instant::now());
-            }
+        if !stopping && line.has_room() && Instant::now() >= line.next_claim {
+            line.claim(&pool, &psp, interval).await;
         }
-        let full = confirmed.len() >= RECORD_BATCH;
-        if !confirmed.is_empty()
-            && recording.is_empty()
-            && (full || flight.is_empty() || waiting_since.elapsed() >= RECORD_LINGER)
-        {
-            recording.spawn(record(pool.clone(), std::mem::take(&mut confirmed)));
-        }
-        if stopping && flight.is_empty() && confirmed.is_empty() && recording.is_empty() {
+        line.record_if_due(&pool);
+        if stopping && line.is_empty() {
             return;
         }
-        let record_at = waiting_since + RECORD_LINGER;
-        let may_record = !confirmed.is_empty() && recording.is_empty();
+        let record_at = line.waiting_since + RECORD_LINGER;
+        let may_record = !line.confirmed.is_empty() && line.recording.is_empty();
+        let may_claim = !stopping && line.has_room();
         tokio::select! {
-            Some(done) = flight.join_next(), if !flight.is_empty() => {
-                let mut done = Some(done);
-                // Everything else already answered comes along.
-                while let Some(d) = done.take().or_else(|| flight.try_join_next()) {
-                    match d {
-                        Ok(Outcome::Captured(c, taken)) => {
-                            if confirmed.is_empty() {
-                                waiting_since = Instant::now();
-                            }
-                            confirmed.push((c, taken));
-                        }
-                        Ok(Outcome::Postponed | Outcome::Refused) => {}
-                        // The capture's lease brings it back to be asked again.
-                        Err(e) => tracing::error!(error = %e, "a capture task ended abnormally"),
-                    }
-                }
-            }
-            Some(done) = recording.join_next(), if !recording.is_empty() => {
+            Some(done) = line.flight.join_next(), if !line.flight.is_empty() => line.answered(done),
+            Some(done) = line.recording.join_next(), if !line.recording.is_empty() => {
                 if let Err(e) = done {
                     // Its captures stay pending; their leases bring them back.
                     tracing::error!(error = %e, "a capture recording task ended abnormally");
                 }
             }
             () = tokio::time::sleep_until(record_at), if may_record => {}
-            () = tokio::time::sleep_until(next_claim), if !stopping && flight.len() < in_flight => {}
+            () = tokio::time::sleep_until(line.next_claim), if may_claim => {}
             _ = stop.wait_for(|s| *s), if !stopping => {}
+        }
+    }
+}
+
+/// The captures in hand: asked of the PSP, confirmed and waiting to be
+/// recorded, and being recorded.
+struct Pipeline {
+    in_flight: usize,
+    flight: JoinSet<Outcome>,
+    /// The one recording transaction under way, if any: claims and answers
+    /// go on meanwhile, and what it does not take waits for the next.
+    recording: JoinSet<()>,
+    confirmed: Vec<(Capture, i64)>,
+    /// When the first of `confirmed` came back.
+    waiting_since: Instant,
+    next_claim: Instant,
+    gauges_at: Option<Instant>,
+    /// When a claim last found captures.
+    found_at: Option<Instant>,
+}
+
+impl Pipeline {
+    fn new(in_flight: usize) -> Self {
+        Pipeline {
+            in_flight,
+            flight: JoinSet::new(),
+            recording: JoinSet::new(),
+            confirmed: Vec::new(),
+            waiting_since: Instant::now(),
+            next_claim: Instant::now(),
+            gauges_at: None,
+            found_at: None,
+        }
+    }
+
+    fn has_room(&self) -> bool {
+        self.flight.len() < self.in_flight
+    }
+
+    fn is_empty(&self) -> bool {
+        self.flight.is_empty() && self.confirmed.is_empty() && self.recording.is_empty()
+    }
+
+    /// Claims what fits and asks the PSP for each; sets when to look next.
+    async fn claim(&mut self, pool: &PgPool, psp: &Psp, interval: Duration) {
+        let room = (self.in_flight - self.flight.len()) as i64;
+        match captures::claim_due(pool, room, LEASE).await {
+            Ok(due) => {
+                if !due.is_empty() {
+                    self.found_at = Some(Instant::now());
+                }
+                for c in due {
+                    self.flight.spawn(carry_out(pool.clone(), psp.clone(), c));
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "claiming captures failed; retrying"),
+        }
+        let busy = self.found_at.is_some_and(|at| at.elapsed() < BUSY_FOR);
+        self.next_claim = Instant::now() + if busy { LOOK_EVERY } else { interval };
+        if self.gauges_at.is_none_or(|at| at.elapsed() >= GAUGES_EVERY) {
+            observe_outstanding(pool).await;
+            self.gauges_at = Some(Instant::now());
+        }
+    }
+
+    /// Starts recording what is confirmed, if nothing is being recorded and
+    /// the batch is full, nothing else is in flight, or the linger passed.
+    fn record_if_due(&mut self, pool: &PgPool) {
+        let due = self.confirmed.len() >= RECORD_BATCH
+            || self.flight.is_empty()
+            || self.waiting_since.elapsed() >= RECORD_LINGER;
+        if !self.confirmed.is_empty() && self.recording.is_empty() && due {
+            let batch = std::mem::take(&mut self.confirmed);
+            self.recording.spawn(record(pool.clone(), batch));
+        }
+    }
+
+    /// Takes this answer and every other one already in.
+    fn answered(&mut self, first: Result<Outcome, tokio::task::JoinError>) {
+        let mut done = Some(first);
+        while let Some(d) = done.take().or_else(|| self.flight.try_join_next()) {
+            match d {
+                Ok(Outcome::Captured(c, taken)) => {
+                    if self.confirmed.is_empty() {
+                        self.waiting_since = Instant::now();
+                    }
+                    self.confirmed.push((c, taken));
+                }
+                Ok(Outcome::Postponed | Outcome::Refused) => {}
+                // The capture's lease brings it back to be asked again.
+                Err(e) => tracing::error!(error = %e, "a capture task ended abnormally"),
+            }
         }
     }
 }
