@@ -195,6 +195,10 @@ pub async fn advance_due(
     .bind(limit)
     .fetch_all(&mut *tx)
     .await?;
+    if due.is_empty() {
+        // Most ticks: nothing to look up or write (the transaction rolls back).
+        return Ok(Advanced::default());
+    }
     // A dispute may have held one of them after the statement above took its snapshot (a hold
     // commits with its shipment's row locked, so it was unlocked again by the time this locked
     // it): looked for again, in a snapshot taken now.
