@@ -17,13 +17,18 @@ sql() { psql -qtA "$DATABASE_URL" -c "$1"; }
 # Until no order waits for its payment / every confirmed order is delivered.
 wait_settled() { while [ "$(sql "SELECT count(*) FROM orders WHERE state = 'payment_pending'")" != "0" ]; do sleep 0.2; done; }
 wait_delivered() { while [ "$(sql "SELECT count(*) FROM orders o LEFT JOIN shipments s ON s.order_id = o.id WHERE o.state = 'confirmed' AND s.state IS DISTINCT FROM 'delivered'")" != "0" ]; do sleep 0.2; done; }
-# wait_captured: until every delivered order's capture is recorded (capture at shipment), at most 60 s.
+# wait_captured: until every delivered order's capture is recorded (capture
+# at shipment), at most 60 s; sets $captured to what the run's report says
+# of them, so figures taken with captures still outstanding say so.
 wait_captured() {
+  local left
   for _ in $(seq 300); do
-    [ "$(sql "SELECT count(*) FROM orders WHERE state = 'confirmed' AND capture IS DISTINCT FROM 'captured' AND capture IS NOT NULL")" = "0" ] && return 0
+    left=$(sql "SELECT count(*) FROM orders WHERE state = 'confirmed' AND capture IS DISTINCT FROM 'captured' AND capture IS NOT NULL")
+    [ "$left" = "0" ] && { captured="every capture recorded"; return 0; }
     sleep 0.2
   done
-  echo "not every capture was recorded within 60 s" >&2
+  captured="$left captures NOT recorded after 60 s (the figures below leave them out)"
+  echo "wait_captured: $captured" >&2
 }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # Benchmarks drive one account far past the default per-account rate limit.

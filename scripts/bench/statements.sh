@@ -106,13 +106,13 @@ else
     perf_stop
     wait_delivered; wait_captured
     orders=$(sql "SELECT count(*) FROM orders")
-    echo "case $case: closed loop, 300 connections; orders: $orders, all settled after ${settled}s, every confirmed one delivered"
+    echo "case $case: closed loop, 300 connections; orders: $orders, all settled after ${settled}s, every confirmed one delivered, $captured"
   else
     load --sku "$sku" --sku-count "$count" --rate "$rate" --duration "${secs}s" >/dev/null
     perf_stop
     wait_settled; wait_delivered; wait_captured
     orders=$(sql "SELECT count(*) FROM orders")
-    echo "case $case: $rate orders/s for ${secs}s; orders: $orders, every one settled and every confirmed one delivered"
+    echo "case $case: $rate orders/s for ${secs}s; orders: $orders, every one settled and every confirmed one delivered, $captured"
   fi
   echo "CPU: $(cpu_per_order "$dir/cpu.before" "$orders")"
 fi

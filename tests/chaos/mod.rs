@@ -247,6 +247,51 @@ fn soldonce(system: &System, database_url: &str, args: &[&str]) -> (Option<i32>,
     )
 }
 
+/// What psp-sim injected over the run, by kind (`psp_sim_faults_injected_total`),
+/// summed over its lives: read before each kill and once the load is done.
+#[derive(Default)]
+struct PspFaultsFired {
+    by_kind: BTreeMap<String, u64>,
+}
+
+impl PspFaultsFired {
+    /// The kinds a chaos run's settings make certain to fire, beside the
+    /// held-back requests (`latency`), which change no outcome.
+    const MEANINGFUL: [&'static str; 5] = [
+        "fail_first",
+        "lose_reply",
+        "drop_webhook",
+        "duplicate_webhook",
+        "processing",
+    ];
+
+    async fn add(&mut self, system: &System) {
+        let text = soldonce_tests::saga::psp_sim_metrics(&system.url("psp-sim")).await;
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("psp_sim_faults_injected_total{fault=\"") else {
+                continue;
+            };
+            let Some((kind, value)) = rest.split_once("\"} ") else {
+                continue;
+            };
+            let value: f64 = value.trim().parse().expect("a counter's value");
+            *self.by_kind.entry(kind.to_owned()).or_default() += value as u64;
+        }
+    }
+
+    fn assert_reached_soldonce(&self) {
+        let kinds: Vec<&str> = Self::MEANINGFUL
+            .into_iter()
+            .filter(|k| self.by_kind.get(*k).copied().unwrap_or(0) > 0)
+            .collect();
+        assert!(
+            kinds.len() >= 3,
+            "the PSP's faults were switched on but few fired: {:?}",
+            self.by_kind
+        );
+    }
+}
+
 async fn put_psp_faults(system: &System, faults: &Value) {
     let request = system
         .app
@@ -549,11 +594,16 @@ async fn run(seed: u64, shape: Shape) {
     let mut kills: BTreeMap<String, usize> = BTreeMap::new();
     let mut psp_faults = json!({});
     let mut lost_in_power_loss = 0u64;
+    let mut fired = PspFaultsFired::default();
     for fault in &faults {
         tokio::time::sleep_until((started + fault.at).into()).await;
         let at_ms = started.elapsed().as_millis() as u64;
         match &fault.kind {
             Kind::Kill { instance, down } => {
+                if instance == "psp-sim" {
+                    // Its counters die with it: what it injected so far is kept first.
+                    fired.add(&system).await;
+                }
                 system.kill(instance).await;
                 tokio::time::sleep(*down).await;
                 system.launch(instance).await;
@@ -634,6 +684,7 @@ async fn run(seed: u64, shape: Shape) {
     }
 
     // Faults off; let the saga finish what it holds.
+    fired.add(&system).await;
     put_psp_faults(&system, &json!({})).await;
     let app = &system.app;
     let nats_url = system.nats.url();
@@ -685,6 +736,9 @@ async fn run(seed: u64, shape: Shape) {
         Some(PSP_FAULT_SWITCHES),
         "PSP faults switched"
     );
+    // Switched on is not fired: the PSP's own faults reached soldonce.
+    append(&faults_file, &json!({"psp_faults_fired": fired.by_kind}));
+    fired.assert_reached_soldonce();
 
     // What the buyers were told, from the load's own history.
     let history: Vec<Value> = (1..=checkouts.len())

@@ -311,6 +311,27 @@ fn child_named(parent: u32, name: &str) -> Option<u32> {
         })
 }
 
+#[test]
+fn soldonce_up_refuses_an_unknown_service_in_only_before_it_creates_or_starts_anything() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let out = std::process::Command::new(binary("soldonce"))
+        .args(["up", "--only", "checkout,shipping", "--data-dir"])
+        .arg(&data)
+        .env_remove("DATABASE_URL")
+        .env_remove("NATS_URL")
+        .output()
+        .expect("soldonce up");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert_eq!(said.trim().lines().count(), 1, "one line: {said}");
+    assert!(
+        said.contains("--only: unknown service \"shipping\""),
+        "names what it refused: {said}"
+    );
+    assert!(!data.exists(), "nothing created: no {}", data.display());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soldonce_up_names_a_service_that_dies_and_stops_the_rest_with_exit_1() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -57,6 +57,8 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
             "--buyers and --stock must be at least 1".into(),
         ));
     }
+    // Refused before anything is created or started.
+    check_only(&args.only)?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     let data_dir = std::fs::canonicalize(&args.data_dir).context("resolving --data-dir")?;
@@ -80,7 +82,6 @@ pub async fn run(args: UpArgs, out: &Output) -> Result<ExitCode, CliError> {
         nats: nats_url,
     };
     let env = default_env(&urls, &args.checkout_addr, worker_share(&args.only));
-    check_only(&args.only)?;
     let env = with_overrides(env);
     let (mut children, mut names) = spawn_services(&args.only, &env)?;
     let console = console_to_start(&args.only);

@@ -153,20 +153,24 @@ async fn decide<'q>(
     Ok(payments.len())
 }
 
-/// Claims up to `limit` due captures for `lease`; other owners skip them meanwhile.
+/// Claims up to `limit` due captures for `lease`; other owners skip them meanwhile. Each
+/// comes with its order's trace, read as [`on_order_traces`] reads it (one probe of the
+/// order's first event).
 pub async fn claim_due(
     pool: &PgPool,
     limit: i64,
     lease: Duration,
 ) -> Result<Vec<Capture>, StoreError> {
     Ok(sqlx::query_as(
-        "UPDATE payments p SET capture_next_attempt_at = now() + make_interval(secs => $2), capture_attempts = p.capture_attempts + 1 \
-         FROM (SELECT payment_id FROM payments WHERE capture_state = 'pending' AND capture_next_attempt_at <= now() \
-               ORDER BY capture_next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED) due \
-         WHERE p.payment_id = due.payment_id \
-         RETURNING p.payment_id, p.order_id, p.amount_minor, p.currency, p.capture_attempts AS attempts, \
-                   (SELECT e.metadata->>'traceparent' FROM events e WHERE e.stream_id = p.order_id AND e.version = 1) AS traceparent, \
-                   (SELECT e.metadata->>'tracestate' FROM events e WHERE e.stream_id = p.order_id AND e.version = 1) AS tracestate",
+        "WITH claimed AS ( \
+           UPDATE payments p SET capture_next_attempt_at = now() + make_interval(secs => $2), capture_attempts = p.capture_attempts + 1 \
+             FROM (SELECT payment_id FROM payments WHERE capture_state = 'pending' AND capture_next_attempt_at <= now() \
+                   ORDER BY capture_next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED) due \
+            WHERE p.payment_id = due.payment_id \
+           RETURNING p.payment_id, p.order_id, p.amount_minor, p.currency, p.capture_attempts) \
+         SELECT c.payment_id, c.order_id, c.amount_minor, c.currency, c.capture_attempts AS attempts, \
+                e.metadata->>'traceparent' AS traceparent, e.metadata->>'tracestate' AS tracestate \
+           FROM claimed c LEFT JOIN events e ON e.stream_id = c.order_id AND e.version = 1",
     )
     .bind(limit)
     .bind(lease.as_secs_f64())

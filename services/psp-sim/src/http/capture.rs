@@ -16,19 +16,6 @@ use crate::ledger::Recorded;
 use crate::model::{CancelRequest, CaptureRequest};
 use crate::problem::ApiError;
 
-/// The caller's trace, continued by this change (an absent or invalid header starts a new
-/// one): its webhook carries it, as a new payment's does.
-fn continuing(headers: &HeaderMap, route: &'static str) -> platform::otel::Hop {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let mut hop =
-        platform::otel::Hop::continuing(platform::otel::Kind::Server, route, header("traceparent"))
-            .with_tracestate(platform::trace::tracestate(header("tracestate")));
-    hop.attribute("http.request.method", "POST");
-    hop.attribute("http.route", route.trim_start_matches("POST "));
-    tracing::Span::current().record("trace_id", hop.traceparent().trace_id().as_str());
-    hop
-}
-
 /// Captures a `requires_capture` payment; an empty body captures all that was authorized,
 /// a smaller amount releases the rest.
 #[tracing::instrument(skip_all, fields(payment_id = %payment_id, idempotency_key, trace_id))]
@@ -38,7 +25,7 @@ pub(super) async fn capture(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let hop = continuing(&headers, "POST /v1/payments/{id}/capture");
+    let hop = super::continuing(&headers, "POST /v1/payments/{id}/capture");
     let (faults, key) = super::admit_keyed(&state, &headers)?;
     let request: CaptureRequest = optional_json_body(&body)?;
     request.validate()?;
@@ -71,7 +58,7 @@ pub(super) async fn cancel(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let hop = continuing(&headers, "POST /v1/payments/{id}/cancel");
+    let hop = super::continuing(&headers, "POST /v1/payments/{id}/cancel");
     let (faults, key) = super::admit_keyed(&state, &headers)?;
     let CancelRequest {} = optional_json_body(&body)?;
     let recorded = state.ledger().cancel(&payment_id, &key, Utc::now())?;

@@ -93,6 +93,20 @@ fn admit_keyed(
     Ok((faults, key))
 }
 
+/// The caller's trace, continued by a money-moving POST (an absent or invalid header starts
+/// a new one; the route is recorded on the current span's `trace_id`): the webhook the change
+/// sends carries it.
+fn continuing(headers: &axum::http::HeaderMap, route: &'static str) -> platform::otel::Hop {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let mut hop =
+        platform::otel::Hop::continuing(platform::otel::Kind::Server, route, header("traceparent"))
+            .with_tracestate(platform::trace::tracestate(header("tracestate")));
+    hop.attribute("http.request.method", "POST");
+    hop.attribute("http.route", route.trim_start_matches("POST "));
+    tracing::Span::current().record("trace_id", hop.traceparent().trace_id().as_str());
+    hop
+}
+
 /// Every route of the simulator.
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     let api = Router::new()

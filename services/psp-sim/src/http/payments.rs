@@ -29,20 +29,9 @@ pub(super) async fn create(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    // The caller's trace continues here (an invalid header starts a new one).
-    let mut hop = platform::otel::Hop::continuing(
-        platform::otel::Kind::Server,
-        "POST /v1/payments",
-        headers.get("traceparent").and_then(|v| v.to_str().ok()),
-    )
-    .with_tracestate(platform::trace::tracestate(
-        headers.get("tracestate").and_then(|v| v.to_str().ok()),
-    ));
-    hop.attribute("http.request.method", "POST");
-    hop.attribute("http.route", "/v1/payments");
+    let hop = super::continuing(&headers, "POST /v1/payments");
     let trace = hop.traceparent();
     let span = tracing::Span::current();
-    span.record("trace_id", trace.trace_id().as_str());
     let (faults, key) = super::admit_keyed(&state, &headers)?;
     let request: PaymentRequest = json_body(&body)?;
     request.validate()?;
