@@ -154,7 +154,7 @@ async fn decide<'q>(
 }
 
 /// Claims up to `limit` due captures for `lease`; other owners skip them meanwhile. Each
-/// comes with its order's trace, read as [`on_order_traces`] reads it (one probe of the
+/// comes with its order's trace, read as `on_order_traces` reads it (one probe of the
 /// order's first event).
 pub async fn claim_due(
     pool: &PgPool,

@@ -13,7 +13,7 @@
 //! new orders would never end while checkout places them faster.
 //!
 //! The folded rows go through the same insert as the replay's
-//! ([`crate::orders::insert_projections`]), into session-temporary copies
+//! (`orders::insert_projections`), into session-temporary copies
 //! of the tables that shadow the live ones on a connection of the
 //! rebuild's own (closed at the end, so nothing else ever sees them), and
 //! are compared with the live rows by PostgreSQL, column by column.

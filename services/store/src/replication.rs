@@ -77,7 +77,7 @@ pub async fn confirm(conn: &mut PgConnection, site: &'static str) -> Result<(), 
     confirm_if(conn, None, site).await
 }
 
-/// [`confirm`] when the committed transaction read [`waits!`] as
+/// [`confirm`] when the committed transaction read `waits!` as
 /// `waits`: at once, without a statement, when it was false; `None` when
 /// it did not read it, which is read now.
 pub async fn confirm_if(
