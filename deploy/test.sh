@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: installs what is missing, checks formatting, lints
-# (clippy with warnings as errors, and the layer lines of scripts/lint.sh),
+# (clippy with warnings as errors, the API docs without a broken or
+# private link, and the layer lines of scripts/lint.sh),
 # checks the dependencies (cargo-machete, cargo-deny),
 # then the whole workspace's unit and end-to-end tests against private
 # PostgreSQL and NATS servers.
@@ -9,6 +10,7 @@ cd "$(dirname "$0")/.."
 . deploy/setup.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 bash scripts/lint.sh
 # Dependencies: none declared and unused; no crate with a RustSec advisory
 # (deny.toml says which one is ignored and why) and none banned.

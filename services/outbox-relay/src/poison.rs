@@ -15,7 +15,7 @@ use async_nats::jetstream::ErrorCode;
 pub const TOO_LARGE: &str = "too_large";
 /// The subject is not one the stream takes (`soldonce.>`), or not a valid NATS subject.
 pub const BAD_SUBJECT: &str = "bad_subject";
-/// JetStream refused this message for a reason of its own (see [`REJECTED_CODES`]).
+/// JetStream refused this message for a reason of its own (see `REJECTED_CODES`).
 pub const REJECTED: &str = "rejected";
 /// The event's metadata cannot be read (an event written by hand), so no
 /// message can be built for it.

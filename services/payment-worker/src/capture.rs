@@ -50,9 +50,9 @@ enum Outcome {
 
 /// Carries out captures until `stop` turns true, as a pipeline: up to
 /// `in_flight` asked of the PSP at once, more claimed as answers come back
-/// (every [`LOOK_EVERY`] while any were found in the last [`BUSY_FOR`],
+/// (every `LOOK_EVERY` while any were found in the last `BUSY_FOR`,
 /// else every `interval`), and those the PSP confirmed recorded together
-/// once [`RECORD_LINGER`] has passed, one transaction at a time, while the
+/// once `RECORD_LINGER` has passed, one transaction at a time, while the
 /// claims and calls go on. No capture waits for a slower one, nor for a
 /// recording: an earlier version asked in rounds of 64, each round waiting
 /// for its last answer, which held captures to about 250 a second with a

@@ -152,7 +152,7 @@ pub fn start(service: &'static str, exporting: Option<&Exporting>) -> Result<(),
 const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Exports what is still batched and stops (at the end of `main`), waiting
-/// at most [`FLUSH_TIMEOUT`].
+/// at most `FLUSH_TIMEOUT`.
 pub fn shutdown() {
     let Some(provider) = PROVIDER.get().cloned() else {
         return;

@@ -82,7 +82,7 @@ impl Relay {
     /// claiming and publishing at once (see [`Relay::run`]), a vacuum of the
     /// outbox after every `vacuum_after` rows it moved out (0: leaves that
     /// to autovacuum), and a watch that repairs the stream when it lost
-    /// acknowledged messages ([`crate::watch`]).
+    /// acknowledged messages (`crate::watch`).
     pub fn new(pool: PgPool, js: jetstream::Context, settings: &crate::Settings) -> Self {
         Relay {
             pool,
