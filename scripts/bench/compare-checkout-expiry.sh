@@ -3,7 +3,7 @@
 # (closed loop, 300 connections) on one hot SKU and over 10,000 SKUs, and one
 # expiry process's releases/s, alternating the builds for ROUNDS rounds on
 # fresh systems, then the median of each figure and the ratio after/before.
-#   bash scripts/bench/compare.sh BEFORE_BIN_DIR AFTER_BIN_DIR [seconds-per-phase] [rounds]
+#   bash scripts/bench/compare-checkout-expiry.sh BEFORE_BIN_DIR AFTER_BIN_DIR [seconds-per-phase] [rounds]
 # A bin dir holds checkout, outbox-relay, expiry and soldonce of one build,
 # e.g. `git worktree add /tmp/before <rev>` built with `cargo build --release`.
 set -euo pipefail
