@@ -9,6 +9,7 @@
 # group transaction's time, and the CPU each of checkout, PostgreSQL and the
 # load generator used.
 #   bash scripts/bench/coalesce.sh [seconds-per-phase] [rounds]
+# With rounds > 1 it ends with each figure's median over the rounds.
 # BIN_DIR=… uses binaries already built (a release build) instead of building.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -108,3 +109,23 @@ print(f'CPU cores busy: checkout {($c1-$c0)/hz/w:.2f}, postgres {($p1-$p0)/hz/w:
   read -r o_rate o_p50 o_p99 o_p999 <<<"$open"
   echo "[round $round][hot] open loop 300/s, coalescing on: ${o_rate} orders/s, p50 ${o_p50} ms, p99 ${o_p99} ms, p99.9 ${o_p999} ms; groups: $(groups "$dir/m.before" "$dir/m.after")" | tee -a "$results"
 done
+# With more than one round, the medians: judge a ratio on these (the
+# per-row limit alone moves by half from one hour to the next here).
+if [ "$rounds" -gt 1 ]; then
+  python3 - "$results" <<'PY' | tee -a "$results"
+import re, sys, statistics as st
+limits, runs = [], {}
+for line in open(sys.argv[1]):
+    m = re.match(r'\[round \d+\] per-row limit .*: ([\d.]+) tx/s', line)
+    if m:
+        limits.append(float(m.group(1)))
+        continue
+    m = re.match(r'\[round \d+\]\[(\w+)\] checkout coalescing (on|off), 300 connections: ([\d.]+) orders/s \(p50 [\d.]+ ms, p99 ([\d.]+) ms.*= ([\d.]+)× the per-row limit, ([\d.]+)× pgbench', line)
+    if m:
+        runs.setdefault((m.group(1), m.group(2)), []).append([float(m.group(i)) for i in (3, 4, 5, 6)])
+print(f"medians of {len(limits)} rounds: per-row limit {st.median(limits):,.0f} tx/s")
+for (case, mode), rs in runs.items():
+    rate, p99, per_row, per_pgbench = (st.median(r[i] for r in rs) for i in range(4))
+    print(f"medians [{case}] checkout coalescing {mode}: {rate:,.0f} orders/s, p99 {p99:.1f} ms; {per_row:.2f}× the per-row limit, {per_pgbench:.2f}× pgbench (each ratio taken within its round)")
+PY
+fi
