@@ -87,7 +87,14 @@ async fn one_orders_trace_id_runs_through_every_services_logs_and_the_psps_webho
         // Confirmed by the worker's answer, or already by the webhook.
         // The capture too: asked of the PSP and recorded in the buyer's trace.
         ("payment-worker", &["payment recorded", "payment captured"]),
-        ("psp-sim", &["payment created", "webhook acknowledged"]),
+        (
+            "psp-sim",
+            &[
+                "payment created",
+                "payment captured",
+                "webhook acknowledged",
+            ],
+        ),
         ("fulfillment", &["shipment created"]),
     ];
     for (service, messages) in expected {

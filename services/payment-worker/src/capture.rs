@@ -162,7 +162,9 @@ impl Pipeline {
             || self.flight.is_empty()
             || self.waiting_since.elapsed() >= RECORD_LINGER;
         if !self.confirmed.is_empty() && self.recording.is_empty() && due {
-            let batch = std::mem::take(&mut self.confirmed);
+            // At most a batch; the rest waited as long, and goes next.
+            let n = self.confirmed.len().min(RECORD_BATCH);
+            let batch: Vec<(Capture, i64)> = self.confirmed.drain(..n).collect();
             self.recording.spawn(record(pool.clone(), batch));
         }
     }

@@ -35,13 +35,9 @@ pub(super) async fn capture(
     match &recorded {
         Recorded::Created(payment) => {
             let partial = payment.amount_captured < payment.amount_minor;
-            tracing::info!(order_id = %payment.reference, amount_captured = payment.amount_captured, "payment captured");
+            tracing::info!(order_id = %payment.reference, trace_id = %hop.traceparent().trace_id(), amount_captured = payment.amount_captured, "payment captured");
             state.counters.payment_captured(partial);
-            changes::remember_trace(
-                &state,
-                &payment.id,
-                (hop.traceparent(), hop.tracestate().map(str::to_owned)),
-            );
+            changes::remember_trace(&state, &payment.id, &hop);
             changes::payment_changed(&state, payment);
         }
         Recorded::Replayed(_) => state.counters.change_replayed(Change::Capture),
@@ -65,11 +61,7 @@ pub(super) async fn cancel(
     match &recorded {
         Recorded::Created(payment) => {
             tracing::info!(order_id = %payment.reference, "payment canceled");
-            changes::remember_trace(
-                &state,
-                &payment.id,
-                (hop.traceparent(), hop.tracestate().map(str::to_owned)),
-            );
+            changes::remember_trace(&state, &payment.id, &hop);
             changes::payment_changed(&state, payment);
         }
         Recorded::Replayed(_) => state.counters.change_replayed(Change::Cancel),

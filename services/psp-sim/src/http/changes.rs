@@ -40,8 +40,10 @@ pub(super) fn payment_changed(state: &AppState, payment: &Payment) {
     state.webhooks.payment_changed(payment, trace);
 }
 
-/// Remembers the trace a payment still `processing` was created under.
-pub(super) fn remember_trace(state: &AppState, payment_id: &str, trace: Trace) {
+/// Remembers the trace the request that changed a payment came with
+/// (`hop`): the webhooks of the change carry it.
+pub(super) fn remember_trace(state: &AppState, payment_id: &str, hop: &platform::otel::Hop) {
+    let trace: Trace = (hop.traceparent(), hop.tracestate().map(str::to_owned));
     state
         .traces
         .lock()

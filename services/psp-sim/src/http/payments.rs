@@ -51,11 +51,7 @@ pub(super) async fn create(
                 status = ?payment.status,
                 "payment created"
             );
-            changes::remember_trace(
-                &state,
-                &payment.id,
-                (trace, hop.tracestate().map(str::to_owned)),
-            );
+            changes::remember_trace(&state, &payment.id, &hop);
             if payment.status == PaymentStatus::Processing {
                 state.counters.fault_injected(Fault::Processing, 1);
                 let after = Duration::from_millis(faults.processing_ms);
