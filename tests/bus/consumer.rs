@@ -273,6 +273,36 @@ async fn poison_is_dead_lettered_a_duplicate_has_no_second_effect_and_the_consum
     stopped(stop, runner).await;
 }
 
+/// A consumer that starts while NATS is away (a service restarted while the
+/// broker restarts too) waits for it, as a process waits at its start for
+/// the stream, instead of ending: a service without its consumer stops,
+/// and where nothing restarts it the orders it should handle wait for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_that_starts_while_nats_is_away_waits_for_it_and_then_consumes() {
+    let (pool, mut nats, js) = setup("").await;
+    nats.kill();
+    let (stop, runner) = start(&js, &pool, 4, 4);
+    // Longer than a JetStream request's timeout, so the first tries have failed.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert!(
+        !runner.is_finished(),
+        "the consumer ended while NATS was away: {:?}",
+        runner.await
+    );
+    nats.restart().expect("nats back");
+    let id = Uuid::now_v7();
+    publish(&js, "back", envelope(id, "soldonce.order.placed.v1")).await;
+    wait_until_count(
+        &pool,
+        "the event published once NATS is back to be handled",
+        Duration::from_secs(60),
+        &format!("SELECT count(*) FROM test_effects WHERE event_id = '{id}'"),
+        1,
+    )
+    .await;
+    stopped(stop, runner).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_that_fails_inside_a_batch_fails_alone_and_the_rest_commit_together() {
     let bad = Uuid::now_v7();

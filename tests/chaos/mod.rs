@@ -6,7 +6,9 @@
 //! PostgreSQL crash-stopped (`pg_ctl -m immediate`), psp-sim killed (its books
 //! survive), and the PSP's own faults (first calls failing, lost replies,
 //! duplicated, reordered and dropped webhooks, declines, slow and `processing`
-//! answers) switched as the run goes.
+//! answers) switched as the run goes. An instance that exits on its own is
+//! started again, as compose's `restart: unless-stopped` does in
+//! production, and the exit is written down with what it logged last.
 //!
 //! Once the faults stop and the saga settles, the promise is checked first
 //! by an independent checker that sees only the load's history, the public
@@ -306,6 +308,51 @@ async fn put_psp_faults(system: &System, faults: &Value) {
     );
 }
 
+/// What compose's `restart: unless-stopped` does for every service in
+/// production: an instance that exits on its own (a task that gave up, a
+/// panic) is started again. Each such exit is written to `faults.jsonl`
+/// with the lines the instance logged last, said on stderr, and counted in
+/// the summary; the promise must hold through them as through any fault.
+struct Supervisor {
+    faults_file: PathBuf,
+    started: Instant,
+    exits: BTreeMap<String, usize>,
+}
+
+impl Supervisor {
+    /// Starts again every instance that has exited since the last look;
+    /// psp-sim gets back the faults in force (`psp_faults`).
+    async fn restart_exited(&mut self, system: &mut System, psp_faults: &Value) {
+        for (instance, status) in system.exited() {
+            let tail = system.log_tail(&instance);
+            eprintln!(
+                "chaos: {instance} exited on its own ({status}); started again, as its supervisor would. It logged last:\n{tail}"
+            );
+            append(
+                &self.faults_file,
+                &json!({"at_ms": self.started.elapsed().as_millis() as u64, "fault": "exited", "process": instance, "status": status.to_string(), "log": tail}),
+            );
+            *self.exits.entry(instance.clone()).or_default() += 1;
+            system.launch(&instance).await;
+            if instance == "psp-sim" {
+                put_psp_faults(system, psp_faults).await;
+            }
+        }
+    }
+
+    /// Waits until `at`, looking after the instances meanwhile.
+    async fn watch_until(&mut self, at: Instant, system: &mut System, psp_faults: &Value) {
+        loop {
+            self.restart_exited(system, psp_faults).await;
+            let now = Instant::now();
+            if now >= at {
+                return;
+            }
+            tokio::time::sleep((at - now).min(Duration::from_millis(200))).await;
+        }
+    }
+}
+
 /// Appends one JSON line to a file of the run's folder.
 fn append(path: &Path, line: &Value) {
     use std::io::Write;
@@ -374,12 +421,14 @@ async fn in_flight(
     figures
 }
 
-/// Waits until nothing is in flight; on timeout names what still is.
-async fn wait_settled(app: &TestApp, nats_url: &str, within: Duration) {
-    let js = bus::connect(nats_url).await.expect("nats");
+/// Waits until nothing is in flight, looking after the instances
+/// meanwhile; on timeout names what still is, and why it may be stuck.
+async fn wait_settled(system: &mut System, supervisor: &mut Supervisor, within: Duration) {
+    let js = bus::connect(&system.nats.url()).await.expect("nats");
     let deadline = Instant::now() + within;
     loop {
-        let figures = in_flight(app, &js).await;
+        supervisor.restart_exited(system, &json!({})).await;
+        let figures = in_flight(&system.app, &js).await;
         if figures.values().all(|n| *n == 0) {
             return;
         }
@@ -387,12 +436,66 @@ async fn wait_settled(app: &TestApp, nats_url: &str, within: Duration) {
             figures["events not on the stream"] >= 0,
             "the stream holds messages the store has no event for: {figures:?}"
         );
-        assert!(
-            Instant::now() < deadline,
-            "the saga did not settle within {within:?}: {figures:?}"
-        );
+        if Instant::now() >= deadline {
+            let why = stuck(system, &js).await;
+            panic!("the saga did not settle within {within:?}: {figures:?}\n{why}");
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// For a run that does not settle: whether each instance still answers,
+/// where each consumer stands against the stream, and what each instance
+/// logged last (warnings and errors only).
+async fn stuck(system: &System, js: &async_nats::jetstream::Context) -> String {
+    let mut lines = vec![];
+    let last = match js.get_stream(bus::STREAM).await {
+        Ok(mut s) => s.info().await.map_or("unreadable".to_owned(), |i| {
+            i.state.last_sequence.to_string()
+        }),
+        Err(e) => format!("unreadable ({e})"),
+    };
+    lines.push(format!("stream: last sequence {last}"));
+    for consumer in ["payment-worker", "fulfillment"] {
+        let info = match js
+            .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
+                consumer,
+                bus::STREAM,
+            )
+            .await
+        {
+            Ok(mut c) => c.info().await.map_or_else(
+                |e| format!("unreadable ({e})"),
+                |i| {
+                    format!(
+                        "{} not delivered, {} delivered and not acknowledged, {} pull requests waiting, delivered up to stream sequence {}, acknowledged up to {}",
+                        i.num_pending,
+                        i.num_ack_pending,
+                        i.num_waiting,
+                        i.delivered.stream_sequence,
+                        i.ack_floor.stream_sequence
+                    )
+                },
+            ),
+            Err(e) => format!("missing ({e})"),
+        };
+        lines.push(format!("consumer {consumer}: {info}"));
+    }
+    for instance in &system.instances {
+        let health = system
+            .app
+            .client
+            .get(format!("{}/healthz", system.url(instance)))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .map_or_else(|e| format!("no answer ({e})"), |r| r.status().to_string());
+        let tail = system.log_tail(instance);
+        let tail: Vec<&str> = tail.lines().rev().take(8).collect();
+        lines.push(format!("{instance}: /healthz {health}; it logged last:"));
+        lines.extend(tail.into_iter().rev().map(str::to_owned));
+    }
+    lines.join("\n")
 }
 
 /// Runs every seed, each to its end even when an earlier one failed (a
@@ -595,8 +698,15 @@ async fn run(seed: u64, shape: Shape) {
     let mut psp_faults = json!({});
     let mut lost_in_power_loss = 0u64;
     let mut fired = PspFaultsFired::default();
+    let mut supervisor = Supervisor {
+        faults_file: faults_file.clone(),
+        started,
+        exits: BTreeMap::new(),
+    };
     for fault in &faults {
-        tokio::time::sleep_until((started + fault.at).into()).await;
+        supervisor
+            .watch_until(started + fault.at, &mut system, &psp_faults)
+            .await;
         let at_ms = started.elapsed().as_millis() as u64;
         match &fault.kind {
             Kind::Kill { instance, down } => {
@@ -667,6 +777,15 @@ async fn run(seed: u64, shape: Shape) {
 
     let mut reports = vec![];
     for task in loads {
+        while !task.is_finished() {
+            supervisor
+                .watch_until(
+                    Instant::now() + Duration::from_millis(200),
+                    &mut system,
+                    &psp_faults,
+                )
+                .await;
+        }
         let output = task.await.expect("load task").expect("soldonce load");
         let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
             panic!(
@@ -686,16 +805,16 @@ async fn run(seed: u64, shape: Shape) {
     // Faults off; let the saga finish what it holds.
     fired.add(&system).await;
     put_psp_faults(&system, &json!({})).await;
-    let app = &system.app;
-    let nats_url = system.nats.url();
-    wait_settled(app, &nats_url, Duration::from_secs(180)).await;
+    wait_settled(&mut system, &mut supervisor, Duration::from_secs(180)).await;
     let (code, text) = soldonce(&system, &database_url, &["reconcile"]);
     assert_eq!(
         code,
         Some(0),
         "reconciliation repairs what it finds: {text}"
     );
-    wait_settled(app, &nats_url, Duration::from_secs(120)).await;
+    wait_settled(&mut system, &mut supervisor, Duration::from_secs(120)).await;
+    let app = &system.app;
+    let nats_url = system.nats.url();
 
     // Every fault happened, as planned.
     for instance in &system.instances {
@@ -944,6 +1063,7 @@ async fn run(seed: u64, shape: Shape) {
         "seed": seed,
         "load_seconds": load.as_secs(),
         "faults": kills,
+        "exited_on_their_own": supervisor.exits,
         "requests": history.len(),
         "responses": by_status,
         "orders": by_state,

@@ -349,6 +349,28 @@ impl System {
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
 
+    /// The instances that ended on their own since the last look (not by
+    /// [`System::kill`] or [`System::terminate`]), each with how it ended.
+    /// They are no longer counted as running: [`System::launch`] starts
+    /// one again, as its supervisor would.
+    pub fn exited(&mut self) -> Vec<(String, std::process::ExitStatus)> {
+        let gone: Vec<(String, std::process::ExitStatus)> = self
+            .children
+            .iter_mut()
+            .filter_map(|(name, child)| {
+                child
+                    .try_wait()
+                    .ok()
+                    .flatten()
+                    .map(|status| (name.clone(), status))
+            })
+            .collect();
+        for (name, _) in &gone {
+            self.children.remove(name);
+        }
+        gone
+    }
+
     /// Kills a service with SIGKILL: no chance to finish anything.
     pub async fn kill(&mut self, instance: &str) {
         let mut child = self.children.remove(instance).expect("running service");
