@@ -120,9 +120,9 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
     );
     saga.fault_fired("duplicate_webhook", 1.0).await;
 
-    // Plant four faults: an edited bucket, a forged event, a unit moved to
-    // `sold` on an order that did not pay for it (buckets and ledger agree),
-    // a charge no order owns.
+    // Plant four faults: an edited bucket, a forged event (under an id
+    // already taken), a unit moved to `sold` on an order that did not pay
+    // for it (buckets and ledger agree), a charge no order owns.
     sqlx::query("UPDATE stock SET available = available + 3 WHERE sku = 'LOAD'")
         .execute(&app.pool)
         .await
@@ -146,8 +146,16 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
             .fetch_one(&app.pool)
             .await
             .expect("a confirmed order");
+    // Forged under an id another order's event holds: nothing in the
+    // database refuses that since event ids lost their unique index.
+    let taken: uuid::Uuid =
+        sqlx::query_scalar("SELECT event_id FROM events WHERE stream_id <> $1 LIMIT 1")
+            .bind(victim)
+            .fetch_one(&app.pool)
+            .await
+            .expect("another order's event");
     sqlx::query("INSERT INTO events (event_id, stream_id, version, type, data) VALUES ($1, $2, $3, 'order.cancelled.v1', $4)")
-        .bind(uuid::Uuid::now_v7())
+        .bind(taken)
         .bind(victim)
         .bind(version + 1)
         .bind(serde_json::json!({ "at": chrono::Utc::now() }))
@@ -266,6 +274,12 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
     assert!(
         text.contains(&format!("projection_drift {victim}")),
         "names the forged event: {text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "duplicate_event_id {taken}: 2 events share this id"
+        )),
+        "names the id the forged event took: {text}"
     );
     assert!(
         text.contains(&format!("compensation_overdue {stray_id}"))

@@ -3,7 +3,8 @@
 //! streamed (memory stays flat however many orders there are).
 //! - per SKU, `reserved` = units on `payment_pending` orders, `sold` = units
 //!   on confirmed orders, and each bucket = its ledger sum;
-//! - each order's projection row = the fold of its events;
+//! - each order's projection row = the fold of its events, and (full pass)
+//!   no event id names two events;
 //! - money: no order confirmed twice; every confirmed order's payment is
 //!   attached to it and every attached payment settles its order; every
 //!   decided refund is carried out within `compensation_grace`; every
@@ -25,7 +26,7 @@
 //! - `mod.rs` — the passes: full, incremental, each in its snapshots
 //! - `report.rs` — what an audit found, its options, full or incremental
 //! - `stock.rs` — each SKU's buckets against its ledger and its orders
-//! - `projection.rs` — each order's projection row against the fold of its events
+//! - `projection.rs` — each order's projection row against the fold of its events; event ids named twice
 //! - `money.rs` — payments, refunds, captures and reconciliation; open findings
 //! - `operations.rs` — shipments, dead letters, parked and lagging outbox rows
 //! - `delta.rs`, `frontier.rs` — where the last run stopped and what came after
@@ -43,7 +44,7 @@ mod stock;
 use crate::StoreError;
 use delta::Checkpoint;
 use operations::check_operations;
-use projection::check_projection;
+use projection::{check_event_ids, check_projection};
 use sqlx::{PgConnection, PgPool};
 use stock::check_stock;
 
@@ -63,6 +64,7 @@ pub async fn full(pool: &PgPool, options: &AuditOptions) -> Result<Audit, StoreE
     let mut report = AuditReport::default();
     let sums = check_stock(&mut tx, &mut report).await?;
     check_projection(&mut tx, None, &mut report).await?;
+    check_event_ids(&mut tx, &mut report).await?;
     money::check(&mut tx, options, None, &mut report).await?;
     check_operations(&mut tx, options, true, &mut report).await?;
     let checkpoint = delta::of_full_pass(&mut tx, options, sums).await?;

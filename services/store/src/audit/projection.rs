@@ -1,5 +1,6 @@
 //! The audit's projection check: each order's projection row against the
-//! fold of its events, and event streams with no row.
+//! fold of its events, event streams with no row, and event ids that name
+//! two events.
 
 use super::delta::LineKey;
 use super::report::AuditReport;
@@ -73,4 +74,29 @@ pub(super) async fn check_projection(
         );
     }
     Ok(moved)
+}
+
+/// Event ids that name more than one event (a full pass only: it reads the
+/// whole of `events`). Nothing in the database refuses them since
+/// migration 29 dropped the unique index; the journal's UUIDv7s are unique
+/// by construction, and a consumer would take a second event under a
+/// handled id for a copy of the first.
+pub(super) async fn check_event_ids(
+    conn: &mut PgConnection,
+    report: &mut AuditReport,
+) -> Result<(), StoreError> {
+    let shared: Vec<(Uuid, i64)> = sqlx::query_as(
+        "SELECT event_id, count(*) FROM events GROUP BY event_id HAVING count(*) > 1 \
+         ORDER BY event_id LIMIT 1000",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for (id, n) in shared {
+        report.flag(
+            "duplicate_event_id",
+            id.to_string(),
+            format!("{n} events share this id"),
+        );
+    }
+    Ok(())
 }
