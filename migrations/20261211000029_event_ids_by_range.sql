@@ -7,9 +7,12 @@
 -- (`store::journal`), so they rise with time as positions do: a BRIN index
 -- (a summary of each range of pages) finds an id by the few ranges whose
 -- summary holds it, and a row written into the newest range costs it
--- nothing. Only operators' tools look an event up by its id (`soldonce
--- outbox` on parked rows, a stream repair over messages published before
--- they carried positions).
+-- nothing. A range not yet summarized is read whole by every look-up, so
+-- each range is summarized as soon as it is full (`autosummarize`: the
+-- next autovacuum round, within `autovacuum_naptime`, does it), not only
+-- when a vacuum of the table comes. Only operators' tools look an event up
+-- by its id (`soldonce outbox` on parked rows, a stream repair over
+-- messages published before they carried positions).
 --
 -- The uniqueness the UNIQUE constraint checked holds by construction:
 -- nothing but the journal writes `events`; within one process the ids it
@@ -18,4 +21,4 @@
 -- do. The full audit still checks it (`VIOLATION duplicate_event_id`):
 -- consumers would take a second event under a handled id for a copy.
 ALTER TABLE events DROP CONSTRAINT IF EXISTS events_event_id_key;
-CREATE INDEX events_event_id ON events USING brin (event_id);
+CREATE INDEX events_event_id ON events USING brin (event_id) WITH (autosummarize = on);

@@ -406,6 +406,79 @@ async fn a_claim_planned_on_a_nearly_empty_outbox_still_probes_by_index_when_the
     claim_plan_after_statistics_of(0).await;
 }
 
+/// An event is found by its id (a stream repair over messages that carry
+/// no position, `soldonce outbox` on parked rows) through the range index
+/// on event ids, reading a few of the table's pages, not all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_is_found_by_its_id_in_a_few_pages_of_the_range_index_not_a_scan() {
+    let app = TestApp::spawn().await;
+    // Ids as the journal draws them: rising as positions do.
+    sqlx::query(
+        "INSERT INTO events (event_id, stream_id, version, type, data) \
+         SELECT ('00000000-0000-7000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, gen_random_uuid(), 1, 'test.find.v1', \
+                json_build_object('pad', repeat('x', 300)) \
+         FROM generate_series(1, 40000) AS g",
+    )
+    .execute(&app.pool)
+    .await
+    .expect("events");
+    // Each full range is summarized by the next autovacuum round (the
+    // index asks for it); the test cannot wait for one, so it does the same.
+    let autosummarized = app
+        .count("SELECT count(*) FROM pg_class WHERE relname = 'events_event_id' AND 'autosummarize=on' = ANY(reloptions)")
+        .await;
+    assert_eq!(
+        autosummarized, 1,
+        "full ranges are summarized without waiting for a vacuum"
+    );
+    for sql in [
+        "SELECT brin_summarize_new_values('events_event_id')",
+        "ANALYZE events",
+    ] {
+        sqlx::query(sql)
+            .execute(&app.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let (wanted, expected): (Vec<Uuid>, Vec<i64>) = sqlx::query_as::<_, (Uuid, i64)>(
+        "SELECT event_id, position FROM events WHERE type = 'test.find.v1' ORDER BY position OFFSET 20000 LIMIT 3",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .expect("three events")
+    .into_iter()
+    .unzip();
+    let mut found = store::stream_copy::positions_of(&app.pool, &wanted)
+        .await
+        .expect("positions");
+    found.sort_unstable();
+    assert_eq!(found, expected, "each id's event, and no other");
+    let plan: serde_json::Value = sqlx::query_scalar(&format!(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}",
+        store::stream_copy::POSITIONS_OF_SQL
+    ))
+    .bind(&wanted)
+    .fetch_one(&app.pool)
+    .await
+    .expect("plan");
+    let text = plan.to_string();
+    assert!(
+        text.contains("\"Index Name\":\"events_event_id\""),
+        "found through the range index: {plan:#}"
+    );
+    let pages = app
+        .count("SELECT relpages::bigint FROM pg_class WHERE relname = 'events'")
+        .await;
+    let read = plan[0]["Plan"]["Shared Hit Blocks"]
+        .as_i64()
+        .unwrap_or(i64::MAX)
+        + plan[0]["Plan"]["Shared Read Blocks"].as_i64().unwrap_or(0);
+    assert!(
+        read * 10 < pages,
+        "{read} of the table's {pages} pages read: {plan:#}"
+    );
+}
+
 /// Plans the claim (as a kept generic plan) on statistics made when `left`
 /// of 8,000 rows were still in the outbox, then runs it over a backlog of
 /// 5,000 rows, and checks that it walked the position index only until it

@@ -124,15 +124,19 @@ pub async fn published_page(
     .await?)
 }
 
+/// [`positions_of`]'s statement: the ids (`$1`) are found through the
+/// BRIN index on `events.event_id` (migration 29), which holds a summary of
+/// each range of pages: event ids rise with positions, so an id falls in
+/// few ranges.
+pub const POSITIONS_OF_SQL: &str = "SELECT position FROM events WHERE event_id = ANY($1)";
+
 /// Positions of the events with these ids (messages the relay sent before
 /// it stamped positions on them); ids that name no event are left out.
 pub async fn positions_of(pool: &PgPool, ids: &[Uuid]) -> Result<Vec<i64>, StoreError> {
-    Ok(
-        sqlx::query_scalar("SELECT position FROM events WHERE event_id = ANY($1)")
-            .bind(ids)
-            .fetch_all(pool)
-            .await?,
-    )
+    Ok(sqlx::query_scalar(POSITIONS_OF_SQL)
+        .bind(ids)
+        .fetch_all(pool)
+        .await?)
 }
 
 /// The messages of the events at `positions`, in position order, rebuilt
