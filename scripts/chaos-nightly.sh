@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The chaos suite over many seeds (default 1-200), as a nightly job: every
 # seed's run keeps its folder, and a table of every run's summary is
-# printed at the end (and written to chaos-summary.md). A failing seed's
+# printed at the end (and written to chaos-summary.md), with the services
+# that exited on their own and were started again. A failing seed's
 # folder holds its request history, faults, logs and data.
 #   bash scripts/chaos-nightly.sh [seeds] [load-seconds]
 # e.g. bash scripts/chaos-nightly.sh 1-200 20
@@ -29,13 +30,16 @@ for d in sorted(os.listdir(root)) if os.path.isdir(root) else []:
     if os.path.exists(s):
         j = json.load(open(s))
         ind = j.get("independent", {})
+        exits = j.get("exited_on_their_own", {})
         rows.append((j["shape"], j["seed"], "pass", j["requests"], j["orders"].get("confirmed", 0),
                      sum(j["orders"].values()), j["psp_charges"], j["psp_refunded"],
-                     ind.get("captured_minor", ""), ind.get("refunded_minor", ""), j["seconds"], d))
+                     ind.get("captured_minor", ""), ind.get("refunded_minor", ""),
+                     ", ".join(f"{k} {v}" for k, v in sorted(exits.items())) or "none",
+                     j["seconds"], d))
     else:
-        rows.append(("?", d, "FAIL", "", "", "", "", "", "", "", "", d))
-print("| shape | seed | result | requests | confirmed | orders | PSP charges | refunded | captured (minor) | refunded (minor) | seconds | folder |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        rows.append(("?", d, "FAIL", "", "", "", "", "", "", "", "", "", d))
+print("| shape | seed | result | requests | confirmed | orders | PSP charges | refunded | captured (minor) | refunded (minor) | exited on their own | seconds | folder |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     print("| " + " | ".join(str(x) for x in r) + " |")
 fails = sum(1 for r in rows if r[2] == "FAIL")
