@@ -94,7 +94,7 @@ fn admit_keyed(
 }
 
 /// The caller's trace, continued by a money-moving POST (an absent or invalid header starts
-/// a new one; the route is recorded on the current span's `trace_id`): the webhook the change
+/// a new one), its id recorded as the current span's `trace_id`: the webhook the change
 /// sends carries it.
 fn continuing(headers: &axum::http::HeaderMap, route: &'static str) -> platform::otel::Hop {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
