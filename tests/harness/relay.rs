@@ -155,8 +155,8 @@ pub async fn record_event(
         "WITH e AS ( \
              INSERT INTO events (event_id, stream_id, version, type, data, metadata) \
              SELECT $1, $2, coalesce(max(version), 0) + 1, $3, $4, $5 FROM events WHERE stream_id = $2 \
-             RETURNING position, stream_id) \
-         INSERT INTO outbox (position, stream_id) SELECT position, stream_id FROM e RETURNING position",
+             RETURNING position) \
+         INSERT INTO outbox (position) SELECT position FROM e RETURNING position",
     )
     .bind(event_id)
     .bind(stream_id)

@@ -53,11 +53,12 @@ impl Record {
 }
 
 /// Appends records (of one or many streams) with their outbox rows, as
-/// fragments of `statement`. An outbox row names its event by position
-/// (and its stream, for the relay's per-order order); the relay builds the
-/// message from the event itself. An event's data and metadata are sent
-/// and stored as the JSON text serialized here (`json`, not `jsonb`: see
-/// the `events_as_written` migration), which PostgreSQL only checks.
+/// fragments of `statement`. An outbox row names its event by position,
+/// and nothing else: the relay reads the event (its stream and version
+/// too, for the per-order order) and builds the message from it. An
+/// event's data and metadata are sent and stored as the JSON text
+/// serialized here (`json`, not `jsonb`: see the `events_as_written`
+/// migration), which PostgreSQL only checks.
 pub(crate) fn append<'q>(
     statement: &mut Statement<'q>,
     records: &'q [Record],
@@ -96,12 +97,12 @@ pub(crate) fn append<'q>(
         &format!(
             "INSERT INTO events (event_id, stream_id, version, type, data, metadata, recorded_at) \
              SELECT * FROM unnest({ids}::uuid[], {streams}::uuid[], {versions}::int[], {types}::text[], {datas}::text[]::json[], {metas}::text[]::json[], {times}::timestamptz[]) \
-             RETURNING position, stream_id"
+             RETURNING position"
         ),
     );
     s.cte(
         "queued",
-        "INSERT INTO outbox (position, stream_id) SELECT position, stream_id FROM appended RETURNING 1",
+        "INSERT INTO outbox (position) SELECT position FROM appended RETURNING 1",
     );
     s.expect_rows("appended", n, first.stream_id);
     s.expect_rows("queued", n, first.stream_id);

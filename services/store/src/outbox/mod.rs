@@ -108,17 +108,17 @@ impl OutboxRow {
 /// further behind: seen as claims of 3 to 10 s with 8,000 rows waiting, and
 /// in the relay bench (`soldonce bench relay`) as no row of 50,020 relayed in 120 s. With these
 /// settings the only plan left walks `outbox_position` in order and looks
-/// each row's order up in `outbox_stream_position`: about `limit` index
-/// probes, however many rows wait. (The disabled paths are penalized rather
+/// up, for each row, whether the version before its event waits (three
+/// probes of keys, see [`CLAIM_SQL`]): a few index probes per row claimed,
+/// however many rows wait. (The disabled paths are penalized rather
 /// than forbidden, which would set off JIT compilation: it is off too.)
 ///
 /// Index-only scans are off as well: when a vacuum leaves the outbox's
 /// pages with no live row in them, the planner counts any later backlog as
-/// one row, and a whole walk of the stream index (covering, while it held
-/// the position too) then cost the same as a probe of it; with the probe
-/// as an anti-join's inner side, the plan walked the whole stream index
-/// once per row (16,000 rows waiting: claims of 3 s). See [`CLAIM_SQL`]
-/// for the other half.
+/// one row, and a whole walk of an index then costs the same as a probe of
+/// it; with such a walk as an anti-join's inner side, an earlier claim
+/// walked a whole index of the outbox once per row (16,000 rows waiting:
+/// claims of 3 s). See [`CLAIM_SQL`] for the other half.
 pub const CLAIM_SETTINGS: &[(&str, &str)] = &[
     ("enable_seqscan", "off"),
     ("enable_bitmapscan", "off"),
@@ -129,28 +129,37 @@ pub const CLAIM_SETTINGS: &[(&str, &str)] = &[
     ("jit", "off"),
 ];
 
-/// The claim, for [`claim`] and for checking its plan. `p.position + 0`
-/// keeps the look-up for older rows of the same order off the position
-/// index (a range over every older row, filtered by order), so it can only
-/// use `outbox_stream_position`. `OFFSET 0` keeps that look-up a subquery
-/// run for each row with the row's order as its key, instead of a join
-/// whose inner side the planner may choose to walk whole (see
-/// [`CLAIM_SETTINGS`]): planned alone, the look-up's only index path is the
-/// probe by order. The rows are claimed first (`claimed`, materialized:
-/// the claim plans as if no event were read), then each one's event is read
-/// by its position (`LATERAL`: one probe of `events_pkey` per claimed row,
-/// never a walk of `events` in position order, which would also give the
-/// claim's order). Rows come back in no particular order; [`claim`] sorts
-/// them by position. Each row also says whether commits wait for
-/// synchronous standbys (`standbys`), so the relay knows in the same round
-/// trip whether it needs [`await_replication`].
+/// The claim, for [`claim`] and for checking its plan. A row is claimable
+/// when the event of its stream's version just before its own has no row
+/// waiting: a stream's versions are contiguous, and each is written only
+/// once the one before it has committed, so an older row of the same order
+/// waits exactly when that one does (an operator's requeue of an old event
+/// is the exception: it goes out beside, not before, what of its order
+/// waits already). The look-up is three probes of keys, in this order,
+/// each a subquery fenced with `OFFSET 0` and fed by the one before it
+/// (`LATERAL`), so no plan can walk a table instead (see
+/// [`CLAIM_SETTINGS`]): the row's event by its position (`events_pkey`),
+/// the version before it (`events_stream_version`, the key every append
+/// already writes), and that event's position in the outbox's key. The
+/// rows are claimed first (`claimed`, materialized: the claim plans as if
+/// no event were read), then each one's event is read by its position
+/// (`LATERAL`: one probe of `events_pkey` per claimed row, never a walk of
+/// `events` in position order, which would also give the claim's order).
+/// Rows come back in no particular order; [`claim`] sorts them by
+/// position. Each row also says whether commits wait for synchronous
+/// standbys (`standbys`), so the relay knows in the same round trip whether
+/// it needs [`await_replication`].
 pub const CLAIM_SQL: &str = "WITH claimed AS MATERIALIZED ( \
-     SELECT o.position, o.stream_id, \
+     SELECT o.position, \
             coalesce(CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(o.xmin) END, o.created_at) AS created_at \
      FROM outbox o \
-     WHERE NOT EXISTS (SELECT 1 FROM outbox p WHERE p.stream_id = o.stream_id AND p.position + 0 < o.position OFFSET 0) \
-     ORDER BY o.position LIMIT $1 FOR UPDATE SKIP LOCKED) \
- SELECT e.event_id AS id, c.position, c.stream_id, e.type AS kind, e.data, e.metadata, e.recorded_at, c.created_at, \
+     WHERE NOT EXISTS ( \
+         SELECT 1 \
+         FROM (SELECT e.stream_id, e.version FROM events e WHERE e.position = o.position OFFSET 0) e, \
+              LATERAL (SELECT b.position FROM events b WHERE b.stream_id = e.stream_id AND b.version = e.version - 1 OFFSET 0) b, \
+              LATERAL (SELECT 1 FROM outbox w WHERE w.position = b.position OFFSET 0) w) \
+     ORDER BY o.position LIMIT $1 FOR UPDATE OF o SKIP LOCKED) \
+ SELECT e.event_id AS id, c.position, e.stream_id, e.type AS kind, e.data, e.metadata, e.recorded_at, c.created_at, \
         current_setting('synchronous_standby_names') <> '' AS standbys \
  FROM claimed c, LATERAL (SELECT * FROM events e WHERE e.position = c.position) e";
 

@@ -152,8 +152,8 @@ pub async fn requeue(
                  DELETE FROM outbox_parked p WHERE {WANTED} AND {HAS_EVENT} \
                  RETURNING id, position, stream_id), \
              queued AS ( \
-                 INSERT INTO outbox (position, stream_id, created_at) \
-                 SELECT position, stream_id, now() FROM moved RETURNING position) \
+                 INSERT INTO outbox (position, created_at) \
+                 SELECT position, now() FROM moved RETURNING position) \
              SELECT m.id FROM moved m JOIN queued q ON q.position = m.position ORDER BY m.position"
         )
     };

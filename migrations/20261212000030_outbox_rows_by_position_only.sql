@@ -1,0 +1,22 @@
+-- An outbox row is its event's position and nothing else it must keep
+-- (issue 40). It also kept the event's stream, with an index on it, only
+-- so the relay could tell that an older row of the same order still
+-- waits, and hold this one back (one order's events leave in the order
+-- they were recorded). `events` already answers that: a stream's versions
+-- are contiguous and each is written only once the one before it has
+-- committed, so an older row of the stream waits exactly when the row of
+-- the version just before this one's does; the relay finds that version's
+-- position by `events_stream_version`, the key the append already writes,
+-- and probes the outbox's key for it. The outbox's stream index cost every
+-- event one more B-tree entry (about 600 bytes of WAL per order), and its
+-- column 16 bytes a row.
+--
+-- The column stays for now, nullable and never read: services of the
+-- release before this one, still running while it is applied, keep
+-- inserting their rows with it until they are restarted. New rows leave it
+-- NULL, which costs them nothing (the row's header has room for the null
+-- bitmap). A later release drops it. Relays of the release before must be
+-- stopped first: their claim looks rows up by this column, which no index
+-- serves from here on (see docs/reference.md, Upgrading).
+DROP INDEX outbox_stream_position;
+ALTER TABLE outbox ALTER COLUMN stream_id DROP NOT NULL;
