@@ -860,29 +860,29 @@ async fn an_event_waits_in_the_outbox_until_the_one_before_it_in_its_order_has_l
     }
     let mut one = app.pool.begin().await.expect("begin");
     assert_eq!(
-        claimed(&mut *one).await,
+        claimed(&mut one).await,
         [first, other_first],
         "each order's oldest row, and not the later ones of the order"
     );
     // A second relay, while the first holds its batch: the order's later
     // rows still wait behind the row it holds.
     let mut two = app.pool.begin().await.expect("begin");
-    assert_eq!(claimed(&mut *two).await, Vec::<i64>::new());
+    assert_eq!(claimed(&mut two).await, Vec::<i64>::new());
     two.rollback().await.expect("rollback");
     // The first relay publishes only the order's first row (the other's
     // failed, say): the order's second row is next, the third still waits.
-    store::outbox::delete(&mut *one, &[first], first)
+    store::outbox::delete(&mut one, &[first], first)
         .await
         .expect("delete");
     one.commit().await.expect("commit");
     let mut three = app.pool.begin().await.expect("begin");
-    assert_eq!(claimed(&mut *three).await, [second, other_first]);
-    store::outbox::delete(&mut *three, &[second, other_first], other_first)
+    assert_eq!(claimed(&mut three).await, [second, other_first]);
+    store::outbox::delete(&mut three, &[second, other_first], other_first)
         .await
         .expect("delete");
     three.commit().await.expect("commit");
     let mut four = app.pool.begin().await.expect("begin");
-    assert_eq!(claimed(&mut *four).await, [third]);
+    assert_eq!(claimed(&mut four).await, [third]);
     four.rollback().await.expect("rollback");
     assert_eq!(
         app.count("SELECT count(*) FROM outbox").await,
