@@ -486,7 +486,9 @@ async fn an_event_is_found_by_its_id_in_a_few_pages_of_the_range_index_not_a_sca
 /// events' stream key; then
 /// deletes two batches of 500 as the relay does and checks that each
 /// probed the key. Each row names an event of an ordinary event's size,
-/// read by a probe of the events' key.
+/// read by a probe of the events' key: the second of its stream, whose
+/// first was never recorded, so the look-up for the version before it is
+/// made for every row and finds nothing.
 async fn claim_plan_after_statistics_of(left: i64) {
     let app = TestApp::spawn().await;
     let pool = store::connect_with_settings(&app.database_url, 1, store::outbox::CLAIM_SETTINGS)
@@ -497,7 +499,7 @@ async fn claim_plan_after_statistics_of(left: i64) {
         format!(
             "WITH e AS ( \
                  INSERT INTO events (event_id, stream_id, version, type, data) \
-                 SELECT gen_random_uuid(), gen_random_uuid(), 1, 'test.plan.v1', jsonb_build_object('pad', repeat('x', 600)) FROM generate_series(1, {n}) \
+                 SELECT gen_random_uuid(), gen_random_uuid(), 2, 'test.plan.v1', jsonb_build_object('pad', repeat('x', 600)) FROM generate_series(1, {n}) \
                  RETURNING position) \
              INSERT INTO outbox (position) SELECT position FROM e"
         )
@@ -586,7 +588,7 @@ async fn claim_plan_after_statistics_of(left: i64) {
     );
     assert_eq!(
         before["Actual Rows"], 0,
-        "each row is its order's first event: nothing before it ({left} rows left)"
+        "no version before any row's event is recorded ({left} rows left)"
     );
     let top = &explained[0]["Plan"];
     let blocks = top["Shared Hit Blocks"].as_u64().unwrap_or(0)

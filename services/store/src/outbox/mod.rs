@@ -140,7 +140,8 @@ pub const CLAIM_SETTINGS: &[(&str, &str)] = &[
 /// (`LATERAL`), so no plan can walk a table instead (see
 /// [`CLAIM_SETTINGS`]): the row's event by its position (`events_pkey`),
 /// the version before it (`events_stream_version`, the key every append
-/// already writes), and that event's position in the outbox's key. The
+/// already writes; not looked for when the event is its stream's first),
+/// and that event's position in the outbox's key. The
 /// rows are claimed first (`claimed`, materialized: the claim plans as if
 /// no event were read), then each one's event is read by its position
 /// (`LATERAL`: one probe of `events_pkey` per claimed row, never a walk of
@@ -155,7 +156,7 @@ pub const CLAIM_SQL: &str = "WITH claimed AS MATERIALIZED ( \
      FROM outbox o \
      WHERE NOT EXISTS ( \
          SELECT 1 \
-         FROM (SELECT e.stream_id, e.version FROM events e WHERE e.position = o.position OFFSET 0) e, \
+         FROM (SELECT e.stream_id, e.version FROM events e WHERE e.position = o.position AND e.version > 1 OFFSET 0) e, \
               LATERAL (SELECT b.position FROM events b WHERE b.stream_id = e.stream_id AND b.version = e.version - 1 OFFSET 0) b, \
               LATERAL (SELECT 1 FROM outbox w WHERE w.position = b.position OFFSET 0) w) \
      ORDER BY o.position LIMIT $1 FOR UPDATE OF o SKIP LOCKED) \
