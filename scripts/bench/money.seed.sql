@@ -70,9 +70,8 @@ SELECT shipment_id, id, 'pending', 1, confirmed + interval '1 s', confirmed + in
 
 -- Events in the order they happened: placed (v1) and confirmed (v2) per
 -- order, and its shipment's created event; `data` is Event::data().
-INSERT INTO events (event_id, stream_id, version, type, data, metadata, recorded_at)
-SELECT gen_random_uuid(), stream, version, type, data,
-       jsonb_build_object('correlation_id', id, 'causation_id', gen_random_uuid(), 'source', source), at
+INSERT INTO events (event_id, stream_id, version, type, data, correlation_id, causation_id, source, recorded_at)
+SELECT gen_random_uuid(), stream, version, type, data, id, gen_random_uuid(), source, at
 FROM (
   SELECT id, id AS stream, 1 AS version, 'order.placed.v1' AS type, 'checkout' AS source, created AS at,
          jsonb_build_object('order_id', id, 'account_id', '00000000-0000-0000-0000-00000000b0b0', 'lines', lines, 'currency', 'BRL',

@@ -156,8 +156,13 @@ if [ -s "$dir/wal.stats" ] && [ -s "$dir/wal.records" ]; then
 else
   echo "WAL by record type and relation: pg_waldump could not read the segments: $(head -c 300 "$dir/wal.err")"
 fi
-echo "bytes of an event's row, by type (pg_column_size; as json: the same values stored as text):"
-psql "$DATABASE_URL" -P pager=off -c "SELECT type, count(*) AS events, round(avg(pg_column_size(e.*))) AS row, round(avg(pg_column_size(data))) AS data, round(avg(pg_column_size(metadata))) AS metadata, round(avg(pg_column_size(data::json))) AS data_as_json, round(avg(pg_column_size(metadata::json))) AS metadata_as_json FROM events e GROUP BY type ORDER BY count(*) DESC, type"
+echo "bytes of an event's row, by type (pg_column_size; the metadata's: its columns together, or its JSON object before they were columns):"
+if [ "$(sql "SELECT count(*) FROM information_schema.columns WHERE table_name = 'events' AND column_name = 'metadata'")" = 1 ]; then
+  meta="pg_column_size(metadata)"
+else
+  meta="pg_column_size(correlation_id) + pg_column_size(causation_id) + pg_column_size(source) + coalesce(pg_column_size(traceparent), 0) + coalesce(pg_column_size(tracestate), 0)"
+fi
+psql "$DATABASE_URL" -P pager=off -c "SELECT type, count(*) AS events, round(avg(pg_column_size(e.*))) AS row, round(avg(pg_column_size(data))) AS data, round(avg($meta)) AS metadata FROM events e GROUP BY type ORDER BY count(*) DESC, type"
 echo "indexes of the tables written per order (an index is one more entry to write per row; idx_scan = 0: not read during the run):"
 psql "$DATABASE_URL" -P pager=off -c "SELECT t.relname AS table, round((t.n_tup_ins + t.n_tup_upd - t.n_tup_hot_upd)::numeric / $orders, 2) AS index_writes_per_order, i.indexrelname AS index, i.idx_scan FROM pg_stat_user_tables t JOIN pg_stat_user_indexes i USING (relid) WHERE t.n_tup_ins + t.n_tup_upd > $orders / 10 ORDER BY t.relname, i.indexrelname"
 echo "statements per order: $(sql "SELECT round(sum(calls)::numeric / $orders, 1) || ', ' || round(sum(total_exec_time)::numeric / $orders, 2) || ' ms in them' FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())")"

@@ -38,13 +38,12 @@ async fn an_oversized_or_malformed_traceparent_starts_a_fresh_trace_and_nothing_
         let placed = place_with_header(&app, "traceparent", bad).await;
         assert_eq!(placed.status, 202, "{}", placed.body);
         let id = placed.body["id"].as_str().expect("id");
-        let stored: String = sqlx::query_scalar(
-            "SELECT metadata->>'traceparent' FROM events WHERE stream_id = $1::uuid",
-        )
-        .bind(id)
-        .fetch_one(&app.pool)
-        .await
-        .expect("metadata");
+        let stored: String =
+            sqlx::query_scalar("SELECT traceparent FROM events WHERE stream_id = $1::uuid")
+                .bind(id)
+                .fetch_one(&app.pool)
+                .await
+                .expect("metadata");
         let fresh =
             platform::trace::TraceParent::parse(&stored).expect("a valid traceparent was stored");
         assert_eq!(fresh.to_string(), stored, "canonical, 55 characters");
@@ -52,13 +51,12 @@ async fn an_oversized_or_malformed_traceparent_starts_a_fresh_trace_and_nothing_
     }
     let valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let placed = place_with_header(&app, "traceparent", valid).await;
-    let kept: String = sqlx::query_scalar(
-        "SELECT metadata->>'traceparent' FROM events WHERE stream_id = $1::uuid",
-    )
-    .bind(placed.body["id"].as_str().expect("id"))
-    .fetch_one(&app.pool)
-    .await
-    .expect("event metadata");
+    let kept: String =
+        sqlx::query_scalar("SELECT traceparent FROM events WHERE stream_id = $1::uuid")
+            .bind(placed.body["id"].as_str().expect("id"))
+            .fetch_one(&app.pool)
+            .await
+            .expect("event metadata");
     // Continued: the same trace, under checkout's own span.
     assert_eq!(
         kept.get(..36),
@@ -73,10 +71,11 @@ async fn an_oversized_or_malformed_traceparent_starts_a_fresh_trace_and_nothing_
         platform::trace::TraceParent::parse(&kept).is_some(),
         "{kept}"
     );
-    let largest: i64 = sqlx::query_scalar("SELECT max(length(metadata::text))::bigint FROM events")
-        .fetch_one(&app.pool)
-        .await
-        .expect("sizes");
+    let largest: i64 =
+        sqlx::query_scalar("SELECT max(length(e.metadata::text))::bigint FROM events e")
+            .fetch_one(&app.pool)
+            .await
+            .expect("sizes");
     assert!(
         largest < 1_000,
         "nothing oversized stored: {largest} bytes of metadata"

@@ -275,27 +275,31 @@ async fn an_orders_event_is_stored_as_the_json_text_it_was_written_with() {
     let placed = app.buy("MUG", 1).await;
     assert_eq!(placed.status, 202, "{}", placed.body);
     let id = placed.body["id"].as_str().expect("order id").to_owned();
-    let (data, metadata): (String, String) = sqlx::query_as(
-        "SELECT data::text, metadata::text FROM events WHERE stream_id = $1::uuid AND version = 1",
+    let (data, metadata): (String, serde_json::Value) = sqlx::query_as(
+        "SELECT e.data::text, e.metadata FROM events e WHERE e.stream_id = $1::uuid AND e.version = 1",
     )
     .bind(&id)
     .fetch_one(&app.pool)
     .await
     .expect("the order's first event");
-    // As serde wrote them (compact, the metadata's keys in its fields'
-    // order): jsonb would print them again, a space after every colon and
-    // the keys in its own order.
+    // As serde wrote it (compact): jsonb would print it again, a space
+    // after every colon and the keys in its own order.
     let value: serde_json::Value = serde_json::from_str(&data).expect("JSON");
     assert_eq!(
         data,
         serde_json::to_string(&value).expect("JSON"),
         "data as written"
     );
-    let meta: events::Metadata = serde_json::from_str(&metadata).expect("metadata");
-    assert_eq!(
-        metadata,
-        serde_json::to_string(&meta).expect("JSON"),
-        "metadata as written"
+    // The metadata's columns, read back as the object they were (`e.metadata`).
+    let meta: events::Metadata = serde_json::from_value(metadata).expect("metadata");
+    assert_eq!(meta.correlation_id.to_string(), id, "the order's saga");
+    assert_eq!(meta.source, "checkout");
+    assert!(
+        meta.traceparent
+            .as_deref()
+            .and_then(platform::trace::TraceParent::parse)
+            .is_some(),
+        "the request's trace: {meta:?}"
     );
     let data: serde_json::Value = serde_json::from_str(&data).expect("JSON");
     assert_eq!(data["order_id"].as_str(), Some(id.as_str()));

@@ -128,14 +128,9 @@ pub async fn stream_len(js: &jetstream::Context) -> u64 {
     }
 }
 
-/// Metadata as the write path records it (a readable `Metadata`), for an
-/// event written by hand.
-pub fn test_metadata() -> serde_json::Value {
-    serde_json::json!({
-        "correlation_id": Uuid::now_v7(),
-        "causation_id": Uuid::now_v7(),
-        "source": "test",
-    })
+/// Metadata as the write path records it, for an event written by hand.
+pub fn test_metadata() -> events::Metadata {
+    events::Metadata::spontaneous("test", Uuid::now_v7())
 }
 
 /// Records one event written by hand, `type_name` about `stream_id` at the
@@ -149,12 +144,12 @@ pub async fn record_event(
     stream_id: Uuid,
     type_name: &str,
     data: serde_json::Value,
-    metadata: serde_json::Value,
+    meta: events::Metadata,
 ) -> i64 {
     sqlx::query_scalar(
         "WITH e AS ( \
-             INSERT INTO events (event_id, stream_id, version, type, data, metadata) \
-             SELECT $1, $2, coalesce(max(version), 0) + 1, $3, $4, $5 FROM events WHERE stream_id = $2 \
+             INSERT INTO events (event_id, stream_id, version, type, data, correlation_id, causation_id, source, traceparent, tracestate) \
+             SELECT $1, $2, coalesce(max(version), 0) + 1, $3, $4, $5, $6, $7, $8, $9 FROM events WHERE stream_id = $2 \
              RETURNING position) \
          INSERT INTO outbox (position) SELECT position FROM e RETURNING position",
     )
@@ -162,7 +157,11 @@ pub async fn record_event(
     .bind(stream_id)
     .bind(type_name)
     .bind(data)
-    .bind(metadata)
+    .bind(meta.correlation_id)
+    .bind(meta.causation_id)
+    .bind(meta.source)
+    .bind(meta.traceparent)
+    .bind(meta.tracestate)
     .fetch_one(conn)
     .await
     .expect("record an event by hand")

@@ -62,6 +62,21 @@ pub async fn fresh_database() -> String {
     fresh_database_on(&shared().postgres).await
 }
 
+/// An empty database on the shared server, no migration applied (to
+/// migrate it step by step, as an upgrade does); returns its URL.
+pub async fn empty_database() -> String {
+    let pg = &shared().postgres;
+    let name = format!("t_{}", Uuid::new_v4().simple());
+    let mut admin = PgConnection::connect(&pg.url("postgres"))
+        .await
+        .expect("connect to test postgres");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut admin)
+        .await
+        .expect("create an empty database");
+    pg.url(&name)
+}
+
 /// A fresh migrated database on `pg` (which must be the shared server or
 /// one with its own template created by [`migrated_database_on`]).
 pub async fn fresh_database_on(pg: &Postgres) -> String {

@@ -17,3 +17,4 @@ mod reference;
 mod signals;
 mod tls;
 mod trace;
+mod upgrade;

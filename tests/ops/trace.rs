@@ -130,7 +130,7 @@ async fn one_orders_trace_id_runs_through_every_services_logs_and_the_psps_webho
 
     // The order's every event carries the trace, and `order show` prints it.
     let traces: Vec<(Option<String>,)> =
-        sqlx::query_as("SELECT metadata->>'traceparent' FROM events WHERE stream_id = $1::uuid")
+        sqlx::query_as("SELECT traceparent FROM events WHERE stream_id = $1::uuid")
             .bind(&order_id)
             .fetch_all(&system.app.pool)
             .await
@@ -355,7 +355,7 @@ async fn one_order_is_one_exported_trace_from_every_service_with_its_parent_link
     }
     // Counted a second way: the events' stored traceparents name spans that were exported.
     let stored: Vec<(String,)> = sqlx::query_as(
-        "SELECT metadata->>'traceparent' FROM events WHERE stream_id = $1::uuid AND metadata->>'traceparent' IS NOT NULL",
+        "SELECT traceparent FROM events WHERE stream_id = $1::uuid AND traceparent IS NOT NULL",
     )
     .bind(&order_id)
     .fetch_all(&system.app.pool)

@@ -154,7 +154,7 @@ async fn the_audit_under_live_load_reports_nothing_and_names_each_planted_violat
             .fetch_one(&app.pool)
             .await
             .expect("another order's event");
-    sqlx::query("INSERT INTO events (event_id, stream_id, version, type, data) VALUES ($1, $2, $3, 'order.cancelled.v1', $4)")
+    sqlx::query("INSERT INTO events (event_id, stream_id, version, type, data, correlation_id, causation_id, source) VALUES ($1, $2, $3, 'order.cancelled.v1', $4, $2, gen_random_uuid(), 'test')")
         .bind(taken)
         .bind(victim)
         .bind(version + 1)

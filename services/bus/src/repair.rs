@@ -66,8 +66,6 @@ pub struct Report {
     pub first_missing: Option<i64>,
     /// Missing events republished (and acknowledged).
     pub republished: u64,
-    /// Missing events that could not be rebuilt (unreadable metadata).
-    pub unrepairable: u64,
     pub seconds: f64,
 }
 
@@ -141,8 +139,7 @@ pub async fn repair(
     report.first_missing = missing.first().copied();
     if !dry_run {
         for page in missing.chunks(PAGE as usize) {
-            let (messages, unreadable) = store::stream_copy::messages(pool, page).await?;
-            report.unrepairable += unreadable as u64;
+            let messages = store::stream_copy::messages(pool, page).await?;
             report.republished += republish(js, &messages).await?;
         }
     }

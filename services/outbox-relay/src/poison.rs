@@ -17,11 +17,8 @@ pub const TOO_LARGE: &str = "too_large";
 pub const BAD_SUBJECT: &str = "bad_subject";
 /// JetStream refused this message for a reason of its own (see `REJECTED_CODES`).
 pub const REJECTED: &str = "rejected";
-/// The event's metadata cannot be read (an event written by hand), so no
-/// message can be built for it.
-pub const UNREADABLE: &str = "unreadable";
 /// Every reason, for the `reason` label of `soldonce_outbox_parked_total`.
-pub const REASONS: [&str; 4] = [TOO_LARGE, BAD_SUBJECT, REJECTED, UNREADABLE];
+pub const REASONS: [&str; 3] = [TOO_LARGE, BAD_SUBJECT, REJECTED];
 
 /// JetStream error codes meaning the message is too big for the stream.
 const TOO_LARGE_CODES: &[u64] = &[

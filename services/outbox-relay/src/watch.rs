@@ -121,7 +121,6 @@ pub(crate) async fn run(
                     missing = r.missing,
                     first_missing = r.first_missing,
                     republished = r.republished,
-                    unrepairable = r.unrepairable,
                     seconds = r.seconds,
                     "the stream had lost events it had acknowledged; republished them from the database"
                 ),

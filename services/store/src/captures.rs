@@ -31,7 +31,7 @@ async fn on_order_traces(
     ids: &[Uuid],
 ) -> Result<HashMap<Uuid, Metadata>, StoreError> {
     let rows: Vec<(Uuid, Option<String>, Option<String>)> = sqlx::query_as(
-        "SELECT stream_id, metadata->>'traceparent', metadata->>'tracestate' FROM events WHERE stream_id = ANY($1) AND version = 1",
+        "SELECT stream_id, traceparent, tracestate FROM events WHERE stream_id = ANY($1) AND version = 1",
     )
     .bind(ids)
     .fetch_all(conn)
@@ -169,7 +169,7 @@ pub async fn claim_due(
             WHERE p.payment_id = due.payment_id \
            RETURNING p.payment_id, p.order_id, p.amount_minor, p.currency, p.capture_attempts) \
          SELECT c.payment_id, c.order_id, c.amount_minor, c.currency, c.capture_attempts AS attempts, \
-                e.metadata->>'traceparent' AS traceparent, e.metadata->>'tracestate' AS tracestate \
+                e.traceparent, e.tracestate \
            FROM claimed c LEFT JOIN events e ON e.stream_id = c.order_id AND e.version = 1",
     )
     .bind(limit)

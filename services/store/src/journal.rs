@@ -56,9 +56,10 @@ impl Record {
 /// fragments of `statement`. An outbox row names its event by position,
 /// and nothing else: the relay reads the event (its stream and version
 /// too, for the per-order order) and builds the message from it. An
-/// event's data and metadata are sent and stored as the JSON text
-/// serialized here (`json`, not `jsonb`: see the `events_as_written`
-/// migration), which PostgreSQL only checks.
+/// event's data is sent and stored as the JSON text serialized here
+/// (`json`, not `jsonb`: see the `events_as_written` migration), which
+/// PostgreSQL only checks; its metadata as typed columns (see the
+/// `event_metadata_as_columns` migration).
 pub(crate) fn append<'q>(
     statement: &mut Statement<'q>,
     records: &'q [Record],
@@ -73,11 +74,13 @@ pub(crate) fn append<'q>(
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    let (mut datas, mut times, mut metas) = (
+    let (mut datas, mut times) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut correlations, mut causes, mut sources) = (
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
+    let (mut parents, mut states) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
     for r in records {
         ids.push(Uuid::now_v7());
@@ -86,17 +89,25 @@ pub(crate) fn append<'q>(
         types.push(r.type_name);
         datas.push(serde_json::to_string(&r.data).map_err(corrupt)?);
         times.push(r.at);
-        metas.push(serde_json::to_string(&r.meta).map_err(corrupt)?);
+        correlations.push(r.meta.correlation_id);
+        causes.push(r.meta.causation_id);
+        sources.push(r.meta.source.as_str());
+        parents.push(r.meta.traceparent.as_deref());
+        states.push(r.meta.tracestate.as_deref());
     }
     let s = statement;
     let (ids, streams) = (s.bind(ids)?, s.bind(streams)?);
     let (versions, types, datas) = (s.bind(versions)?, s.bind(types)?, s.bind(datas)?);
-    let (metas, times) = (s.bind(metas)?, s.bind(times)?);
+    let (correlations, causes) = (s.bind(correlations)?, s.bind(causes)?);
+    let (sources, parents, states) = (s.bind(sources)?, s.bind(parents)?, s.bind(states)?);
+    let times = s.bind(times)?;
     s.cte(
         "appended",
         &format!(
-            "INSERT INTO events (event_id, stream_id, version, type, data, metadata, recorded_at) \
-             SELECT * FROM unnest({ids}::uuid[], {streams}::uuid[], {versions}::int[], {types}::text[], {datas}::text[]::json[], {metas}::text[]::json[], {times}::timestamptz[]) \
+            "INSERT INTO events (event_id, stream_id, version, type, data, recorded_at, \
+                                 correlation_id, causation_id, source, traceparent, tracestate) \
+             SELECT * FROM unnest({ids}::uuid[], {streams}::uuid[], {versions}::int[], {types}::text[], {datas}::text[]::json[], {times}::timestamptz[], \
+                                  {correlations}::uuid[], {causes}::uuid[], {sources}::text[], {parents}::text[], {states}::text[]) \
              RETURNING position"
         ),
     );

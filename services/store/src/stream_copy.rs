@@ -11,7 +11,6 @@
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use events::{envelope, names, Metadata};
-use serde::Deserialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -139,41 +138,59 @@ pub async fn positions_of(pool: &PgPool, ids: &[Uuid]) -> Result<Vec<i64>, Store
         .await?)
 }
 
+/// The columns an event's message is built from, in [`StoredEvent`]'s
+/// order: `SELECT {EVENT_COLUMNS} FROM events e …`.
+pub(crate) const EVENT_COLUMNS: &str =
+    "e.position, e.event_id, e.stream_id, e.type, e.data, e.recorded_at, \
+     e.correlation_id, e.causation_id, e.source, e.traceparent, e.tracestate";
+
+/// An event as `events` holds it, read by [`EVENT_COLUMNS`].
+#[derive(sqlx::FromRow)]
+pub(crate) struct StoredEvent {
+    pub position: i64,
+    pub event_id: Uuid,
+    pub stream_id: Uuid,
+    #[sqlx(rename = "type")]
+    pub kind: String,
+    pub data: serde_json::Value,
+    pub recorded_at: DateTime<Utc>,
+    pub correlation_id: Uuid,
+    pub causation_id: Uuid,
+    pub source: String,
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
+}
+
+impl StoredEvent {
+    /// Its message, as the relay publishes it.
+    pub(crate) fn message(self) -> Result<EventMessage, StoreError> {
+        let meta = Metadata {
+            correlation_id: self.correlation_id,
+            causation_id: self.causation_id,
+            source: self.source,
+            traceparent: self.traceparent,
+            tracestate: self.tracestate,
+        };
+        EventMessage::of(
+            self.position,
+            self.event_id,
+            self.stream_id,
+            &self.kind,
+            self.recorded_at,
+            self.data,
+            &meta,
+        )
+    }
+}
+
 /// The messages of the events at `positions`, in position order, rebuilt
-/// from `events` as the write path built them. An event whose metadata
-/// cannot be read (written by hand) is left out and counted in the second
-/// value: it cannot be republished as it was.
-pub async fn messages(
-    pool: &PgPool,
-    positions: &[i64],
-) -> Result<(Vec<EventMessage>, usize), StoreError> {
-    type Row = (
-        i64,
-        Uuid,
-        Uuid,
-        String,
-        serde_json::Value,
-        serde_json::Value,
-        DateTime<Utc>,
-    );
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT position, event_id, stream_id, type, data, metadata, recorded_at \
-         FROM events WHERE position = ANY($1) ORDER BY position",
-    )
+/// from `events` as the write path built them.
+pub async fn messages(pool: &PgPool, positions: &[i64]) -> Result<Vec<EventMessage>, StoreError> {
+    let rows: Vec<StoredEvent> = sqlx::query_as(&format!(
+        "SELECT {EVENT_COLUMNS} FROM events e WHERE e.position = ANY($1) ORDER BY e.position"
+    ))
     .bind(positions)
     .fetch_all(pool)
     .await?;
-    let mut out = Vec::with_capacity(rows.len());
-    let mut unreadable = 0;
-    for (position, event_id, stream_id, type_name, data, metadata, at) in rows {
-        let Ok(meta) = Metadata::deserialize(&metadata) else {
-            tracing::warn!(position, %event_id, "an event's metadata cannot be read; it cannot be republished");
-            unreadable += 1;
-            continue;
-        };
-        out.push(EventMessage::of(
-            position, event_id, stream_id, &type_name, at, data, &meta,
-        )?);
-    }
-    Ok((out, unreadable))
+    rows.into_iter().map(StoredEvent::message).collect()
 }

@@ -162,9 +162,6 @@ fn message(
     traceparent: Option<(TraceParent, Option<String>)>,
     max_payload: usize,
 ) -> Result<PublishMessage, Poison> {
-    if let Some(why) = &row.unreadable {
-        return Err(Poison::new(poison::UNREADABLE, why.clone()));
-    }
     if !poison::publishable_subject(&row.message.subject) {
         return Err(Poison::new(
             poison::BAD_SUBJECT,

@@ -76,13 +76,12 @@ pub async fn stages(
     .bind(order_id)
     .fetch_all(pool)
     .await?;
-    let traceparent: Option<String> = sqlx::query_scalar(
-        "SELECT metadata->>'traceparent' FROM events WHERE stream_id = $1 AND version = 1",
-    )
-    .bind(order_id)
-    .fetch_optional(pool)
-    .await?
-    .flatten();
+    let traceparent: Option<String> =
+        sqlx::query_scalar("SELECT traceparent FROM events WHERE stream_id = $1 AND version = 1")
+            .bind(order_id)
+            .fetch_optional(pool)
+            .await?
+            .flatten();
     let trace_id = traceparent
         .and_then(|t| t.split('-').nth(1).map(str::to_owned))
         .filter(|t| t.len() == 32);

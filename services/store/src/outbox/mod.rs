@@ -9,11 +9,9 @@
 //! the next row of its order claimable (a consumer then sees that order's
 //! later events without the parked one; consumers never trust order).
 
-use crate::stream_copy::EventMessage;
+use crate::stream_copy::{EventMessage, StoredEvent};
 use crate::StoreError;
 use chrono::{DateTime, Utc};
-use events::{names, Metadata};
-use serde::Deserialize;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -25,9 +23,7 @@ pub use parked::{classify_ids, park, parked, parked_rows, requeue, ParkedRow, Re
 #[derive(Debug, Clone)]
 pub struct OutboxRow {
     /// The message, as a repair would rebuild it; its position is also the
-    /// outbox row's key. For an event whose metadata cannot be read (see
-    /// `unreadable`), the payload is the event's type, data and metadata as
-    /// they are stored, for the parked row.
+    /// outbox row's key.
     pub message: EventMessage,
     /// The aggregate it belongs to (the order, or the shipment).
     pub stream_id: Uuid,
@@ -35,51 +31,17 @@ pub struct OutboxRow {
     /// otherwise when that transaction began): where the relay's
     /// commit → PubAck lag starts.
     pub created_at: DateTime<Utc>,
-    /// Why no message can be built for it (its metadata cannot be read: an
-    /// event written by hand), if so; the relay parks it.
-    pub unreadable: Option<String>,
 }
 
 impl OutboxRow {
     /// The row of a claimed event, its message built as a repair builds it.
     fn of(row: ClaimedRow) -> Result<OutboxRow, StoreError> {
-        let meta = match Metadata::deserialize(&row.metadata) {
-            Ok(meta) => meta,
-            Err(e) => return Ok(OutboxRow::unreadable(row, e)),
-        };
-        let message = EventMessage::of(
-            row.position,
-            row.id,
-            row.stream_id,
-            &row.kind,
-            row.recorded_at,
-            row.data,
-            &meta,
-        )?;
+        let stream_id = row.event.stream_id;
         Ok(OutboxRow {
-            message,
-            stream_id: row.stream_id,
+            message: row.event.message()?,
+            stream_id,
             created_at: row.created_at,
-            unreadable: None,
         })
-    }
-
-    fn unreadable(row: ClaimedRow, e: serde_json::Error) -> OutboxRow {
-        let stored =
-            serde_json::json!({ "type": row.kind, "data": row.data, "metadata": row.metadata });
-        OutboxRow {
-            message: EventMessage {
-                position: row.position,
-                event_id: row.id,
-                subject: names::subject(&row.kind, row.stream_id),
-                payload: stored.to_string(),
-                traceparent: None,
-                tracestate: None,
-            },
-            stream_id: row.stream_id,
-            created_at: row.created_at,
-            unreadable: Some(format!("its metadata cannot be read: {e}")),
-        }
     }
 
     /// The trace headers as a parked row keeps them.
@@ -160,7 +122,8 @@ pub const CLAIM_SQL: &str = "WITH claimed AS MATERIALIZED ( \
               LATERAL (SELECT b.position FROM events b WHERE b.stream_id = e.stream_id AND b.version = e.version - 1 OFFSET 0) b, \
               LATERAL (SELECT 1 FROM outbox w WHERE w.position = b.position OFFSET 0) w) \
      ORDER BY o.position LIMIT $1 FOR UPDATE OF o SKIP LOCKED) \
- SELECT e.event_id AS id, c.position, e.stream_id, e.type AS kind, e.data, e.metadata, e.recorded_at, c.created_at, \
+ SELECT e.position, e.event_id, e.stream_id, e.type, e.data, e.recorded_at, \
+        e.correlation_id, e.causation_id, e.source, e.traceparent, e.tracestate, c.created_at, \
         current_setting('synchronous_standby_names') <> '' AS standbys \
  FROM claimed c, LATERAL (SELECT * FROM events e WHERE e.position = c.position) e";
 
@@ -177,13 +140,8 @@ pub struct Claimed {
 
 #[derive(sqlx::FromRow)]
 struct ClaimedRow {
-    id: Uuid,
-    position: i64,
-    stream_id: Uuid,
-    kind: String,
-    data: serde_json::Value,
-    metadata: serde_json::Value,
-    recorded_at: DateTime<Utc>,
+    #[sqlx(flatten)]
+    event: StoredEvent,
     created_at: DateTime<Utc>,
     standbys: bool,
 }

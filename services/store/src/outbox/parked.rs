@@ -8,7 +8,7 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 /// Moves rows that can never be published, each with its short reason
-/// (`too_large`, `bad_subject`, `rejected`, `unreadable`), from `outbox`
+/// (`too_large`, `bad_subject`, `rejected`), from `outbox`
 /// to `outbox_parked` in one statement, in the caller's transaction (the
 /// one that claimed them). The parked row keeps the message as the relay
 /// built it: what was refused. Returns how many moved. A row parked again
