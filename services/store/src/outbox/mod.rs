@@ -91,41 +91,37 @@ pub const CLAIM_SETTINGS: &[(&str, &str)] = &[
     ("jit", "off"),
 ];
 
-/// The claim, for [`claim`] and for checking its plan. A row is claimable
-/// when the event of its stream's version just before its own has no row
+/// The claim, for [`claim`] and for checking its plan. It walks the
+/// outbox in position order and reads each row's event by its position
+/// (`LATERAL`, fenced with `OFFSET 0`: one probe of `events_pkey` per row
+/// walked, never a walk of `events`, which would also give the claim's
+/// order); the message is built from what it read. A row is claimable when
+/// the event of its stream's version just before its own has no row
 /// waiting: a stream's versions are contiguous, and each is written only
 /// once the one before it has committed, so an older row of the same order
 /// waits exactly when that one does (an operator's requeue of an old event
 /// is the exception: it goes out beside, not before, what of its order
-/// waits already). The look-up is three probes of keys, in this order,
-/// each a subquery fenced with `OFFSET 0` and fed by the one before it
-/// (`LATERAL`), so no plan can walk a table instead (see
-/// [`CLAIM_SETTINGS`]): the row's event by its position (`events_pkey`),
-/// the version before it (`events_stream_version`, the key every append
-/// already writes; not looked for when the event is its stream's first),
-/// and that event's position in the outbox's key. The
-/// rows are claimed first (`claimed`, materialized: the claim plans as if
-/// no event were read), then each one's event is read by its position
-/// (`LATERAL`: one probe of `events_pkey` per claimed row, never a walk of
-/// `events` in position order, which would also give the claim's order).
-/// Rows come back in no particular order; [`claim`] sorts them by
-/// position. Each row also says whether commits wait for synchronous
-/// standbys (`standbys`), so the relay knows in the same round trip whether
-/// it needs [`await_replication`].
+/// waits already). That look-up is two more probes of keys, each a
+/// subquery fenced with `OFFSET 0` and fed by the one before it, so no
+/// plan can walk a table instead (see [`CLAIM_SETTINGS`]): the version
+/// before (`events_stream_version`, the key every append already writes;
+/// not looked for when the event is its stream's first), and that event's
+/// position in the outbox's key. The claimed rows are materialized, then
+/// returned in no particular order; [`claim`] sorts them by position. Each
+/// row also says whether commits wait for synchronous standbys
+/// (`standbys`), so the relay knows in the same round trip whether it
+/// needs [`await_replication`].
 pub const CLAIM_SQL: &str = "WITH claimed AS MATERIALIZED ( \
-     SELECT o.position, \
+     SELECT e.position, e.event_id, e.stream_id, e.type, e.data, e.recorded_at, \
+            e.correlation_id, e.causation_id, e.source, e.traceparent, e.tracestate, \
             coalesce(CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(o.xmin) END, o.created_at) AS created_at \
-     FROM outbox o \
+     FROM outbox o, LATERAL (SELECT * FROM events e WHERE e.position = o.position OFFSET 0) e \
      WHERE NOT EXISTS ( \
          SELECT 1 \
-         FROM (SELECT e.stream_id, e.version FROM events e WHERE e.position = o.position AND e.version > 1 OFFSET 0) e, \
-              LATERAL (SELECT b.position FROM events b WHERE b.stream_id = e.stream_id AND b.version = e.version - 1 OFFSET 0) b, \
+         FROM (SELECT b.position FROM events b WHERE b.stream_id = e.stream_id AND b.version = e.version - 1 AND e.version > 1 OFFSET 0) b, \
               LATERAL (SELECT 1 FROM outbox w WHERE w.position = b.position OFFSET 0) w) \
      ORDER BY o.position LIMIT $1 FOR UPDATE OF o SKIP LOCKED) \
- SELECT e.position, e.event_id, e.stream_id, e.type, e.data, e.recorded_at, \
-        e.correlation_id, e.causation_id, e.source, e.traceparent, e.tracestate, c.created_at, \
-        current_setting('synchronous_standby_names') <> '' AS standbys \
- FROM claimed c, LATERAL (SELECT * FROM events e WHERE e.position = c.position) e";
+ SELECT c.*, current_setting('synchronous_standby_names') <> '' AS standbys FROM claimed c";
 
 /// The rows one claim locked.
 #[derive(Debug, Clone, Default)]
