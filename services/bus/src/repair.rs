@@ -137,7 +137,14 @@ pub async fn repair(
         .collect();
     report.missing = missing.len() as u64;
     report.first_missing = missing.first().copied();
-    if !dry_run {
+    if !dry_run && !missing.is_empty() {
+        // Said before it is done: a process killed while republishing
+        // leaves this line as the only sign that it had begun.
+        tracing::warn!(
+            missing = report.missing,
+            first_missing = report.first_missing,
+            "the stream lacks events that left the outbox; republishing them from the database"
+        );
         for page in missing.chunks(PAGE as usize) {
             let messages = store::stream_copy::messages(pool, page).await?;
             report.republished += republish(js, &messages).await?;
