@@ -137,21 +137,36 @@ pub async fn repair(
         .collect();
     report.missing = missing.len() as u64;
     report.first_missing = missing.first().copied();
-    if !dry_run && !missing.is_empty() {
-        // Said before it is done: a process killed while republishing
-        // leaves this line as the only sign that it had begun.
-        tracing::warn!(
-            missing = report.missing,
-            first_missing = report.first_missing,
-            "the stream lacks events that left the outbox; republishing them from the database"
-        );
-        for page in missing.chunks(PAGE as usize) {
-            let messages = store::stream_copy::messages(pool, page).await?;
-            report.republished += republish(js, &messages).await?;
-        }
+    if !dry_run {
+        report.republished = republish_missing(pool, js, &missing).await?;
     }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// Republishes the events at `missing` positions, a page at a time;
+/// returns how many were acknowledged.
+async fn republish_missing(
+    pool: &PgPool,
+    js: &jetstream::Context,
+    missing: &[i64],
+) -> anyhow::Result<u64> {
+    let (Some(first), n) = (missing.first(), missing.len()) else {
+        return Ok(0);
+    };
+    // Said before it is done: a process killed while republishing leaves
+    // this line as the only sign that it had begun.
+    tracing::warn!(
+        missing = n,
+        first_missing = first,
+        "the stream lacks events that left the outbox; republishing them from the database"
+    );
+    let mut republished = 0;
+    for page in missing.chunks(PAGE as usize) {
+        let messages = store::stream_copy::messages(pool, page).await?;
+        republished += republish(js, &messages).await?;
+    }
+    Ok(republished)
 }
 
 /// Positions from `from` on of the events that left the outbox, in order.
