@@ -327,7 +327,6 @@ async fn a_message_the_stream_refuses_or_cannot_route_is_parked_with_its_reason(
         Uuid::now_v7(),
         Uuid::now_v7(),
     );
-    let readable = test_metadata();
     // Events written by hand: a type with a space makes a subject NATS does
     // not take.
     let rows = [
@@ -336,48 +335,25 @@ async fn a_message_the_stream_refuses_or_cannot_route_is_parked_with_its_reason(
             x,
             "test.big.v1",
             serde_json::json!({ "blob": "x".repeat(8_000) }),
-            &readable,
         ),
-        (
-            after_big,
-            x,
-            "test.after.v1",
-            serde_json::json!({ "n": 1 }),
-            &readable,
-        ),
+        (after_big, x, "test.after.v1", serde_json::json!({ "n": 1 })),
         (
             unroutable,
             y,
             "test.bad subject.v1",
             serde_json::json!({ "n": 2 }),
-            &readable,
         ),
         (
             after_unroutable,
             y,
             "test.after.v1",
             serde_json::json!({ "n": 3 }),
-            &readable,
         ),
-        (
-            other,
-            z,
-            "test.other.v1",
-            serde_json::json!({ "n": 4 }),
-            &readable,
-        ),
+        (other, z, "test.other.v1", serde_json::json!({ "n": 4 })),
     ];
     let mut tx = app.pool.begin().await.expect("begin");
-    for (id, stream_id, type_name, data, metadata) in &rows {
-        record_event(
-            &mut tx,
-            *id,
-            *stream_id,
-            type_name,
-            data.clone(),
-            (*metadata).clone(),
-        )
-        .await;
+    for (id, stream_id, type_name, data) in rows {
+        record_event(&mut tx, id, stream_id, type_name, data, test_metadata()).await;
     }
     tx.commit().await.expect("commit");
 

@@ -151,13 +151,13 @@ async fn republish_missing(
     js: &jetstream::Context,
     missing: &[i64],
 ) -> anyhow::Result<u64> {
-    let (Some(first), n) = (missing.first(), missing.len()) else {
+    let Some(first) = missing.first() else {
         return Ok(0);
     };
     // Said before it is done: a process killed while republishing leaves
     // this line as the only sign that it had begun.
     tracing::warn!(
-        missing = n,
+        missing = missing.len(),
         first_missing = first,
         "the stream lacks events that left the outbox; republishing them from the database"
     );

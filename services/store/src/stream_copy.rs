@@ -138,13 +138,18 @@ pub async fn positions_of(pool: &PgPool, ids: &[Uuid]) -> Result<Vec<i64>, Store
         .await?)
 }
 
-/// The columns an event's message is built from, in [`StoredEvent`]'s
-/// order: `SELECT {EVENT_COLUMNS} FROM events e …`.
-pub(crate) const EVENT_COLUMNS: &str =
-    "e.position, e.event_id, e.stream_id, e.type, e.data, e.recorded_at, \
-     e.correlation_id, e.causation_id, e.source, e.traceparent, e.tracestate";
+/// The columns an event's message is built from, those of
+/// [`StoredEvent`], as a literal for `concat!` (the relay's claim is a
+/// constant too): `concat!("SELECT ", event_columns!(), " FROM events e …")`.
+macro_rules! event_columns {
+    () => {
+        "e.position, e.event_id, e.stream_id, e.type, e.data, e.recorded_at, \
+         e.correlation_id, e.causation_id, e.source, e.traceparent, e.tracestate"
+    };
+}
+pub(crate) use event_columns;
 
-/// An event as `events` holds it, read by [`EVENT_COLUMNS`].
+/// An event as `events` holds it, read by `event_columns!()`.
 #[derive(sqlx::FromRow)]
 pub(crate) struct StoredEvent {
     pub position: i64,
@@ -186,8 +191,10 @@ impl StoredEvent {
 /// The messages of the events at `positions`, in position order, rebuilt
 /// from `events` as the write path built them.
 pub async fn messages(pool: &PgPool, positions: &[i64]) -> Result<Vec<EventMessage>, StoreError> {
-    let rows: Vec<StoredEvent> = sqlx::query_as(&format!(
-        "SELECT {EVENT_COLUMNS} FROM events e WHERE e.position = ANY($1) ORDER BY e.position"
+    let rows: Vec<StoredEvent> = sqlx::query_as(concat!(
+        "SELECT ",
+        event_columns!(),
+        " FROM events e WHERE e.position = ANY($1) ORDER BY e.position"
     ))
     .bind(positions)
     .fetch_all(pool)

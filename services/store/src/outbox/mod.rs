@@ -9,7 +9,7 @@
 //! the next row of its order claimable (a consumer then sees that order's
 //! later events without the parked one; consumers never trust order).
 
-use crate::stream_copy::{EventMessage, StoredEvent};
+use crate::stream_copy::{event_columns, EventMessage, StoredEvent};
 use crate::StoreError;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
@@ -111,17 +111,18 @@ pub const CLAIM_SETTINGS: &[(&str, &str)] = &[
 /// row also says whether commits wait for synchronous standbys
 /// (`standbys`), so the relay knows in the same round trip whether it
 /// needs [`await_replication`].
-pub const CLAIM_SQL: &str = "WITH claimed AS MATERIALIZED ( \
-     SELECT e.position, e.event_id, e.stream_id, e.type, e.data, e.recorded_at, \
-            e.correlation_id, e.causation_id, e.source, e.traceparent, e.tracestate, \
-            coalesce(CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(o.xmin) END, o.created_at) AS created_at \
+pub const CLAIM_SQL: &str = concat!(
+    "WITH claimed AS MATERIALIZED ( SELECT ",
+    event_columns!(),
+    ", coalesce(CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(o.xmin) END, o.created_at) AS created_at \
      FROM outbox o, LATERAL (SELECT * FROM events e WHERE e.position = o.position OFFSET 0) e \
      WHERE NOT EXISTS ( \
          SELECT 1 \
          FROM (SELECT b.position FROM events b WHERE b.stream_id = e.stream_id AND b.version = e.version - 1 AND e.version > 1 OFFSET 0) b, \
               LATERAL (SELECT 1 FROM outbox w WHERE w.position = b.position OFFSET 0) w) \
      ORDER BY o.position LIMIT $1 FOR UPDATE OF o SKIP LOCKED) \
- SELECT c.*, current_setting('synchronous_standby_names') <> '' AS standbys FROM claimed c";
+ SELECT c.*, current_setting('synchronous_standby_names') <> '' AS standbys FROM claimed c"
+);
 
 /// The rows one claim locked.
 #[derive(Debug, Clone, Default)]
