@@ -25,7 +25,9 @@ else
 fi
 # The end-to-end tests start the service binaries (outbox-relay) as real processes.
 cargo build --workspace --bins --locked
-cargo test --workspace --locked -- --test-threads 4
+# A failing test's message says what went wrong; a backtrace (when the
+# environment asks for one) would push it out of a log's last lines.
+RUST_BACKTRACE=0 cargo test --workspace --locked -- --test-threads 4
 # deploy/compose.yaml, run for real on a private Docker engine with the
 # binaries just built (SOLDONCE_SKIP_COMPOSE=1 skips it where dockerd cannot run).
 bash deploy/test-compose.sh

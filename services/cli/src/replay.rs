@@ -6,15 +6,15 @@
 //! 1 on any difference or invalid event, naming it.
 
 mod fold;
+mod read;
 
 use crate::output::Output;
 use crate::schemas::Schemas;
 use crate::CliError;
 use anyhow::Context;
-use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::stream::{State as StreamState, Stream};
 use clap::Args;
-use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -157,7 +157,7 @@ async fn fold_stream(
     if json {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    read(stream, deliver_policy, last, |seq, position, payload| {
+    read::read(stream, deliver_policy, last, |seq, position, payload| {
         bar.set_position(seq.saturating_sub(first) + 1);
         report.events += 1;
         fold.add(schemas, seq, position, payload);
@@ -181,7 +181,7 @@ async fn refold_disordered(
 ) -> Result<usize, CliError> {
     // Events republished after a loss came after younger ones of their orders.
     let mut events = Vec::new();
-    read(stream, deliver_policy, last, |_, position, payload| {
+    read::read(stream, deliver_policy, last, |_, position, payload| {
         if let (Some(p), Ok(fold::Decoded::Order(id, event))) =
             (position, fold::decode(schemas, payload))
         {
@@ -282,47 +282,6 @@ fn brief(row: &serde_json::Value) -> String {
         row["state"].as_str().unwrap_or("?"),
         row["version"]
     )
-}
-
-/// Reads the stream with an ordered consumer from `deliver_policy` up to
-/// sequence `last`, handing each message's sequence, event position
-/// (`Soldonce-Position`) and payload to `each`; redriven dead letters are
-/// passed over.
-async fn read(
-    stream: &mut async_nats::jetstream::stream::Stream,
-    deliver_policy: DeliverPolicy,
-    last: u64,
-    mut each: impl FnMut(u64, Option<i64>, &[u8]),
-) -> Result<(), CliError> {
-    let consumer = stream
-        .create_consumer(OrderedConfig {
-            deliver_policy,
-            ..Default::default()
-        })
-        .await
-        .context("creating an ordered consumer")?;
-    let mut messages = consumer.messages().await.context("reading the stream")?;
-    while let Some(message) = messages.next().await {
-        let message = message.context("reading the stream")?;
-        let seq = message.info().map(|i| i.stream_sequence).unwrap_or(0);
-        // A redrive is a copy of a message for one consumer, not an event.
-        if events::names::is_redrive(&message.subject) {
-            if seq >= last {
-                break;
-            }
-            continue;
-        }
-        let position = message
-            .headers
-            .as_ref()
-            .and_then(|h| h.get(bus::POSITION_HEADER))
-            .and_then(|v| v.as_str().parse().ok());
-        each(seq, position, &message.payload);
-        if seq >= last {
-            break;
-        }
-    }
-    Ok(())
 }
 
 fn render(r: &ReplayReport) -> String {
