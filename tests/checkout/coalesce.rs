@@ -481,3 +481,74 @@ async fn a_checkout_killed_mid_load_answered_202_only_for_committed_orders() {
     assert_eq!(b.available + b.reserved, 1_000_000, "no unit lost");
     assert_eq!(app.ledger("HOT").await, b);
 }
+
+/// The lanes run on a thread of their own: a group's transaction ends (and
+/// a hot SKU's row is released) while checkout's request threads are all
+/// busy. Here the only request thread is blocked for 5 s while a group's
+/// statement runs; the order is committed long before it is free again,
+/// seen from a thread and a connection of the test's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_group_commits_while_every_request_thread_is_busy() {
+    let db = servers::fresh_database().await;
+    let app = checkout(&db, |_| {}).await;
+    app.add_product("SLOW", 1000, 10).await;
+    // The group's statement takes 0.4 s, time to block the request thread while it runs.
+    for statement in [
+        "CREATE FUNCTION slow_order() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN PERFORM pg_sleep(0.4); RETURN NEW; END $$",
+        "CREATE TRIGGER slow_order BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION slow_order()",
+    ] {
+        sqlx::query(statement)
+            .execute(&app.pool)
+            .await
+            .expect("slow trigger");
+    }
+    let buyer = tokio::spawn({
+        let app = app.clone();
+        async move { app.buy("SLOW", 1).await.status }
+    });
+    eventually("the group's statement to run", Duration::from_secs(30), || {
+        let app = app.clone();
+        async move {
+            (app.count(
+                "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'WITH keyed%'",
+            )
+            .await
+                > 0)
+            .then_some(())
+        }
+    })
+    .await;
+    // Occupies the runtime's only worker: a task that blocks it.
+    tokio::spawn(async { std::thread::sleep(Duration::from_secs(5)) });
+    let url = app.database_url.clone();
+    let committed_after = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("observer runtime");
+        runtime.block_on(async move {
+            let pool = sqlx::PgPool::connect(&url).await.expect("observer pool");
+            let started = std::time::Instant::now();
+            while started.elapsed() < Duration::from_secs(4) {
+                let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
+                    .fetch_one(&pool)
+                    .await
+                    .expect("count orders");
+                if orders == 1 {
+                    return Some(started.elapsed());
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            None
+        })
+    })
+    .join()
+    .expect("observer");
+    assert!(
+        committed_after.is_some(),
+        "the group's transaction waited for the busy request thread to commit"
+    );
+    assert_eq!(buyer.await.expect("buyer"), 202);
+    assert_eq!(app.count("SELECT count(*) FROM orders").await, 1);
+}

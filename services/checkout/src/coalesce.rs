@@ -39,21 +39,18 @@ pub(crate) enum Placer {
 }
 
 impl Placer {
-    /// A placer for `settings`; coalescing starts its lanes on the current runtime.
-    pub(crate) fn new(ctx: Context, settings: Coalesce) -> Placer {
-        let ctx = Arc::new(ctx);
+    /// A placer for `settings`; coalescing starts its lanes on a thread of
+    /// their own (see [`start_lanes`]).
+    pub(crate) fn new(ctx: Context, settings: Coalesce) -> std::io::Result<Placer> {
         if !settings.enabled {
-            return Placer::Direct(ctx);
+            return Ok(Placer::Direct(Arc::new(ctx)));
         }
         let (tx, rx) = mpsc::channel(settings.max_group * settings.lanes * 2);
-        let rx = Arc::new(Mutex::new(rx));
-        for _ in 0..settings.lanes {
-            tokio::spawn(lane(ctx.clone(), rx.clone(), settings.max_group));
-        }
-        Placer::Coalesced {
+        start_lanes(ctx, rx, settings)?;
+        Ok(Placer::Coalesced {
             queue: tx,
             deadline: settings.queue_deadline,
-        }
+        })
     }
 
     /// Places one request: alone, or with the group it joins.
@@ -115,6 +112,53 @@ fn queued_gauge() -> metrics::Gauge {
 fn take(fate: &AtomicU8) -> bool {
     fate.compare_exchange(WAITING, TAKEN, Ordering::SeqCst, Ordering::SeqCst)
         .is_ok()
+}
+
+/// Starts the lanes on a thread of their own, with a runtime and database
+/// connections of their own; they stop when the placer is dropped.
+///
+/// A hot SKU's row stays locked from a group's stock update until its
+/// commit returns, and in between the lane must read the statement's reply
+/// and send `COMMIT`. On the request threads, that wake-up would queue
+/// behind the HTTP connections' tasks (a busy runtime looks at its sockets
+/// only every few dozen tasks, and `soldonce up` gives checkout one
+/// thread), so every buyer of the SKU would wait for the slowest of them.
+/// The lanes' thread is idle but for them: it is woken by the kernel as
+/// soon as PostgreSQL answers.
+fn start_lanes(ctx: Context, rx: mpsc::Receiver<Job>, settings: Coalesce) -> std::io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("checkout-lanes".into())
+        .spawn(move || runtime.block_on(run_lanes(ctx, rx, settings)))?;
+    Ok(())
+}
+
+/// The lanes, on the lanes' runtime: a pool like the request threads' (the
+/// same settings), holding at most one connection per lane.
+async fn run_lanes(ctx: Context, rx: mpsc::Receiver<Job>, settings: Coalesce) {
+    let most = u32::try_from(settings.lanes).unwrap_or(u32::MAX);
+    let options = ctx.pool.options().clone();
+    let least = options.get_min_connections().min(most);
+    let pool = options
+        .max_connections(most)
+        .min_connections(least)
+        .connect_lazy_with((*ctx.pool.connect_options()).clone());
+    let ctx = Arc::new(Context {
+        pool: pool.clone(),
+        ..ctx
+    });
+    let rx = Arc::new(Mutex::new(rx));
+    let lanes: Vec<_> = (0..settings.lanes)
+        .map(|_| tokio::spawn(lane(ctx.clone(), rx.clone(), settings.max_group)))
+        .collect();
+    for lane in lanes {
+        if let Err(e) = lane.await {
+            tracing::error!(error = %e, "a placing lane stopped");
+        }
+    }
+    pool.close().await;
 }
 
 /// Takes the next group (blocking only for its first request) and places

@@ -360,7 +360,8 @@ impl Application {
                 limiter: limiter.clone(),
             },
             settings.coalesce,
-        );
+        )
+        .context("starting the placing lanes")?;
         let issued = Arc::new(issued::IssuedTokens::start(pool.clone()));
         let state = AppState {
             known_payments: Arc::new(known::KnownPayments::start(pool.clone())),
