@@ -135,16 +135,11 @@ fn start_lanes(ctx: Context, rx: mpsc::Receiver<Job>, settings: Coalesce) -> std
     Ok(())
 }
 
-/// The lanes, on the lanes' runtime: a pool like the request threads' (the
-/// same settings), holding at most one connection per lane.
+/// The lanes, on the lanes' runtime, with a pool like the request
+/// threads' (the same settings and server, following it after a failover)
+/// holding at most one connection per lane.
 async fn run_lanes(ctx: Context, rx: mpsc::Receiver<Job>, settings: Coalesce) {
-    let most = u32::try_from(settings.lanes).unwrap_or(u32::MAX);
-    let options = ctx.pool.options().clone();
-    let least = options.get_min_connections().min(most);
-    let pool = options
-        .max_connections(most)
-        .min_connections(least)
-        .connect_lazy_with((*ctx.pool.connect_options()).clone());
+    let pool = store::mirror(&ctx.pool, u32::try_from(settings.lanes).unwrap_or(u32::MAX));
     let ctx = Arc::new(Context {
         pool: pool.clone(),
         ..ctx

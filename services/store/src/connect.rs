@@ -322,6 +322,37 @@ async fn follow_primary(pool: PgPool, target: Target) {
     }
 }
 
+/// A pool like `source` (its settings, at most `max_connections`, opened
+/// as needed) whose connections go wherever `source`'s go, for work on
+/// another runtime than `source`'s: a connection belongs to the runtime
+/// that opened it, and one whose runtime is busy answers late. A task on
+/// the caller's runtime points it at `source`'s server once a second (after
+/// a failover, see [`connect`]), until either pool is closed.
+pub fn mirror(source: &PgPool, max_connections: u32) -> PgPool {
+    let options = source.options().clone();
+    let least = options.get_min_connections().min(max_connections);
+    let pool = options
+        .max_connections(max_connections)
+        .min_connections(least)
+        .connect_lazy_with((*source.connect_options()).clone());
+    tokio::spawn(follow_source(source.clone(), pool.clone()));
+    pool
+}
+
+/// Keeps `pool` pointed at `source`'s server.
+async fn follow_source(source: PgPool, pool: PgPool) {
+    loop {
+        tokio::time::sleep(WATCH_EVERY).await;
+        if source.is_closed() || pool.is_closed() {
+            return;
+        }
+        let to = source.connect_options();
+        if name(&to) != name(&pool.connect_options()) {
+            pool.set_connect_options((*to).clone());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

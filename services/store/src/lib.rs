@@ -72,7 +72,7 @@ mod write;
 mod metric_help;
 pub use metric_help::METRICS;
 
-pub use connect::{connect, connect_with_settings, Target};
+pub use connect::{connect, connect_with_settings, mirror, Target};
 use sqlx::PgPool;
 
 /// The schema, embedded once.
