@@ -39,6 +39,19 @@ async fn checkout(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn buyers_of_a_hot_sku_are_committed_in_groups_and_sold_exactly_the_stock() {
     let app = Arc::new(TestApp::spawn().await);
+    sell_a_hot_sku_in_groups(app).await;
+}
+
+/// The same with the lanes on a thread of their own (`CHECKOUT_COALESCE_THREAD=own`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lanes_on_a_thread_of_their_own_sell_a_hot_sku_in_groups_exactly_once() {
+    let db = servers::fresh_database().await;
+    sell_a_hot_sku_in_groups(checkout(&db, |s| s.coalesce.own_thread = true).await).await;
+}
+
+/// 1,000 buyers, 300 at a time, of a SKU with 300 units: 300 orders, 700
+/// refusals, committed in groups, every unit and key accounted for.
+async fn sell_a_hot_sku_in_groups(app: Arc<TestApp>) {
     app.add_product("HOT", 1000, 300).await;
     let statuses: Vec<u16> = stream::iter(0..1_000)
         .map(|_| {
@@ -482,15 +495,15 @@ async fn a_checkout_killed_mid_load_answered_202_only_for_committed_orders() {
     assert_eq!(app.ledger("HOT").await, b);
 }
 
-/// The lanes run on a thread of their own: a group's transaction ends (and
-/// a hot SKU's row is released) while checkout's request threads are all
-/// busy. Here the only request thread is blocked for 5 s while a group's
+/// With `CHECKOUT_COALESCE_THREAD=own` the lanes run on a thread of their
+/// own: a group's transaction ends (and a hot SKU's row is released) while
+/// checkout's request threads are all busy. Here the only request thread is blocked for 5 s while a group's
 /// statement runs; the order is committed long before it is free again,
 /// seen from a thread and a connection of the test's own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_group_commits_while_every_request_thread_is_busy() {
     let db = servers::fresh_database().await;
-    let app = checkout(&db, |_| {}).await;
+    let app = checkout(&db, |s| s.coalesce.own_thread = true).await;
     app.add_product("SLOW", 1000, 10).await;
     // The group's statement takes 0.4 s, time to block the request thread while it runs.
     for statement in [

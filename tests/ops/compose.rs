@@ -185,6 +185,14 @@ fn every_service_turns_bad_configuration_into_exit_2_and_one_line_naming_it() {
             "RESERVATION_TTL",
         ),
         (
+            "checkout",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("CHECKOUT_COALESCE_THREAD", "dedicated"),
+            ],
+            "CHECKOUT_COALESCE_THREAD",
+        ),
+        (
             "outbox-relay",
             &[("DATABASE_URL", "postgres://x/y")],
             "NATS_URL",

@@ -53,6 +53,11 @@ async fn an_unconfirmed_commit_is_never_published_and_both_services_follow_the_p
     let nats_url = nats.url();
     let _relay = spawn_in_process(&url, &nats_url).await;
     let app = TestApp::spawn_on(url.clone(), Duration::from_secs(900)).await;
+    // A second checkout whose lanes have a thread and connections of their own.
+    let own = TestApp::spawn_configured(url.clone(), Duration::from_secs(900), |s| {
+        s.coalesce.own_thread = true;
+    })
+    .await;
     app.add_product("FO-1", 1_000, 10).await;
 
     // Both servers up: an order's event is published as usual.
@@ -192,12 +197,15 @@ async fn an_unconfirmed_commit_is_never_published_and_both_services_follow_the_p
     .await;
     watch.close().await;
 
-    // The primary dies for good; the standby is promoted. Checkout and the
-    // relay, never restarted, take orders and publish them on it.
+    // The primary dies for good; the standby is promoted. Checkout (both,
+    // whatever thread their lanes run on) and the relay, never restarted,
+    // take orders and publish them on it.
     primary.crash();
     standby.promote().expect("promote the standby");
     let third = app.buy_retrying("FO-1", 1).await;
     assert_eq!(third.status, 202, "{}", third.body);
+    let fourth = own.buy_retrying("FO-1", 1).await;
+    assert_eq!(fourth.status, 202, "{}", fourth.body);
     eventually(
         "the third order on the stream",
         Duration::from_secs(60),
@@ -219,7 +227,12 @@ async fn an_unconfirmed_commit_is_never_published_and_both_services_follow_the_p
         .expect("orders on the new primary");
     assert_eq!(
         orders,
-        vec![(order_id(&first),), (second,), (order_id(&third),)],
+        vec![
+            (order_id(&first),),
+            (second,),
+            (order_id(&third),),
+            (order_id(&fourth),)
+        ],
         "every order answered 202 is on the new primary, once"
     );
 }

@@ -13,11 +13,144 @@
 
 use crate::error::ApiError;
 use crate::place::{self, Answer, Context, Draft};
-use crate::Coalesce;
+use platform::config::{self, ConfigError};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, Mutex};
+
+/// Coalesced reservations: concurrent placements are gathered and committed
+/// together, one transaction per group, so a hot SKU's row is locked and
+/// flushed once per group rather than once per order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Coalesce {
+    /// `CHECKOUT_COALESCE` (`on`/`off`, default `on`): off commits every
+    /// placement in a transaction of its own.
+    pub enabled: bool,
+    /// `CHECKOUT_COALESCE_MAX`, default 256: the most placements in one group.
+    pub max_group: usize,
+    /// `CHECKOUT_COALESCE_LANES`, by default one per core, at most 4
+    /// ([`platform::runtime::per_core`]): groups in flight at once (each
+    /// holds one connection); the next group forms while they run.
+    pub lanes: usize,
+    /// `CHECKOUT_QUEUE_DEADLINE`, default 5 s: how long a placement may wait
+    /// for a lane; past it the request is answered `503` with `Retry-After`
+    /// and nothing is reserved.
+    pub queue_deadline: Duration,
+    /// `CHECKOUT_COALESCE_THREAD` (`shared`/`own`, default `shared`): `own`
+    /// runs the lanes on a thread of their own, with connections of their
+    /// own, so a hot SKU's row is released without waiting for the request
+    /// threads (more orders a second on one SKU, checkout alone); on a host
+    /// whose cores checkout shares with PostgreSQL and the consumers, the
+    /// lanes' smaller groups cost the whole saga more CPU per order.
+    pub own_thread: bool,
+}
+
+impl Default for Coalesce {
+    fn default() -> Self {
+        Coalesce {
+            enabled: true,
+            max_group: 256,
+            lanes: platform::runtime::per_core(4),
+            queue_deadline: Duration::from_secs(5),
+            own_thread: false,
+        }
+    }
+}
+
+impl Coalesce {
+    /// Reads `CHECKOUT_COALESCE`, `CHECKOUT_COALESCE_MAX`, `CHECKOUT_COALESCE_LANES`,
+    /// `CHECKOUT_QUEUE_DEADLINE` and `CHECKOUT_COALESCE_THREAD`.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let d = Coalesce::default();
+        let enabled = switch()?.unwrap_or(d.enabled);
+        let max_group = config::var(
+            "CHECKOUT_COALESCE_MAX",
+            "the most placements committed in one transaction (1–10000)",
+        )
+        .parsed(d.max_group)?;
+        if !(1..=10_000).contains(&max_group) {
+            return Err(ConfigError::new(
+                "CHECKOUT_COALESCE_MAX",
+                "must be between 1 and 10000",
+            ));
+        }
+        let lanes = config::var(
+            "CHECKOUT_COALESCE_LANES",
+            "placing groups in flight at once, each holding one connection (1–64)",
+        )
+        .default_shown_as("one per core, at most 4")
+        .parsed(d.lanes)?;
+        if !(1..=64).contains(&lanes) {
+            return Err(ConfigError::new(
+                "CHECKOUT_COALESCE_LANES",
+                "must be between 1 and 64",
+            ));
+        }
+        let queue_deadline = config::var(
+            "CHECKOUT_QUEUE_DEADLINE",
+            "how long a placement may wait for a free lane; past it 503 with Retry-After, nothing reserved",
+        )
+        .duration(d.queue_deadline)?;
+        if queue_deadline.is_zero() {
+            return Err(ConfigError::new(
+                "CHECKOUT_QUEUE_DEADLINE",
+                "must be longer than zero",
+            ));
+        }
+        let own_thread = thread()?.unwrap_or(d.own_thread);
+        Ok(Coalesce {
+            enabled,
+            max_group,
+            lanes,
+            queue_deadline,
+            own_thread,
+        })
+    }
+}
+
+/// `CHECKOUT_COALESCE`: on or off, when set.
+fn switch() -> Result<Option<bool>, ConfigError> {
+    let value = config::var(
+        "CHECKOUT_COALESCE",
+        "on gathers concurrent placements into one transaction per group; off commits each in its own",
+    )
+    .default_shown_as("on")
+    .optional()?;
+    let Some(v) = value.as_deref().map(str::trim) else {
+        return Ok(None);
+    };
+    let is = |words: [&str; 4]| words.iter().any(|t| v.eq_ignore_ascii_case(t));
+    if is(["on", "true", "1", "yes"]) {
+        Ok(Some(true))
+    } else if is(["off", "false", "0", "no"]) {
+        Ok(Some(false))
+    } else {
+        Err(ConfigError::new(
+            "CHECKOUT_COALESCE",
+            format!("{v:?} is neither on nor off"),
+        ))
+    }
+}
+
+/// `CHECKOUT_COALESCE_THREAD`: whether the lanes have a thread of their own, when set.
+fn thread() -> Result<Option<bool>, ConfigError> {
+    let value = config::var(
+        "CHECKOUT_COALESCE_THREAD",
+        "own runs the placing lanes on a thread of their own (a hot SKU's row held for less; smaller groups); shared runs them on the request threads",
+    )
+    .default_shown_as("shared")
+    .optional()?;
+    match value.as_deref().map(str::trim) {
+        None => Ok(None),
+        Some(v) if v.eq_ignore_ascii_case("own") => Ok(Some(true)),
+        Some(v) if v.eq_ignore_ascii_case("shared") => Ok(Some(false)),
+        Some(v) => Err(ConfigError::new(
+            "CHECKOUT_COALESCE_THREAD",
+            format!("{v:?} is neither own nor shared"),
+        )),
+    }
+}
 
 /// A draft, when it joined the queue, whether it is still wanted, and where its answer goes.
 type Job = (Draft, Instant, Arc<AtomicU8>, oneshot::Sender<Answer>);
@@ -39,14 +172,21 @@ pub(crate) enum Placer {
 }
 
 impl Placer {
-    /// A placer for `settings`; coalescing starts its lanes on a thread of
-    /// their own (see [`start_lanes`]).
+    /// A placer for `settings`; coalescing starts its lanes, on the
+    /// current runtime or on a thread of their own (see [`start_lanes`]).
     pub(crate) fn new(ctx: Context, settings: Coalesce) -> std::io::Result<Placer> {
         if !settings.enabled {
             return Ok(Placer::Direct(Arc::new(ctx)));
         }
         let (tx, rx) = mpsc::channel(settings.max_group * settings.lanes * 2);
-        start_lanes(ctx, rx, settings)?;
+        if settings.own_thread {
+            start_lanes(ctx, rx, settings)?;
+        } else {
+            let (ctx, rx) = (Arc::new(ctx), Arc::new(Mutex::new(rx)));
+            for _ in 0..settings.lanes {
+                tokio::spawn(lane(ctx.clone(), rx.clone(), settings.max_group));
+            }
+        }
         Ok(Placer::Coalesced {
             queue: tx,
             deadline: settings.queue_deadline,
@@ -115,7 +255,8 @@ fn take(fate: &AtomicU8) -> bool {
 }
 
 /// Starts the lanes on a thread of their own, with a runtime and database
-/// connections of their own; they stop when the placer is dropped.
+/// connections of their own (`CHECKOUT_COALESCE_THREAD=own`); they stop
+/// when the placer is dropped.
 ///
 /// A hot SKU's row stays locked from a group's stock update until its
 /// commit returns, and in between the lane must read the statement's reply
@@ -124,7 +265,11 @@ fn take(fate: &AtomicU8) -> bool {
 /// only every few dozen tasks, and `soldonce up` gives checkout one
 /// thread), so every buyer of the SKU would wait for the slowest of them.
 /// The lanes' thread is idle but for them: it is woken by the kernel as
-/// soon as PostgreSQL answers.
+/// soon as PostgreSQL answers. The lanes then come round sooner and take
+/// smaller groups: more transactions per order, which on a host whose few
+/// cores checkout shares with PostgreSQL and the consumers cost the whole
+/// saga more than the row's shorter hold gains (see docs/benchmarks.md),
+/// hence not the default.
 fn start_lanes(ctx: Context, rx: mpsc::Receiver<Job>, settings: Coalesce) -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -26,6 +26,7 @@ pub use metric_help::METRICS;
 mod admin;
 mod auth;
 mod coalesce;
+pub use coalesce::Coalesce;
 mod disputes;
 mod error;
 mod issued;
@@ -121,115 +122,6 @@ pub struct Settings {
     /// reservation lasts, once, while its buyer completes 3-D Secure (a
     /// `payment.requires_action` webhook may tell checkout first).
     pub action_extension: Duration,
-}
-
-/// Coalesced reservations: concurrent placements are gathered and committed
-/// together, one transaction per group, so a hot SKU's row is locked and
-/// flushed once per group rather than once per order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Coalesce {
-    /// `CHECKOUT_COALESCE` (`on`/`off`, default `on`): off commits every
-    /// placement in a transaction of its own.
-    pub enabled: bool,
-    /// `CHECKOUT_COALESCE_MAX`, default 256: the most placements in one group.
-    pub max_group: usize,
-    /// `CHECKOUT_COALESCE_LANES`, by default one per core, at most 4
-    /// ([`platform::runtime::per_core`]): groups in flight at once (each
-    /// holds one connection); the next group forms while they run.
-    pub lanes: usize,
-    /// `CHECKOUT_QUEUE_DEADLINE`, default 5 s: how long a placement may wait
-    /// for a lane; past it the request is answered `503` with `Retry-After`
-    /// and nothing is reserved.
-    pub queue_deadline: Duration,
-}
-
-impl Default for Coalesce {
-    fn default() -> Self {
-        Coalesce {
-            enabled: true,
-            max_group: 256,
-            lanes: platform::runtime::per_core(4),
-            queue_deadline: Duration::from_secs(5),
-        }
-    }
-}
-
-impl Coalesce {
-    /// Reads `CHECKOUT_COALESCE`, `CHECKOUT_COALESCE_MAX` and `CHECKOUT_COALESCE_LANES`.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        let d = Coalesce::default();
-        let enabled = match config::var(
-            "CHECKOUT_COALESCE",
-            "on gathers concurrent placements into one transaction per group; off commits each in its own",
-        )
-        .default_shown_as("on")
-        .optional()?
-            .as_deref()
-            .map(str::trim)
-        {
-            None => d.enabled,
-            Some(v)
-                if ["on", "true", "1", "yes"]
-                    .iter()
-                    .any(|t| v.eq_ignore_ascii_case(t)) =>
-            {
-                true
-            }
-            Some(v)
-                if ["off", "false", "0", "no"]
-                    .iter()
-                    .any(|t| v.eq_ignore_ascii_case(t)) =>
-            {
-                false
-            }
-            Some(v) => {
-                return Err(ConfigError::new(
-                    "CHECKOUT_COALESCE",
-                    format!("{v:?} is neither on nor off"),
-                ))
-            }
-        };
-        let max_group = config::var(
-            "CHECKOUT_COALESCE_MAX",
-            "the most placements committed in one transaction (1–10000)",
-        )
-        .parsed(d.max_group)?;
-        if !(1..=10_000).contains(&max_group) {
-            return Err(ConfigError::new(
-                "CHECKOUT_COALESCE_MAX",
-                "must be between 1 and 10000",
-            ));
-        }
-        let lanes = config::var(
-            "CHECKOUT_COALESCE_LANES",
-            "placing groups in flight at once, each holding one connection (1–64)",
-        )
-        .default_shown_as("one per core, at most 4")
-        .parsed(d.lanes)?;
-        if !(1..=64).contains(&lanes) {
-            return Err(ConfigError::new(
-                "CHECKOUT_COALESCE_LANES",
-                "must be between 1 and 64",
-            ));
-        }
-        let queue_deadline = config::var(
-            "CHECKOUT_QUEUE_DEADLINE",
-            "how long a placement may wait for a free lane; past it 503 with Retry-After, nothing reserved",
-        )
-        .duration(d.queue_deadline)?;
-        if queue_deadline.is_zero() {
-            return Err(ConfigError::new(
-                "CHECKOUT_QUEUE_DEADLINE",
-                "must be longer than zero",
-            ));
-        }
-        Ok(Coalesce {
-            enabled,
-            max_group,
-            lanes,
-            queue_deadline,
-        })
-    }
 }
 
 impl Settings {
