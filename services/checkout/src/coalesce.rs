@@ -182,10 +182,7 @@ impl Placer {
         if settings.own_thread {
             start_lanes(ctx, rx, settings)?;
         } else {
-            let (ctx, rx) = (Arc::new(ctx), Arc::new(Mutex::new(rx)));
-            for _ in 0..settings.lanes {
-                tokio::spawn(lane(ctx.clone(), rx.clone(), settings.max_group));
-            }
+            spawn_lanes(ctx, rx, settings);
         }
         Ok(Placer::Coalesced {
             queue: tx,
@@ -285,20 +282,28 @@ fn start_lanes(ctx: Context, rx: mpsc::Receiver<Job>, settings: Coalesce) -> std
 /// holding at most one connection per lane.
 async fn run_lanes(ctx: Context, rx: mpsc::Receiver<Job>, settings: Coalesce) {
     let pool = store::mirror(&ctx.pool, u32::try_from(settings.lanes).unwrap_or(u32::MAX));
-    let ctx = Arc::new(Context {
+    let ctx = Context {
         pool: pool.clone(),
         ..ctx
-    });
-    let rx = Arc::new(Mutex::new(rx));
-    let lanes: Vec<_> = (0..settings.lanes)
-        .map(|_| tokio::spawn(lane(ctx.clone(), rx.clone(), settings.max_group)))
-        .collect();
-    for lane in lanes {
+    };
+    for lane in spawn_lanes(ctx, rx, settings) {
         if let Err(e) = lane.await {
             tracing::error!(error = %e, "a placing lane stopped");
         }
     }
     pool.close().await;
+}
+
+/// Spawns `settings.lanes` lanes on the current runtime, sharing `rx`.
+fn spawn_lanes(
+    ctx: Context,
+    rx: mpsc::Receiver<Job>,
+    settings: Coalesce,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let (ctx, rx) = (Arc::new(ctx), Arc::new(Mutex::new(rx)));
+    (0..settings.lanes)
+        .map(|_| tokio::spawn(lane(ctx.clone(), rx.clone(), settings.max_group)))
+        .collect()
 }
 
 /// Takes the next group (blocking only for its first request) and places
