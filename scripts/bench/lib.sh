@@ -125,6 +125,43 @@ print(f"{total * 1000 / n:.2f} ms per order in all ({top}); the {os.cpu_count()}
 PY
 }
 
+# CPU seconds of each process of the private PostgreSQL server, with what
+# it served: a connection's application_name (soldonce-checkout, …: each
+# service names its connections) or the process's backend type (walwriter,
+# autovacuum worker, …), to a file.
+pg_cpu_snap() {
+  sql "SELECT pid, CASE WHEN backend_type = 'client backend' THEN coalesce(nullif(application_name, ''), 'unnamed client') ELSE backend_type END FROM pg_stat_activity WHERE pid <> pg_backend_pid()" >"$1.pids"
+  python3 - "$1" <<'PY'
+import json, os, sys
+tick, use = os.sysconf('SC_CLK_TCK'), {}
+for line in open(sys.argv[1] + '.pids'):
+    pid, _, name = line.rstrip('\n').partition('|')
+    try:
+        stat = open(f'/proc/{pid}/stat').read()
+    except OSError:
+        continue
+    rest = stat[stat.rindex(')') + 2:].split()
+    use[pid] = [name, (int(rest[11]) + int(rest[12])) / tick]
+json.dump(use, open(sys.argv[1], 'w'))
+PY
+}
+# PostgreSQL's CPU milliseconds per order between a pg_cpu_snap and now, by
+# what each process served (a process that ended meanwhile, such as an
+# autovacuum worker, is not counted: the total may fall short of the
+# postgres figure of cpu_per_order).
+pg_cpu_per_order() {
+  pg_cpu_snap "$dir/pgcpu.now"
+  python3 - "$1" "$dir/pgcpu.now" "$2" <<'PY'
+import json, sys
+b, a, n = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), float(sys.argv[3])
+by = {}
+for pid, (name, cpu) in a.items():
+    by[name] = by.get(name, 0) + cpu - (b[pid][1] if pid in b else 0)
+total = sum(by.values()) or 1
+print(', '.join(f"{k} {v * 1000 / n:.2f} ({100 * v / total:.0f}%)" for k, v in sorted(by.items(), key=lambda kv: -kv[1]) if v > 0))
+PY
+}
+
 # The relay's commit-to-PubAck histogram, as counts per bucket at the last scrape.
 relay_scrape() { curl -s "http://$OUTBOX_RELAY_ADDR/metrics" | grep '^soldonce_outbox_commit_to_puback_seconds_bucket'; }
 reset_relay_metrics() { relay_scrape >"$dir/lag.before" || true; }

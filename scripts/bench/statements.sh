@@ -80,6 +80,7 @@ if [ "$case" = expiry ]; then
   while [ "$(sql 'SELECT count(*) FROM outbox')" != "0" ]; do sleep 0.2; done
   reset_statistics
   cpu_snap "$dir/cpu.before"
+  pg_cpu_snap "$dir/pgcpu.before"
   perf_start
   t0=$(date +%s.%N)
   start_expiry
@@ -89,6 +90,7 @@ if [ "$case" = expiry ]; then
   echo "case expiry: $orders orders released by one expiry process (EXPIRY_CONCURRENCY=${EXPIRY_CONCURRENCY:-2}, EXPIRY_BATCH_SIZE=${EXPIRY_BATCH_SIZE:-1000}) in $(python3 -c "import time; t=time.time()-$t0; print(f'{t:.1f}s: {$orders/t:.0f} releases/s')")"
   # Before expiry exits: its CPU, and its connections' backends, leave /proc with it.
   echo "CPU: $(cpu_per_order "$dir/cpu.before" "$orders")"
+  echo "PostgreSQL's CPU by the service it served, ms per order: $(pg_cpu_per_order "$dir/pgcpu.before" "$orders")"
   kill "$expiry"; wait "$expiry" 2>/dev/null || true; expiry=""
 else
   export PSP_FAULTS='{"latency_ms": 20}' FULFILLMENT_STEP_DELAY=20ms
@@ -96,6 +98,7 @@ else
   seed_bench_products
   reset_statistics
   cpu_snap "$dir/cpu.before"
+  pg_cpu_snap "$dir/pgcpu.before"
   perf_start
   if [ -n "${CLOSED:-}" ]; then
     # At saturation: what an order costs when batches and groups are full.
@@ -115,6 +118,7 @@ else
     echo "case $case: $rate orders/s for ${secs}s; orders: $orders, every one settled and every confirmed one delivered, $captured"
   fi
   echo "CPU: $(cpu_per_order "$dir/cpu.before" "$orders")"
+  echo "PostgreSQL's CPU by the service it served, ms per order: $(pg_cpu_per_order "$dir/pgcpu.before" "$orders")"
 fi
 echo "transactions per order: $(sql "SELECT round(xact_commit::numeric / $orders, 2) || ' committed, ' || round(xact_rollback::numeric / $orders, 2) || ' rolled back' FROM pg_stat_database WHERE datname = current_database()")"
 echo "WAL per order: $(sql "SELECT round(wal_records::numeric / $orders, 1) || ' records, ' || round(wal_fpi::numeric / $orders, 2) || ' full-page images, ' || round(wal_bytes / $orders / 1024, 1) || ' kB' FROM pg_stat_wal"); events per order: $(sql "SELECT round(count(*)::numeric / $orders, 2) FROM events")"

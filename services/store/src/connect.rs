@@ -123,7 +123,11 @@ impl Target {
                 return Err(bad("an empty host in the list of servers"));
             }
             let one = format!("{scheme}://{userinfo}{host}{path}{query}");
-            servers.push(PgConnectOptions::from_str(&one)?.application_name("soldonce"));
+            let options = PgConnectOptions::from_str(&one)?;
+            servers.push(match options.get_application_name() {
+                Some(_) => options,
+                None => options.application_name(&program_name()),
+            });
         }
         Ok(Target {
             servers,
@@ -353,6 +357,26 @@ async fn follow_source(source: PgPool, pool: PgPool) {
     }
 }
 
+/// The `application_name` a connection gives the server when
+/// `DATABASE_URL` names none: `soldonce-` and the running program's name
+/// (`soldonce-checkout`, `soldonce-payment-worker`), so `pg_stat_activity`,
+/// the server's log (`%a` in `log_line_prefix`) and the benchmarks tell
+/// which service each connection and its work belongs to.
+fn program_name() -> String {
+    let program = std::env::args_os()
+        .next()
+        .and_then(|arg| {
+            std::path::Path::new(&arg)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        })
+        .filter(|n| !n.is_empty());
+    match program {
+        Some(program) if program != "soldonce" => format!("soldonce-{program}"),
+        _ => "soldonce".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -378,6 +402,16 @@ mod tests {
             assert_eq!(s.get_database(), Some("shop"));
         }
         assert!(t.read_write && t.watched());
+        for s in &t.servers {
+            assert_eq!(
+                s.get_application_name(),
+                Some("x"),
+                "the URL's own name is kept"
+            );
+        }
+        let t = Target::parse("postgres://db/shop").expect("a URL");
+        let named = t.servers[0].get_application_name().expect("a name");
+        assert!(named.starts_with("soldonce"), "{named}");
     }
 
     #[test]
