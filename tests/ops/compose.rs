@@ -239,6 +239,68 @@ fn every_service_turns_bad_configuration_into_exit_2_and_one_line_naming_it() {
             ],
             "FULFILLMENT_STEP_DELAY",
         ),
+        // Counts out of their range, each read by `Var::in_range`.
+        (
+            "checkout",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("CHECKOUT_COALESCE_MAX", "0"),
+            ],
+            "CHECKOUT_COALESCE_MAX",
+        ),
+        (
+            "checkout",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("CHECKOUT_COALESCE_LANES", "65"),
+            ],
+            "CHECKOUT_COALESCE_LANES",
+        ),
+        (
+            "outbox-relay",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("NATS_URL", "nats://x"),
+                ("OUTBOX_BATCH_SIZE", "10001"),
+            ],
+            "OUTBOX_BATCH_SIZE",
+        ),
+        (
+            "outbox-relay",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("NATS_URL", "nats://x"),
+                ("OUTBOX_RELAY_LANES", "0"),
+            ],
+            "OUTBOX_RELAY_LANES",
+        ),
+        (
+            "outbox-relay",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("NATS_URL", "nats://x"),
+                ("STREAM_REPLICAS", "6"),
+            ],
+            "STREAM_REPLICAS",
+        ),
+        (
+            "expiry",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("EXPIRY_BATCH_SIZE", "100001"),
+            ],
+            "EXPIRY_BATCH_SIZE",
+        ),
+        (
+            "payment-worker",
+            &[
+                ("DATABASE_URL", "postgres://x/y"),
+                ("NATS_URL", "nats://x"),
+                ("PSP_URL", "http://127.0.0.1:1"),
+                ("PAYMENT_WORKER_CONCURRENCY", "1025"),
+            ],
+            "PAYMENT_WORKER_CONCURRENCY",
+        ),
         // A consumer with no recorder would never commit; one with hundreds would swamp the pool.
         (
             "payment-worker",

@@ -72,13 +72,7 @@ impl StreamSettings {
             "STREAM_REPLICAS",
             "copies of the stream in a NATS cluster (1–5; 3 for a cluster)",
         )
-        .parsed(d.replicas)?;
-        if !(1..=5).contains(&replicas) {
-            return Err(ConfigError::new(
-                "STREAM_REPLICAS",
-                "must be between 1 and 5",
-            ));
-        }
+        .in_range(d.replicas, 1..=5)?;
         let duplicate_window = config::var(
             "STREAM_DUPLICATE_WINDOW",
             "republishes of an event within it are dropped by the stream",

@@ -68,25 +68,13 @@ impl Coalesce {
             "CHECKOUT_COALESCE_MAX",
             "the most placements committed in one transaction (1–10000)",
         )
-        .parsed(d.max_group)?;
-        if !(1..=10_000).contains(&max_group) {
-            return Err(ConfigError::new(
-                "CHECKOUT_COALESCE_MAX",
-                "must be between 1 and 10000",
-            ));
-        }
+        .in_range(d.max_group, 1..=10_000)?;
         let lanes = config::var(
             "CHECKOUT_COALESCE_LANES",
             "placing groups in flight at once, each holding one connection (1–64)",
         )
         .default_shown_as("one per core, at most 4")
-        .parsed(d.lanes)?;
-        if !(1..=64).contains(&lanes) {
-            return Err(ConfigError::new(
-                "CHECKOUT_COALESCE_LANES",
-                "must be between 1 and 64",
-            ));
-        }
+        .in_range(d.lanes, 1..=64)?;
         let queue_deadline = config::var(
             "CHECKOUT_QUEUE_DEADLINE",
             "how long a placement may wait for a free lane; past it 503 with Retry-After, nothing reserved",

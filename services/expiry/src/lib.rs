@@ -66,24 +66,12 @@ impl Settings {
             "EXPIRY_BATCH_SIZE",
             "orders expired and released per transaction (1–100000)",
         )
-        .parsed(1000i64)?;
-        if !(1..=100_000).contains(&batch_size) {
-            return Err(ConfigError::new(
-                "EXPIRY_BATCH_SIZE",
-                "must be between 1 and 100000",
-            ));
-        }
+        .in_range(1000i64, 1..=100_000)?;
         let concurrency = config::var(
             "EXPIRY_CONCURRENCY",
             "release transactions in flight at once, each claiming its own batch (1–16)",
         )
-        .parsed(2usize)?;
-        if !(1..=MAX_CONCURRENCY).contains(&concurrency) {
-            return Err(ConfigError::new(
-                "EXPIRY_CONCURRENCY",
-                format!("must be between 1 and {MAX_CONCURRENCY}"),
-            ));
-        }
+        .in_range(2usize, 1..=MAX_CONCURRENCY)?;
         let retention = config::var(
             "RETENTION",
             "how long idempotency keys, inbox rows and webhook receipts are kept (over 10 minutes)",

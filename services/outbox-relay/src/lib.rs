@@ -67,24 +67,12 @@ impl Settings {
             "OUTBOX_BATCH_SIZE",
             "outbox rows claimed and published per transaction (1–10000)",
         )
-        .parsed(500i64)?;
-        if !(1..=10_000).contains(&batch_size) {
-            return Err(ConfigError::new(
-                "OUTBOX_BATCH_SIZE",
-                "must be between 1 and 10000",
-            ));
-        }
+        .in_range(500i64, 1..=10_000)?;
         let lanes = config::var(
             "OUTBOX_RELAY_LANES",
             "batches claimed and published at once, each in its own transaction (1–16): rows that commit while one awaits its acks go out in another",
         )
-        .parsed(2usize)?;
-        if !(1..=16).contains(&lanes) {
-            return Err(ConfigError::new(
-                "OUTBOX_RELAY_LANES",
-                "must be between 1 and 16",
-            ));
-        }
+        .in_range(2usize, 1..=16)?;
         Ok(Settings {
             addr: config::var(
                 "OUTBOX_RELAY_ADDR",

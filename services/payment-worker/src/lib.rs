@@ -91,24 +91,12 @@ impl Settings {
             "PAYMENT_WORKER_CONCURRENCY",
             "orders in hand at once (1–1024); their PSP calls run concurrently over as many kept-alive connections",
         )
-        .parsed(256usize)?;
-        if !(1..=1024).contains(&concurrency) {
-            return Err(ConfigError::new(
-                "PAYMENT_WORKER_CONCURRENCY",
-                "must be between 1 and 1024",
-            ));
-        }
+        .in_range(256usize, 1..=1024)?;
         let capture_concurrency = config::var(
             "CAPTURE_CONCURRENCY",
             "captures asked of the PSP at once (1–1024); divided by the PSP's answer time, it caps captures per second",
         )
-        .parsed(capture::DEFAULT_CONCURRENCY)?;
-        if !(1..=1024).contains(&capture_concurrency) {
-            return Err(ConfigError::new(
-                "CAPTURE_CONCURRENCY",
-                "must be between 1 and 1024",
-            ));
-        }
+        .in_range(capture::DEFAULT_CONCURRENCY, 1..=1024)?;
         Ok(Settings {
             addr: config::var(
                 "PAYMENT_WORKER_ADDR",

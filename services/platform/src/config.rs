@@ -8,6 +8,7 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt::Display;
+use std::ops::RangeInclusive;
 use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -112,6 +113,24 @@ impl Var {
                 .trim()
                 .parse()
                 .map_err(|e| ConfigError::new(self.name, format!("cannot parse {v:?}: {e}"))),
+        }
+    }
+
+    /// [`Var::parsed`], which must also lie in `range`: otherwise the error
+    /// says "must be between" its ends.
+    pub fn in_range<T>(&self, default: T, range: RangeInclusive<T>) -> Result<T, ConfigError>
+    where
+        T: FromStr + Display + PartialOrd,
+        T::Err: Display,
+    {
+        let value = self.parsed(default)?;
+        if range.contains(&value) {
+            Ok(value)
+        } else {
+            Err(ConfigError::new(
+                self.name,
+                format!("must be between {} and {}", range.start(), range.end()),
+            ))
         }
     }
 

@@ -105,14 +105,7 @@ fn count_setting(
     default: usize,
     most: usize,
 ) -> Result<usize, platform::config::ConfigError> {
-    let n = setting.parsed(default)?;
-    if !(1..=most).contains(&n) {
-        return Err(platform::config::ConfigError::new(
-            setting.name(),
-            format!("must be between 1 and {most}"),
-        ));
-    }
-    Ok(n)
+    setting.in_range(default, 1..=most)
 }
 
 /// Why a handler failed.
