@@ -517,12 +517,12 @@ async fn claim_plan_after_statistics_of(left: i64) {
         // live row in them the planner counts any later backlog as one row.
         "VACUUM (ANALYZE, TRUNCATE false) outbox".to_owned(),
         insert(3),
-        format!("PREPARE claim_plan(bigint) AS {}", store::outbox::CLAIM_SQL),
+        format!("PREPARE claim_plan(bigint, bigint[]) AS {}", store::outbox::CLAIM_SQL),
         format!("PREPARE delete_plan(bigint[], bigint) AS {}", store::outbox::DELETE_SQL),
     ]
     .into_iter()
     // Five custom plans, then the generic one is kept.
-    .chain(std::iter::repeat_n("EXECUTE claim_plan(500)".to_owned(), 6))
+    .chain(std::iter::repeat_n("EXECUTE claim_plan(500, '{}')".to_owned(), 6))
     // The delete's, with batches of 500 positions that are not there.
     .chain(std::iter::repeat_n(
         "EXECUTE delete_plan(array_fill(-1::bigint, ARRAY[500]), 0)".to_owned(),
@@ -539,7 +539,7 @@ async fn claim_plan_after_statistics_of(left: i64) {
         .await
         .expect("a backlog");
     let (explained,): (serde_json::Value,) =
-        sqlx::query_as("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_plan(500)")
+        sqlx::query_as("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_plan(500, '{}')")
             .fetch_one(&mut *conn)
             .await
             .expect("explain");
@@ -782,6 +782,54 @@ async fn holding_the_wake_up_never_waits_for_an_absent_synchronous_standby() {
         .expect("the plain write, kept locally once its wait was cancelled");
 }
 
+/// A lane's claim leaves out the positions the relay's other lanes hold
+/// before it looks anything up for them: it claims only the rest, and a
+/// position named as held is left out even when nothing locks it.
+#[tokio::test]
+async fn a_claim_leaves_out_what_the_other_lanes_hold() {
+    let app = TestApp::spawn().await;
+    let mut conn = app.pool.acquire().await.expect("connection");
+    for _ in 0..4 {
+        insert_row(&mut conn, Uuid::now_v7()).await;
+    }
+    async fn claimed(tx: &mut sqlx::PgConnection, held: &[i64]) -> Vec<i64> {
+        let claimed = store::outbox::claim(tx, 10, held).await.expect("claim");
+        let mut positions: Vec<i64> = claimed.rows.iter().map(|r| r.message.position).collect();
+        positions.sort_unstable();
+        positions
+    }
+    let mut a = app.pool.begin().await.expect("begin");
+    let first = store::outbox::claim(&mut a, 2, &[]).await.expect("claim");
+    let held: Vec<i64> = first.rows.iter().map(|r| r.message.position).collect();
+    assert_eq!(held.len(), 2, "lane A holds two rows");
+
+    let mut b = app.pool.begin().await.expect("begin");
+    let rest = claimed(&mut b, &held).await;
+    assert_eq!(rest.len(), 2, "lane B claims the two rows A does not hold");
+    assert!(
+        rest.iter().all(|p| !held.contains(p)),
+        "{rest:?} against {held:?}"
+    );
+    b.rollback().await.expect("rollback");
+    a.rollback().await.expect("rollback");
+
+    // Nothing locks A's rows now: named as held, they are left out all the same.
+    let mut c = app.pool.begin().await.expect("begin");
+    assert_eq!(
+        claimed(&mut c, &held).await,
+        rest,
+        "only what is not named as held"
+    );
+    c.rollback().await.expect("rollback");
+    let mut d = app.pool.begin().await.expect("begin");
+    assert_eq!(
+        claimed(&mut d, &[]).await.len(),
+        4,
+        "with nothing held, every row"
+    );
+    d.rollback().await.expect("rollback");
+}
+
 /// After a batch that was not full, the relay claims again at once only
 /// if a row written after the batch's last one is there (a claim that finds
 /// nothing costs a transaction): the batch's delete says so in the same
@@ -796,7 +844,7 @@ async fn the_batch_delete_says_whether_a_row_was_written_after_the_batch() {
     // Claims up to two rows and deletes them as the relay does, past the batch's last position.
     async fn relay_two(conn: &mut sqlx::PgConnection) -> (Vec<i64>, store::outbox::Deleted) {
         let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
-        let claimed = store::outbox::claim(&mut tx, 2).await.expect("claim");
+        let claimed = store::outbox::claim(&mut tx, 2, &[]).await.expect("claim");
         assert!(
             !claimed.needs_replication,
             "no synchronous standby is named: no barrier to pass"
@@ -858,7 +906,7 @@ async fn an_event_waits_in_the_outbox_until_the_one_before_it_in_its_order_has_l
         unreachable!()
     };
     async fn claimed(tx: &mut sqlx::PgConnection) -> Vec<i64> {
-        let claimed = store::outbox::claim(tx, 10).await.expect("claim");
+        let claimed = store::outbox::claim(tx, 10, &[]).await.expect("claim");
         claimed.rows.iter().map(|r| r.message.position).collect()
     }
     let mut one = app.pool.begin().await.expect("begin");

@@ -4,19 +4,72 @@
 use super::lag::seconds_between;
 use super::Relay;
 use sqlx::{Postgres, Transaction};
+use std::collections::HashMap;
+use std::sync::Mutex;
 use store::outbox::OutboxRow;
 
+/// The positions each lane of this relay holds in its open claim. A lane's
+/// claim leaves the other lanes' rows out before it looks anything up for
+/// them: they are locked, and `SKIP LOCKED` skips a row only after the
+/// claim has probed its event and the version before it, so a lane's claim
+/// walked the other lane's whole batch, most often to come back empty.
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    by_lane: Mutex<HashMap<usize, Vec<i64>>>,
+}
+
+impl Held {
+    /// What the lanes other than `lane` hold.
+    fn others(&self, lane: usize) -> Vec<i64> {
+        let by_lane = self.by_lane.lock().unwrap_or_else(|e| e.into_inner());
+        by_lane
+            .iter()
+            .filter(|(l, _)| **l != lane)
+            .flat_map(|(_, positions)| positions.iter().copied())
+            .collect()
+    }
+
+    /// Notes that `lane` holds `rows` until the returned guard is dropped
+    /// (once its transaction has ended).
+    pub(super) fn hold(&self, lane: usize, rows: &[OutboxRow]) -> HeldBy<'_> {
+        let positions = rows.iter().map(|r| r.message.position).collect();
+        self.by_lane
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(lane, positions);
+        HeldBy { held: self, lane }
+    }
+}
+
+/// A lane's rows noted in [`Held`], forgotten when dropped.
+pub(super) struct HeldBy<'a> {
+    held: &'a Held,
+    lane: usize,
+}
+
+impl Drop for HeldBy<'_> {
+    fn drop(&mut self) {
+        self.held
+            .by_lane
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.lane);
+    }
+}
+
 impl Relay {
-    /// Claims the next batch in a new transaction, which later deletes or
-    /// parks its rows; `None` when the outbox has nothing to claim.
+    /// Claims the next batch for `lane` in a new transaction, which later
+    /// deletes or parks its rows; `None` when the outbox has nothing to claim.
     pub(super) async fn claim(
         &self,
+        lane: usize,
     ) -> anyhow::Result<Option<(Transaction<'static, Postgres>, Vec<OutboxRow>)>> {
         let mut tx = self.pool.begin().await?;
+        let others = self.held.others(lane);
         let store::outbox::Claimed {
             rows,
             needs_replication,
-        } = store::outbox::claim(&mut tx, self.batch_size).await?;
+        } = store::outbox::claim(&mut tx, self.batch_size, &others).await?;
         if rows.is_empty() {
             return Ok(None);
         }

@@ -62,6 +62,8 @@ pub struct Relay {
     left_since_vacuum: Arc<AtomicU64>,
     /// What the lanes saw acknowledged, for the watch on the stream.
     acks: Arc<Acks>,
+    /// What each lane holds in its open claim.
+    held: Arc<claim::Held>,
     repair: RepairSettings,
 }
 
@@ -93,6 +95,7 @@ impl Relay {
             vacuum_after: settings.vacuum_after,
             left_since_vacuum: Arc::new(AtomicU64::new(0)),
             acks: Arc::new(Acks::default()),
+            held: Arc::new(claim::Held::default()),
             repair: settings.repair,
         }
     }
@@ -125,7 +128,7 @@ impl Relay {
             stop.clone(),
         ));
         let lanes: Vec<_> = (0..self.lanes)
-            .map(|_| tokio::spawn(self.clone().lane(stop.clone())))
+            .map(|lane| tokio::spawn(self.clone().lane(lane, stop.clone())))
             .collect();
         for lane in lanes {
             if let Err(e) = lane.await {
@@ -139,8 +142,8 @@ impl Relay {
         }
     }
 
-    /// One lane: drain on each wake-up until `stop` turns true.
-    async fn lane(self, mut stop: watch::Receiver<bool>) {
+    /// Lane `lane`: drain on each wake-up until `stop` turns true.
+    async fn lane(self, lane: usize, mut stop: watch::Receiver<bool>) {
         let mut listener = listen(&self.pool).await;
         // Until when this lane holds the wake-up (and so must keep looking).
         let mut held_until: Option<Instant> = None;
@@ -148,7 +151,7 @@ impl Relay {
             if *stop.borrow() {
                 break;
             }
-            let drained = (|| self.drain())
+            let drained = (|| self.drain(lane))
                 .retry(
                     ExponentialBuilder::default()
                         .with_jitter()
@@ -207,10 +210,10 @@ impl Relay {
     /// failed rows are claimed again first); one that settled nothing
     /// returns its failure, for the caller to back off. Returns how many
     /// rows left the outbox.
-    async fn drain(&self) -> anyhow::Result<usize> {
+    async fn drain(&self, lane: usize) -> anyhow::Result<usize> {
         let mut moved = 0;
         loop {
-            let batch = self.relay_batch().await?;
+            let batch = self.relay_batch(lane).await?;
             moved += batch.settled;
             match (batch.settled, batch.failure) {
                 (0, None) => return Ok(moved),
@@ -230,10 +233,12 @@ impl Relay {
     /// Claims one batch, publishes it, awaits every ack, then in the
     /// claiming transaction deletes the acknowledged rows and parks the
     /// poison ones.
-    async fn relay_batch(&self) -> anyhow::Result<Batch> {
-        let Some((tx, rows)) = self.claim().await? else {
+    async fn relay_batch(&self, lane: usize) -> anyhow::Result<Batch> {
+        let Some((tx, rows)) = self.claim(lane).await? else {
             return Ok(Batch::default());
         };
+        // Left out of the other lanes' claims until this batch's transaction ends.
+        let _held = self.held.hold(lane, &rows);
         // Every new message must be acknowledged above this (see crate::watch).
         let floor = self.acks.floor();
         let sent = publish::publish(&self.js, &rows).await;

@@ -110,13 +110,16 @@ pub const CLAIM_SETTINGS: &[(&str, &str)] = &[
 /// returned in no particular order; [`claim`] sorts them by position. Each
 /// row also says whether commits wait for synchronous standbys
 /// (`standbys`), so the relay knows in the same round trip whether it
-/// needs [`await_replication`].
+/// needs [`await_replication`]. Positions in `$2` are left out before any
+/// look-up: the rows the relay's other lanes hold, which `SKIP LOCKED`
+/// would only skip once their three probes were made (a lane's empty
+/// claims walked the other lane's whole batch so).
 pub const CLAIM_SQL: &str = concat!(
     "WITH claimed AS MATERIALIZED ( SELECT ",
     event_columns!(),
     ", coalesce(CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(o.xmin) END, o.created_at) AS created_at \
      FROM outbox o, LATERAL (SELECT * FROM events e WHERE e.position = o.position OFFSET 0) e \
-     WHERE NOT EXISTS ( \
+     WHERE o.position <> ALL($2::bigint[]) AND NOT EXISTS ( \
          SELECT 1 \
          FROM (SELECT b.position FROM events b WHERE b.stream_id = e.stream_id AND b.version = e.version - 1 AND e.version > 1 OFFSET 0) b, \
               LATERAL (SELECT 1 FROM outbox w WHERE w.position = b.position OFFSET 0) w) \
@@ -144,11 +147,17 @@ struct ClaimedRow {
 }
 
 /// Locks up to `limit` publishable rows for this transaction, each with
-/// its message; rows other relays hold are skipped. Run it on a
-/// connection opened with [`CLAIM_SETTINGS`].
-pub async fn claim(conn: &mut PgConnection, limit: i64) -> Result<Claimed, StoreError> {
+/// its message; rows other relays hold are skipped, and the positions in
+/// `held` (what this relay's other lanes hold) are not looked at. Run it on
+/// a connection opened with [`CLAIM_SETTINGS`].
+pub async fn claim(
+    conn: &mut PgConnection,
+    limit: i64,
+    held: &[i64],
+) -> Result<Claimed, StoreError> {
     let rows: Vec<ClaimedRow> = sqlx::query_as(CLAIM_SQL)
         .bind(limit)
+        .bind(held)
         .fetch_all(conn)
         .await?;
     let needs_replication = rows.iter().any(|r| r.standbys);
