@@ -782,6 +782,19 @@ async fn holding_the_wake_up_never_waits_for_an_absent_synchronous_standby() {
         .expect("the plain write, kept locally once its wait was cancelled");
 }
 
+/// Claims up to `limit` rows, leaving out `held`: whether the claim saw
+/// synchronous standbys named, and the claimed positions in order.
+async fn claim_positions(
+    tx: &mut sqlx::PgConnection,
+    limit: i64,
+    held: &[i64],
+) -> (bool, Vec<i64>) {
+    let claimed = store::outbox::claim(tx, limit, held).await.expect("claim");
+    let mut positions: Vec<i64> = claimed.rows.iter().map(|r| r.message.position).collect();
+    positions.sort_unstable();
+    (claimed.needs_replication, positions)
+}
+
 /// A lane's claim leaves out the positions the relay's other lanes hold
 /// before it looks anything up for them: it claims only the rest, and a
 /// position named as held is left out even when nothing locks it.
@@ -792,19 +805,12 @@ async fn a_claim_leaves_out_what_the_other_lanes_hold() {
     for _ in 0..4 {
         insert_row(&mut conn, Uuid::now_v7()).await;
     }
-    async fn claimed(tx: &mut sqlx::PgConnection, held: &[i64]) -> Vec<i64> {
-        let claimed = store::outbox::claim(tx, 10, held).await.expect("claim");
-        let mut positions: Vec<i64> = claimed.rows.iter().map(|r| r.message.position).collect();
-        positions.sort_unstable();
-        positions
-    }
     let mut a = app.pool.begin().await.expect("begin");
-    let first = store::outbox::claim(&mut a, 2, &[]).await.expect("claim");
-    let held: Vec<i64> = first.rows.iter().map(|r| r.message.position).collect();
+    let held = claim_positions(&mut a, 2, &[]).await.1;
     assert_eq!(held.len(), 2, "lane A holds two rows");
 
     let mut b = app.pool.begin().await.expect("begin");
-    let rest = claimed(&mut b, &held).await;
+    let rest = claim_positions(&mut b, 10, &held).await.1;
     assert_eq!(rest.len(), 2, "lane B claims the two rows A does not hold");
     assert!(
         rest.iter().all(|p| !held.contains(p)),
@@ -816,14 +822,14 @@ async fn a_claim_leaves_out_what_the_other_lanes_hold() {
     // Nothing locks A's rows now: named as held, they are left out all the same.
     let mut c = app.pool.begin().await.expect("begin");
     assert_eq!(
-        claimed(&mut c, &held).await,
+        claim_positions(&mut c, 10, &held).await.1,
         rest,
         "only what is not named as held"
     );
     c.rollback().await.expect("rollback");
     let mut d = app.pool.begin().await.expect("begin");
     assert_eq!(
-        claimed(&mut d, &[]).await.len(),
+        claim_positions(&mut d, 10, &[]).await.1.len(),
         4,
         "with nothing held, every row"
     );
@@ -844,12 +850,11 @@ async fn the_batch_delete_says_whether_a_row_was_written_after_the_batch() {
     // Claims up to two rows and deletes them as the relay does, past the batch's last position.
     async fn relay_two(conn: &mut sqlx::PgConnection) -> (Vec<i64>, store::outbox::Deleted) {
         let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
-        let claimed = store::outbox::claim(&mut tx, 2, &[]).await.expect("claim");
+        let (needs_replication, positions) = claim_positions(&mut tx, 2, &[]).await;
         assert!(
-            !claimed.needs_replication,
+            !needs_replication,
             "no synchronous standby is named: no barrier to pass"
         );
-        let positions: Vec<i64> = claimed.rows.iter().map(|r| r.message.position).collect();
         let last = positions.iter().copied().max().expect("a row claimed");
         let deleted = store::outbox::delete(&mut tx, &positions, last)
             .await

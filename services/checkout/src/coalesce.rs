@@ -99,45 +99,22 @@ impl Coalesce {
 
 /// `CHECKOUT_COALESCE`: on or off, when set.
 fn switch() -> Result<Option<bool>, ConfigError> {
-    let value = config::var(
+    config::var(
         "CHECKOUT_COALESCE",
         "on gathers concurrent placements into one transaction per group; off commits each in its own",
     )
     .default_shown_as("on")
-    .optional()?;
-    let Some(v) = value.as_deref().map(str::trim) else {
-        return Ok(None);
-    };
-    let is = |words: [&str; 4]| words.iter().any(|t| v.eq_ignore_ascii_case(t));
-    if is(["on", "true", "1", "yes"]) {
-        Ok(Some(true))
-    } else if is(["off", "false", "0", "no"]) {
-        Ok(Some(false))
-    } else {
-        Err(ConfigError::new(
-            "CHECKOUT_COALESCE",
-            format!("{v:?} is neither on nor off"),
-        ))
-    }
+    .either(&["on", "true", "1", "yes"], &["off", "false", "0", "no"])
 }
 
 /// `CHECKOUT_COALESCE_THREAD`: whether the lanes have a thread of their own, when set.
 fn thread() -> Result<Option<bool>, ConfigError> {
-    let value = config::var(
+    config::var(
         "CHECKOUT_COALESCE_THREAD",
         "own runs the placing lanes on a thread of their own (a hot SKU's row held for less; smaller groups); shared runs them on the request threads",
     )
     .default_shown_as("shared")
-    .optional()?;
-    match value.as_deref().map(str::trim) {
-        None => Ok(None),
-        Some(v) if v.eq_ignore_ascii_case("own") => Ok(Some(true)),
-        Some(v) if v.eq_ignore_ascii_case("shared") => Ok(Some(false)),
-        Some(v) => Err(ConfigError::new(
-            "CHECKOUT_COALESCE_THREAD",
-            format!("{v:?} is neither own nor shared"),
-        )),
-    }
+    .either(&["own"], &["shared"])
 }
 
 /// A draft, when it joined the queue, whether it is still wanted, and where its answer goes.

@@ -134,6 +134,31 @@ impl Var {
         }
     }
 
+    /// A two-way choice (`None` when unset): `Some(true)` for a word of
+    /// `yes`, `Some(false)` for a word of `no` (any case); anything else is
+    /// an error that names the first word of each.
+    pub fn either(&self, yes: &[&str], no: &[&str]) -> Result<Option<bool>, ConfigError> {
+        let Some(value) = self.optional()? else {
+            return Ok(None);
+        };
+        let v = value.trim();
+        let among = |words: &[&str]| words.iter().any(|w| v.eq_ignore_ascii_case(w));
+        if among(yes) {
+            Ok(Some(true))
+        } else if among(no) {
+            Ok(Some(false))
+        } else {
+            Err(ConfigError::new(
+                self.name,
+                format!(
+                    "{v:?} is neither {} nor {}",
+                    yes.first().unwrap_or(&"yes"),
+                    no.first().unwrap_or(&"no")
+                ),
+            ))
+        }
+    }
+
     /// A humantime duration (`15m`, `200ms`) with a default.
     pub fn duration(&self, default: Duration) -> Result<Duration, ConfigError> {
         self.declare(false, Some(humantime::format_duration(default).to_string()));
