@@ -16,7 +16,7 @@ use uuid::Uuid;
 const MAX_PAYLOAD: u32 = 1024;
 
 /// outbox-relay as a process of its own, so its `/metrics` and its log are its own.
-struct RelayProcess {
+pub(super) struct RelayProcess {
     port: u16,
     log: PathBuf,
     _child: tokio::process::Child,
@@ -25,6 +25,16 @@ struct RelayProcess {
 
 impl RelayProcess {
     async fn start(database_url: &str, nats_url: &str) -> RelayProcess {
+        RelayProcess::start_polling(database_url, nats_url, "200ms").await
+    }
+
+    /// A relay that polls every `poll` (`OUTBOX_POLL_INTERVAL`) when no
+    /// notification comes.
+    pub(super) async fn start_polling(
+        database_url: &str,
+        nats_url: &str,
+        poll: &str,
+    ) -> RelayProcess {
         let dir = tempfile::tempdir().expect("log dir");
         let log = dir.path().join("outbox-relay.log");
         let port = free_port().expect("port");
@@ -32,7 +42,7 @@ impl RelayProcess {
             .env("DATABASE_URL", database_url)
             .env("NATS_URL", nats_url)
             .env("OUTBOX_RELAY_ADDR", format!("127.0.0.1:{port}"))
-            .env("OUTBOX_POLL_INTERVAL", "200ms")
+            .env("OUTBOX_POLL_INTERVAL", poll)
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
@@ -51,7 +61,7 @@ impl RelayProcess {
     }
 
     /// The relay's metrics: (name, labels sorted as `k=v,…`) → value.
-    async fn metrics(&self) -> HashMap<(String, String), f64> {
+    pub(super) async fn metrics(&self) -> HashMap<(String, String), f64> {
         let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.port))
             .await
             .expect("scrape")

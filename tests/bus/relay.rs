@@ -836,6 +836,107 @@ async fn a_claim_leaves_out_what_the_other_lanes_hold() {
     d.rollback().await.expect("rollback");
 }
 
+/// The relay's look before a claim sees every outbox row but those the
+/// other lanes hold: nothing on an empty outbox, nothing when the other
+/// lanes hold every row, and rows whether or not they are locked.
+#[tokio::test]
+async fn the_look_before_a_claim_sees_every_row_the_other_lanes_do_not_hold() {
+    let app = TestApp::spawn().await;
+    let waiting = |held: Vec<i64>| {
+        let pool = app.pool.clone();
+        async move {
+            store::outbox::anything_waiting(&pool, &held)
+                .await
+                .expect("look")
+        }
+    };
+    assert!(!waiting(vec![]).await, "an empty outbox");
+    let mut conn = app.pool.acquire().await.expect("connection");
+    for _ in 0..2 {
+        insert_row(&mut conn, Uuid::now_v7()).await;
+    }
+    let mut a = app.pool.begin().await.expect("begin");
+    let all = claim_positions(&mut a, 10, &[]).await.1;
+    assert_eq!(all.len(), 2, "both rows claimed");
+    assert!(waiting(vec![]).await, "locked rows are seen");
+    assert!(
+        !waiting(all.clone()).await,
+        "every row held by another lane"
+    );
+    assert!(waiting(all[..1].to_vec()).await, "one row not held");
+    a.rollback().await.expect("rollback");
+    assert_eq!(
+        app.count("SELECT count(*) FROM outbox").await,
+        2,
+        "looking changed nothing"
+    );
+}
+
+/// A relay with no notification to go on looks in one statement before it
+/// claims: idle, it polls without opening a claim's transaction, and a row
+/// written with no notification is still found by the next look and
+/// published. Counted by the relay's metrics and by the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_relay_looks_without_claiming_and_still_finds_a_row_no_one_notified() {
+    let app = TestApp::spawn().await;
+    let nats = Nats::start_temporary().expect("private nats");
+    let relay =
+        super::poison::RelayProcess::start_polling(&app.database_url, &nats.url(), "20ms").await;
+    let count =
+        |metrics: &std::collections::HashMap<(String, String), f64>, name: &str, found: &str| {
+            metrics
+                .get(&(name.to_owned(), format!("found={found}")))
+                .copied()
+                .unwrap_or(0.0)
+        };
+    // Two lanes polling every 20 ms: some 100 polls a second.
+    let idle = eventually(
+        "the idle relay to poll 40 times",
+        Duration::from_secs(30),
+        || async {
+            let m = relay.metrics().await;
+            (count(&m, "soldonce_outbox_looks_total", "none") >= 40.0).then_some(m)
+        },
+    )
+    .await;
+    assert!(
+        count(&idle, "soldonce_outbox_claims_total", "none") <= 2.0,
+        "only each lane's first pass claims on an empty outbox: {idle:?}"
+    );
+    assert_eq!(count(&idle, "soldonce_outbox_claims_total", "rows"), 0.0);
+
+    // Writers send no notification while the bucket is ahead: only a look finds the row.
+    sqlx::query("SELECT setval('outbox_wake_bucket', floor(extract(epoch FROM clock_timestamp() + interval '1 hour') * 200)::bigint)")
+        .execute(&app.pool)
+        .await
+        .expect("hold the wake-up");
+    let id = Uuid::now_v7();
+    let mut conn = app.pool.acquire().await.expect("connection");
+    insert_row(&mut conn, id).await;
+    let nats_url = nats.url();
+    eventually(
+        "the row to be published",
+        Duration::from_secs(30),
+        || async { read_stream(&nats_url).await.contains_key(&id).then_some(()) },
+    )
+    .await;
+    let after = relay.metrics().await;
+    assert!(
+        count(&after, "soldonce_outbox_looks_total", "rows") >= 1.0,
+        "{after:?}"
+    );
+    assert_eq!(
+        count(&after, "soldonce_outbox_claims_total", "rows"),
+        1.0,
+        "one claim took the row: {after:?}"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM outbox").await,
+        0,
+        "the row left the outbox"
+    );
+}
+
 /// After a batch that was not full, the relay claims again at once only
 /// if a row written after the batch's last one is there (a claim that finds
 /// nothing costs a transaction): the batch's delete says so in the same

@@ -29,6 +29,14 @@ pub const METRICS: &[Metric] = &[
         "Publishes the stream dropped as duplicates (already published).",
     ),
     Metric::counter(
+        "soldonce_outbox_claims_total",
+        "Claims (each a transaction locking outbox rows), by whether they found rows (found=rows) or nothing (found=none).",
+    ),
+    Metric::counter(
+        "soldonce_outbox_looks_total",
+        "Single-statement looks for outbox rows made before a claim when no notification came (a lane holding the wake-up, a poll), by whether they saw rows (found=rows, a claim follows) or nothing (found=none, no claim).",
+    ),
+    Metric::counter(
         "soldonce_outbox_publish_errors_total",
         "Relay passes that failed and are retried.",
     ),

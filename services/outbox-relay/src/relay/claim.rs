@@ -3,6 +3,7 @@
 
 use super::lag::seconds_between;
 use super::Relay;
+use sqlx::postgres::PgListener;
 use sqlx::{Postgres, Transaction};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -20,7 +21,7 @@ pub(super) struct Held {
 
 impl Held {
     /// What the lanes other than `lane` hold.
-    fn others(&self, lane: usize) -> Vec<i64> {
+    pub(super) fn others(&self, lane: usize) -> Vec<i64> {
         let by_lane = self.by_lane.lock().unwrap_or_else(|e| e.into_inner());
         by_lane
             .iter()
@@ -70,6 +71,8 @@ impl Relay {
             rows,
             needs_replication,
         } = store::outbox::claim(&mut tx, self.batch_size, &others).await?;
+        let found = if rows.is_empty() { "none" } else { "rows" };
+        metrics::counter!("soldonce_outbox_claims_total", "found" => found).increment(1);
         if rows.is_empty() {
             return Ok(None);
         }
@@ -84,5 +87,36 @@ impl Relay {
             store::outbox::await_replication(&self.pool).await?;
         }
         Ok(Some((tx, rows)))
+    }
+}
+
+impl Relay {
+    /// Whether a claim by `lane` now could find anything: asked on the
+    /// lane's listening connection in one statement
+    /// ([`store::outbox::anything_waiting`]) before a claim with no sign of
+    /// new rows (a look while the lane holds the wake-up, or a poll), so a
+    /// look that finds nothing costs no transaction. With no listener, or
+    /// when the statement fails (the listener is then dropped, to be
+    /// connected again), the claim is made.
+    pub(super) async fn anything_to_claim(
+        &self,
+        lane: usize,
+        listener: &mut Option<PgListener>,
+    ) -> bool {
+        let Some(l) = listener.as_mut() else {
+            return true;
+        };
+        let waiting = store::outbox::anything_waiting(l, &self.held.others(lane)).await;
+        let waiting = match waiting {
+            Ok(waiting) => waiting,
+            Err(e) => {
+                tracing::warn!(error = %e, "looking for outbox rows on the LISTEN connection failed; claiming instead");
+                *listener = None;
+                true
+            }
+        };
+        let found = if waiting { "rows" } else { "none" };
+        metrics::counter!("soldonce_outbox_looks_total", "found" => found).increment(1);
+        waiting
     }
 }

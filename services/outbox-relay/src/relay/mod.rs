@@ -45,7 +45,9 @@ const NOTIFY_WINDOW: Duration = Duration::from_millis(6);
 /// only a relay that has gone quiet.
 const HOLD: Duration = Duration::from_millis(50);
 
-/// How often a lane holding the wake-up looks for rows.
+/// How often a lane holding the wake-up looks for rows. A look is one
+/// statement on the lane's listening connection; only a look that sees
+/// rows is followed by a claim (`Relay::anything_to_claim`).
 const LOOK_EVERY: Duration = Duration::from_millis(4);
 
 /// Publishes outbox rows.
@@ -142,28 +144,26 @@ impl Relay {
         }
     }
 
-    /// Lane `lane`: drain on each wake-up until `stop` turns true.
+    /// Lane `lane`: drain on each wake-up until `stop` turns true. A
+    /// notification is followed by a claim at once; a wake-up of the timer
+    /// (a look while the lane holds the wake-up, a poll) first looks
+    /// whether any row waits, and claims only if one does.
     async fn lane(self, lane: usize, mut stop: watch::Receiver<bool>) {
         let mut listener = listen(&self.pool).await;
         // Until when this lane holds the wake-up (and so must keep looking).
         let mut held_until: Option<Instant> = None;
+        // Whether the last wait ended with no notification: then nothing says
+        // rows were written, and the lane looks before it claims.
+        let mut unprompted = false;
         loop {
             if *stop.borrow() {
                 break;
             }
-            let drained = (|| self.drain(lane))
-                .retry(
-                    ExponentialBuilder::default()
-                        .with_jitter()
-                        .with_min_delay(Duration::from_millis(50))
-                        .with_max_delay(Duration::from_secs(2))
-                        .with_max_times(5),
-                )
-                .notify(|e: &anyhow::Error, after| {
-                    metrics::counter!("soldonce_outbox_publish_errors_total").increment(1);
-                    tracing::warn!(error = %format!("{e:#}"), ?after, "relaying failed; retrying");
-                })
-                .await;
+            let drained = if unprompted && !self.anything_to_claim(lane, &mut listener).await {
+                Ok(0)
+            } else {
+                self.drain_retrying(lane).await
+            };
             // The trigger notifies at most once per 5 ms, so a row committed
             // while a drain ran may have had its notification folded into one
             // already consumed: after a drain that moved rows, look again
@@ -196,12 +196,29 @@ impl Relay {
             };
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => break,
-                () = wait_for_notification(&mut listener, wait) => {}
+                notified = wait_for_notification(&mut listener, wait) => unprompted = !notified,
             }
             if listener.is_none() {
                 listener = listen(&self.pool).await;
             }
         }
+    }
+
+    /// [`Relay::drain`], retried with backoff while it fails.
+    async fn drain_retrying(&self, lane: usize) -> anyhow::Result<usize> {
+        (|| self.drain(lane))
+            .retry(
+                ExponentialBuilder::default()
+                    .with_jitter()
+                    .with_min_delay(Duration::from_millis(50))
+                    .with_max_delay(Duration::from_secs(2))
+                    .with_max_times(5),
+            )
+            .notify(|e: &anyhow::Error, after| {
+                metrics::counter!("soldonce_outbox_publish_errors_total").increment(1);
+                tracing::warn!(error = %format!("{e:#}"), ?after, "relaying failed; retrying");
+            })
+            .await
     }
 
     /// Publishes batches while there is likely more to claim: after a full
@@ -252,18 +269,20 @@ async fn listen(pool: &PgPool) -> Option<PgListener> {
     Some(listener)
 }
 
-/// Returns on a notification, or after `poll` (the fallback). A broken
-/// listener is dropped so the loop reconnects it.
-async fn wait_for_notification(listener: &mut Option<PgListener>, poll: Duration) {
+/// Returns on a notification (`true`), or after `poll` (the fallback,
+/// `false`). A broken listener is dropped so the loop reconnects it.
+async fn wait_for_notification(listener: &mut Option<PgListener>, poll: Duration) -> bool {
     let Some(l) = listener.as_mut() else {
         tokio::time::sleep(poll).await;
-        return;
+        return false;
     };
     match tokio::time::timeout(poll, l.recv()).await {
-        Ok(Ok(_)) | Err(_) => {}
+        Ok(Ok(_)) => true,
+        Err(_) => false,
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "LISTEN connection lost; polling until it is back");
             *listener = None;
+            false
         }
     }
 }
