@@ -845,9 +845,9 @@ async fn the_look_before_a_claim_sees_every_row_the_other_lanes_do_not_hold() {
     let waiting = |held: Vec<i64>| {
         let pool = app.pool.clone();
         async move {
-            store::outbox::anything_waiting(&pool, &held)
-                .await
-                .expect("look")
+            let look = store::outbox::look(&pool, &held).await.expect("look");
+            assert!(!look.standby, "the test's server is a primary");
+            look.waiting
         }
     };
     assert!(!waiting(vec![]).await, "an empty outbox");
@@ -934,6 +934,77 @@ async fn an_idle_relay_looks_without_claiming_and_still_finds_a_row_no_one_notif
         app.count("SELECT count(*) FROM outbox").await,
         0,
         "the row left the outbox"
+    );
+}
+
+/// A notification wakes one lane of the relay, not each: rows written one
+/// at a time, 100 ms apart (past a lane's hold on the wake-up), each with
+/// its own notification, are each claimed once, with hardly an empty claim
+/// beside them (a listener per lane woke every lane, and all but one
+/// claimed nothing: about one empty claim per row).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_wakes_one_lane_and_no_other_lane_claims_for_nothing() {
+    let app = TestApp::spawn().await;
+    let nats = Nats::start_temporary().expect("private nats");
+    let relay =
+        super::poison::RelayProcess::start_polling(&app.database_url, &nats.url(), "60s").await;
+    let claims = |metrics: &std::collections::HashMap<(String, String), f64>, found: &str| {
+        metrics
+            .get(&(
+                "soldonce_outbox_claims_total".to_owned(),
+                format!("found={found}"),
+            ))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    // Each lane's first pass claims once, on an empty outbox.
+    let before = eventually(
+        "the lanes' first claims",
+        Duration::from_secs(30),
+        || async {
+            let m = relay.metrics().await;
+            (claims(&m, "none") >= 2.0).then_some(m)
+        },
+    )
+    .await;
+    let nats_url = nats.url();
+    let mut conn = app.pool.acquire().await.expect("connection");
+    const ROWS: usize = 12;
+    for n in 1..=ROWS {
+        // Paced, not waited on: the lane that took the last row has stopped looking by now.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The bucket back: this writer notifies, whatever the last hold left.
+        sqlx::query("SELECT setval('outbox_wake_bucket', 1)")
+            .execute(&mut *conn)
+            .await
+            .expect("reset the wake-up bucket");
+        let id = Uuid::now_v7();
+        insert_row(&mut conn, id).await;
+        eventually(
+            "the row to be published",
+            Duration::from_secs(30),
+            || async { read_stream(&nats_url).await.contains_key(&id).then_some(()) },
+        )
+        .await;
+        // The claim's transaction has ended once its row is gone.
+        eventually(
+            "the row to leave the outbox",
+            Duration::from_secs(30),
+            || async { (app.count("SELECT count(*) FROM outbox").await == 0).then_some(()) },
+        )
+        .await;
+        let now = relay.metrics().await;
+        assert_eq!(
+            claims(&now, "rows") - claims(&before, "rows"),
+            n as f64,
+            "each row claimed once: {now:?}"
+        );
+    }
+    let after = relay.metrics().await;
+    let empty = claims(&after, "none") - claims(&before, "none");
+    assert!(
+        empty <= (ROWS / 4) as f64,
+        "{empty} empty claims beside {ROWS} notified rows (two lanes each woken: about {ROWS})"
     );
 }
 

@@ -11,7 +11,7 @@
 //!
 //! Layout:
 //! - `lib.rs` — settings and wiring
-//! - `relay/` — the lanes and their wake-up listener (`mod.rs`); a batch's steps: `claim.rs`,
+//! - `relay/` — the lanes (`mod.rs`), their one listener and their looks (`wake.rs`); a batch's steps: `claim.rs`,
 //!   `publish.rs` (with PubAck), `settle.rs` (delete, park, commit), `lag.rs` their clock;
 //!   `upkeep.rs` the backlog and vacuum
 //! - `poison.rs` — rows that can never be published, parked with their reason
@@ -126,11 +126,12 @@ impl Application {
             bus::METRICS,
             METRICS,
         ]);
-        // Per lane a claiming transaction and the replication barrier; one
-        // for the gauges, one for vacuuming the outbox.
+        // Per lane a claiming transaction, the replication barrier and the
+        // connection it looks on; one for the LISTEN, one for the gauges,
+        // one for vacuuming the outbox.
         let pool = store::connect_with_settings(
             &settings.database_url,
-            2 * settings.lanes as u32 + 2,
+            3 * settings.lanes as u32 + 3,
             &[store::outbox::CLAIM_SETTINGS, store::timeouts::WORKER].concat(),
         )
         .await

@@ -3,7 +3,6 @@
 
 use super::lag::seconds_between;
 use super::Relay;
-use sqlx::postgres::PgListener;
 use sqlx::{Postgres, Transaction};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -87,36 +86,5 @@ impl Relay {
             store::outbox::await_replication(&self.pool).await?;
         }
         Ok(Some((tx, rows)))
-    }
-}
-
-impl Relay {
-    /// Whether a claim by `lane` now could find anything: asked on the
-    /// lane's listening connection in one statement
-    /// ([`store::outbox::anything_waiting`]) before a claim with no sign of
-    /// new rows (a look while the lane holds the wake-up, or a poll), so a
-    /// look that finds nothing costs no transaction. With no listener, or
-    /// when the statement fails (the listener is then dropped, to be
-    /// connected again), the claim is made.
-    pub(super) async fn anything_to_claim(
-        &self,
-        lane: usize,
-        listener: &mut Option<PgListener>,
-    ) -> bool {
-        let Some(l) = listener.as_mut() else {
-            return true;
-        };
-        let waiting = store::outbox::anything_waiting(l, &self.held.others(lane)).await;
-        let waiting = match waiting {
-            Ok(waiting) => waiting,
-            Err(e) => {
-                tracing::warn!(error = %e, "looking for outbox rows on the LISTEN connection failed; claiming instead");
-                *listener = None;
-                true
-            }
-        };
-        let found = if waiting { "rows" } else { "none" };
-        metrics::counter!("soldonce_outbox_looks_total", "found" => found).increment(1);
-        waiting
     }
 }

@@ -9,7 +9,7 @@
 //! the outbox to be retried; the rows of the batch that were acknowledged
 //! are deleted all the same, so one failing row never holds the others.
 //!
-//! Its parts: the lanes and their wake-ups here; a batch's steps in
+//! Its parts: the lanes here; their wake-ups and looks in `wake.rs`; a batch's steps in
 //! `claim.rs`, `publish.rs` and `settle.rs`, timed by `lag.rs`; the backlog
 //! gauges and the outbox's vacuum in `upkeep.rs`.
 
@@ -18,17 +18,17 @@ mod lag;
 mod publish;
 mod settle;
 mod upkeep;
+mod wake;
 
 use crate::poison;
 use crate::watch::{Acks, RepairSettings};
 use async_nats::jetstream;
 use backon::{ExponentialBuilder, Retryable};
-use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 /// How long the outbox trigger's notifications are folded together (one
 /// per 5 ms bucket, see the `outbox_wake` migration), with a margin.
@@ -66,6 +66,8 @@ pub struct Relay {
     acks: Arc<Acks>,
     /// What each lane holds in its open claim.
     held: Arc<claim::Held>,
+    /// Wakes one idle lane per notification ([`wake::listen`]).
+    wake: Arc<Notify>,
     repair: RepairSettings,
 }
 
@@ -98,14 +100,16 @@ impl Relay {
             left_since_vacuum: Arc::new(AtomicU64::new(0)),
             acks: Arc::new(Acks::default()),
             held: Arc::new(claim::Held::default()),
+            wake: Arc::new(Notify::new()),
             repair: settings.repair,
         }
     }
 
     /// Relays until `stop` turns true. Each lane is a loop of its own
-    /// (claim, publish, await the acks, delete, commit) with its own
-    /// listener, so rows that commit while one lane awaits its acks are
-    /// claimed by another instead of waiting for that batch to end. The
+    /// (claim, publish, await the acks, delete, commit), woken by the
+    /// relay's one listener when it is idle, so rows that commit while one
+    /// lane awaits its acks are claimed by another instead of waiting for
+    /// that batch to end. The
     /// lanes share the outbox as separate relays do: `SKIP LOCKED` keeps
     /// their batches apart, and a row whose order has an older row in
     /// another lane's batch is not claimable until that batch commits.
@@ -129,6 +133,11 @@ impl Relay {
             self.repair,
             stop.clone(),
         ));
+        let listener = tokio::spawn(wake::listen(
+            self.pool.clone(),
+            self.wake.clone(),
+            stop.clone(),
+        ));
         let lanes: Vec<_> = (0..self.lanes)
             .map(|lane| tokio::spawn(self.clone().lane(lane, stop.clone())))
             .collect();
@@ -139,6 +148,7 @@ impl Relay {
         }
         gauges.abort();
         watch.abort();
+        listener.abort();
         if let Some(vacuum) = vacuum {
             vacuum.abort();
         }
@@ -149,7 +159,8 @@ impl Relay {
     /// (a look while the lane holds the wake-up, a poll) first looks
     /// whether any row waits, and claims only if one does.
     async fn lane(self, lane: usize, mut stop: watch::Receiver<bool>) {
-        let mut listener = listen(&self.pool).await;
+        // The connection this lane looks on, kept between looks.
+        let mut looking = None;
         // Until when this lane holds the wake-up (and so must keep looking).
         let mut held_until: Option<Instant> = None;
         // Whether the last wait ended with no notification: then nothing says
@@ -159,7 +170,7 @@ impl Relay {
             if *stop.borrow() {
                 break;
             }
-            let drained = if unprompted && !self.anything_to_claim(lane, &mut listener).await {
+            let drained = if unprompted && !self.anything_to_claim(lane, &mut looking).await {
                 Ok(0)
             } else {
                 self.drain_retrying(lane).await
@@ -196,10 +207,7 @@ impl Relay {
             };
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => break,
-                notified = wait_for_notification(&mut listener, wait) => unprompted = !notified,
-            }
-            if listener.is_none() {
-                listener = listen(&self.pool).await;
+                woken = wake::wait(&self.wake, wait) => unprompted = !woken,
             }
         }
     }
@@ -260,29 +268,5 @@ impl Relay {
         let floor = self.acks.floor();
         let sent = publish::publish(&self.js, &rows).await;
         self.settle(tx, &rows, floor, sent).await
-    }
-}
-
-async fn listen(pool: &PgPool) -> Option<PgListener> {
-    let mut listener = PgListener::connect_with(pool).await.ok()?;
-    listener.listen("soldonce_outbox").await.ok()?;
-    Some(listener)
-}
-
-/// Returns on a notification (`true`), or after `poll` (the fallback,
-/// `false`). A broken listener is dropped so the loop reconnects it.
-async fn wait_for_notification(listener: &mut Option<PgListener>, poll: Duration) -> bool {
-    let Some(l) = listener.as_mut() else {
-        tokio::time::sleep(poll).await;
-        return false;
-    };
-    match tokio::time::timeout(poll, l.recv()).await {
-        Ok(Ok(_)) => true,
-        Err(_) => false,
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "LISTEN connection lost; polling until it is back");
-            *listener = None;
-            false
-        }
     }
 }

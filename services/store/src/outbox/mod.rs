@@ -256,29 +256,34 @@ pub async fn hold_wake(pool: &PgPool, ahead: std::time::Duration) -> Result<(), 
     Ok(())
 }
 
-/// The relay's look before a claim, for [`anything_waiting`] and for
-/// checking its plan: one walk of `outbox_position` that stops at the first
-/// row not in `$1`.
-pub const WAITING_SQL: &str =
-    "SELECT EXISTS (SELECT 1 FROM outbox WHERE position <> ALL($1::bigint[]))";
+/// The relay's look before a claim, for [`look`] and for checking its
+/// plan: one walk of `outbox_position` that stops at the first row not in
+/// `$1`, and whether the connection's server is a standby.
+pub const LOOK_SQL: &str =
+    "SELECT EXISTS (SELECT 1 FROM outbox WHERE position <> ALL($1::bigint[])), pg_is_in_recovery()";
+
+/// What a [`look`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Look {
+    /// Whether any outbox row but those in `held` is there.
+    pub waiting: bool,
+    /// Whether the connection's server is a standby (an old primary after a
+    /// failover): then what it sees says nothing of the primary's outbox.
+    pub standby: bool,
+}
 
 /// Whether any outbox row but those at the positions in `held` (what the
 /// relay's other lanes hold) is there: what a claim could take, and more
 /// (rows another relay holds, rows waiting behind an older row of their
-/// order). So a `false` means a claim now would find nothing, and the relay
-/// looks with this single statement, on a connection it keeps, instead of
-/// a claim's transaction (`BEGIN`, the claim, `ROLLBACK`, and the pool's
-/// checks of the connection it takes and gives back), when it has no sign
-/// of new rows: the looks of a lane that holds the wake-up
-/// ([`hold_wake`]), and the polls.
-pub async fn anything_waiting<'c>(
-    conn: impl sqlx::PgExecutor<'c>,
-    held: &[i64],
-) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar(WAITING_SQL)
-        .bind(held)
-        .fetch_one(conn)
-        .await
+/// order). So when it says none on a primary, a claim now would find
+/// nothing, and the relay looks with this single statement, on a
+/// connection it keeps, instead of a claim's transaction (`BEGIN`, the
+/// claim, `ROLLBACK`, and the pool's checks of the connection it takes and
+/// gives back), when it has no sign of new rows: the looks of a lane that
+/// holds the wake-up ([`hold_wake`]), and the polls.
+pub async fn look<'c>(conn: impl sqlx::PgExecutor<'c>, held: &[i64]) -> Result<Look, sqlx::Error> {
+    let (waiting, standby) = sqlx::query_as(LOOK_SQL).bind(held).fetch_one(conn).await?;
+    Ok(Look { waiting, standby })
 }
 
 /// Whether this connection's role may `VACUUM` the outbox: its owner (or a
