@@ -399,3 +399,84 @@ async fn one_batch_ships_the_confirmed_order_once_and_answers_every_other_order_
         "one shipment created in the event store"
     );
 }
+
+/// The warehouse's look says when to look again: when the first open
+/// shipment it did not take falls due (a step after its last one), nothing
+/// when none is open or the only one is held by a dispute, and at once
+/// when more were due than one look takes.
+#[tokio::test]
+async fn the_warehouse_look_says_when_the_next_shipment_falls_due() {
+    use store::shipments::advance_due;
+    let app = soldonce_tests::TestApp::spawn().await;
+    app.add_product("MUG", 2500, 10).await;
+    let step = Duration::from_secs(60);
+    let look = |limit: i64| {
+        let pool = app.pool.clone();
+        async move { advance_due(&pool, step, limit, "test").await.expect("look") }
+    };
+    assert_eq!(look(10).await.next_due, None, "nothing open");
+
+    let mut orders = vec![];
+    for _ in 0..3 {
+        let id = app.buy("MUG", 1).await.body["id"]
+            .as_str()
+            .expect("id")
+            .to_owned();
+        assert_eq!(
+            soldonce_tests::saga::pay_by_webhook(&app, &id, 2500).await,
+            200
+        );
+        let id: uuid::Uuid = id.parse().expect("uuid");
+        let mut tx = app.pool.begin().await.expect("tx");
+        store::shipments::create_many(
+            &mut tx,
+            &[(id, events::Metadata::from_request("test", id, None))],
+        )
+        .await
+        .expect("ship");
+        tx.commit().await.expect("commit");
+        orders.push(id);
+    }
+    let fresh = look(10).await;
+    assert_eq!(fresh.steps, 0, "none is a step old");
+    let next = fresh.next_due.expect("three open shipments");
+    assert!(
+        next > Duration::from_secs(50) && next <= step,
+        "the first falls due a step after it was created: {next:?}"
+    );
+
+    // Two of them a step and more old: one look of one takes the oldest, and says more are due.
+    sqlx::query("UPDATE shipments SET updated_at = updated_at - interval '2 minutes' WHERE order_id = ANY($1)")
+        .bind(&orders[..2])
+        .execute(&app.pool)
+        .await
+        .expect("backdate");
+    let one = look(1).await;
+    assert_eq!((one.steps, one.next_due), (1, Some(Duration::ZERO)));
+    let rest = look(10).await;
+    assert_eq!(rest.steps, 1, "the other due one");
+    assert!(
+        rest.next_due.is_some_and(|d| d > Duration::from_secs(50)),
+        "the next is a step away again: {:?}",
+        rest.next_due
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM shipments WHERE state = 'picked'")
+            .await,
+        2,
+        "the two due ones moved one step, counted in the table"
+    );
+
+    // Held by a dispute, a shipment is never due: with the others delivered, nothing is open.
+    sqlx::query("INSERT INTO shipment_holds (order_id, dispute_id) VALUES ($1, 'dp_test')")
+        .bind(orders[2])
+        .execute(&app.pool)
+        .await
+        .expect("hold");
+    sqlx::query("UPDATE shipments SET state = 'delivered' WHERE order_id = ANY($1)")
+        .bind(&orders[..2])
+        .execute(&app.pool)
+        .await
+        .expect("deliver");
+    assert_eq!(look(10).await.next_due, None, "the only open one is held");
+}

@@ -29,7 +29,7 @@ use std::time::Duration;
 use store::inbox::PgInbox;
 use store::shipments::Created;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use uuid::Uuid;
 
 /// fulfillment's configuration.
@@ -79,8 +79,12 @@ pub const LINGER: Duration = Duration::from_millis(20);
 /// The event fulfillment consumes.
 const CONSUMES: &str = "order.confirmed.v1";
 
-/// Creates shipments for confirmed orders.
-struct ShipOrders;
+/// Creates shipments for confirmed orders, and tells the warehouse loop.
+struct ShipOrders {
+    /// Woken after a commit that created shipments: their first step's
+    /// time is new to the warehouse loop.
+    created: Arc<Notify>,
+}
 
 impl Handler for ShipOrders {
     type Inbox = PgInbox;
@@ -131,6 +135,9 @@ impl Handler for ShipOrders {
 
     fn committed(&self, created: Vec<(Uuid, String)>) {
         metrics::counter!("soldonce_shipments_created_total").increment(created.len() as u64);
+        if !created.is_empty() {
+            self.created.notify_one();
+        }
         for (order_id, trace_id) in created {
             tracing::info!(%order_id, %trace_id, "shipment created");
         }
@@ -205,6 +212,10 @@ impl Application {
             batching,
         } = self;
         let ready = ops::all([store::readiness(pool.clone()), bus::readiness(js.client())]);
+        let created = Arc::new(Notify::new());
+        let ship = Arc::new(ShipOrders {
+            created: created.clone(),
+        });
         App::new()
             .ops(listener, ready)
             .task("consumer", |stop| {
@@ -212,18 +223,30 @@ impl Application {
                     js,
                     PgInbox::new(pool.clone()),
                     consumer_spec(batching),
-                    Arc::new(ShipOrders),
+                    ship,
                     stop,
                 )
             })
-            .task("warehouse", |stop| advance(pool, step_delay, stop))
+            .task("warehouse", |stop| advance(pool, step_delay, created, stop))
             .run_until(shutdown)
             .await?;
         Ok(())
     }
 }
 
-async fn advance(pool: PgPool, step_delay: Duration, mut stop: watch::Receiver<bool>) {
+/// The warehouse loop: moves due shipments on, then waits until the next
+/// one falls due (never sooner than a quarter of a step after the last
+/// look, at least 10 ms, so shipments due close together move together;
+/// a commit that created shipments brings that time forward to their first
+/// step), or at most [`IDLE_LOOK`]. It used to look every quarter step
+/// whatever was open: 20 looks a second, each a transaction, in a warehouse
+/// with nothing to ship.
+async fn advance(
+    pool: PgPool,
+    step_delay: Duration,
+    created: Arc<Notify>,
+    mut stop: watch::Receiver<bool>,
+) {
     let tick = (step_delay / 4).max(Duration::from_millis(10));
     let mut counted: Option<tokio::time::Instant> = None;
     let mut swept: Option<tokio::time::Instant> = None;
@@ -232,15 +255,16 @@ async fn advance(pool: PgPool, step_delay: Duration, mut stop: watch::Receiver<b
             count_findings(&pool).await;
             counted = Some(tokio::time::Instant::now());
         }
-        let shipped =
+        metrics::counter!("soldonce_warehouse_looks_total").increment(1);
+        let (shipped, next_due) =
             match store::shipments::advance_due(&pool, step_delay, 500, "fulfillment").await {
                 Ok(advanced) => {
                     metrics::counter!("soldonce_shipment_steps_total").increment(advanced.steps);
-                    advanced.shipped
+                    (advanced.shipped, advanced.next_due)
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "advancing shipments failed; retrying");
-                    Vec::new()
+                    (Vec::new(), Some(tick))
                 }
             };
         // An authorized order whose goods left is captured: decided here as its shipment
@@ -251,12 +275,25 @@ async fn advance(pool: PgPool, step_delay: Duration, mut stop: watch::Receiver<b
             decide_captures(store::captures::decide_shipped(&pool, 500, "fulfillment").await);
             swept = Some(tokio::time::Instant::now());
         }
-        tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
-            () = tokio::time::sleep(tick) => {}
+        let wait = next_due.unwrap_or(IDLE_LOOK).min(IDLE_LOOK).max(tick);
+        let mut until = tokio::time::Instant::now() + wait;
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                () = tokio::time::sleep_until(until) => break,
+                // Shipments just created fall due a step from now.
+                () = created.notified() => {
+                    until = until.min(tokio::time::Instant::now() + step_delay.max(tick));
+                }
+            }
         }
     }
 }
+
+/// The longest the warehouse loop waits between looks: a shipment it
+/// cannot know the time of (created by another fulfillment process, or
+/// one whose dispute hold was released) moves on within this of falling due.
+const IDLE_LOOK: Duration = Duration::from_secs(1);
 
 /// Counts the captures one decision made, or says why it failed.
 fn decide_captures(decided: Result<usize, store::StoreError>) {

@@ -13,6 +13,10 @@ pub const METRICS: &[Metric] = &[
         "Steps shipments advanced through the warehouse.",
     ),
     Metric::counter(
+        "soldonce_warehouse_looks_total",
+        "Looks of the warehouse loop for due shipments (each a transaction): when the next one falls due, at most one a second when nothing is open.",
+    ),
+    Metric::counter(
         "soldonce_captures_decided_total",
         "Captures decided because an order confirmed on an authorization shipped.",
     ),

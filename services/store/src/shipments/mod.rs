@@ -11,11 +11,12 @@ use domain::OrderState;
 use events::Metadata;
 use sqlx::{PgConnection, PgPool};
 use std::collections::HashMap;
-use std::time::Duration;
 use uuid::Uuid;
 
+mod advance;
 pub(crate) mod projection;
 
+pub use advance::{advance_due, Advanced};
 pub use domain::shipment::Shipment;
 
 #[derive(sqlx::FromRow)]
@@ -162,72 +163,6 @@ pub async fn create_many(
     }
     write::commit(conn, &changes).await?;
     Ok(answers)
-}
-
-/// What [`advance_due`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Advanced {
-    /// Shipments moved one step on.
-    pub steps: u64,
-    /// The orders whose shipment shipped in this transaction: the ones whose
-    /// capture is due now (`crate::captures::decide_for`).
-    pub shipped: Vec<Uuid>,
-}
-
-/// Moves every shipment whose last step is older than `step_delay` one
-/// step on, at most `limit` in one transaction; safe with N processes.
-/// A shipment held by a dispute (`shipment_holds`) never moves, nor does a
-/// cancelled one.
-/// `source` names the caller in the events' metadata.
-pub async fn advance_due(
-    pool: &PgPool,
-    step_delay: Duration,
-    limit: i64,
-    source: &str,
-) -> Result<Advanced, StoreError> {
-    let mut tx = pool.begin().await?;
-    let due: Vec<ShipmentRow> = sqlx::query_as(&format!(
-        "{SELECT} s WHERE state <> 'delivered' AND state <> 'cancelled' AND updated_at <= now() - make_interval(secs => $1) \
-         AND NOT EXISTS ({HELD} AND h.order_id = s.order_id) \
-         ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED"
-    ))
-    .bind(step_delay.as_secs_f64())
-    .bind(limit)
-    .fetch_all(&mut *tx)
-    .await?;
-    if due.is_empty() {
-        // Most ticks: nothing to look up or write (the transaction rolls back).
-        return Ok(Advanced::default());
-    }
-    // A dispute may have held one of them after the statement above took its snapshot (a hold
-    // commits with its shipment's row locked, so it was unlocked again by the time this locked
-    // it): looked for again, in a snapshot taken now.
-    let orders: Vec<Uuid> = due.iter().map(|r| r.order_id).collect();
-    let held: Vec<Uuid> = sqlx::query_scalar(&format!("{HELD} AND h.order_id = ANY($1)"))
-        .bind(&orders)
-        .fetch_all(&mut *tx)
-        .await?;
-    let mut changes = Changes::new();
-    let mut advanced = Advanced::default();
-    for row in due.into_iter().filter(|r| !held.contains(&r.order_id)) {
-        let current = Shipment::try_from(row)?;
-        let events = shipment::decide(
-            Some(&current),
-            ShipmentCommand::Advance { at: crate::now() },
-        );
-        if events.is_empty() {
-            continue;
-        }
-        let meta = Metadata::spontaneous(source, current.order_id);
-        changes.shipment(Some(&current), &events, &meta)?;
-        advanced.steps += 1;
-        if events.iter().any(|e| e.state == ShipmentState::Shipped) {
-            advanced.shipped.push(current.order_id);
-        }
-    }
-    write::commit(&mut tx, &changes).await?;
-    tx.commit().await?;
-    Ok(advanced)
 }
 
 /// The order's shipment, if it has one.
