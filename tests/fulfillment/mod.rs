@@ -467,6 +467,31 @@ async fn the_warehouse_look_says_when_the_next_shipment_falls_due() {
         "the two due ones moved one step, counted in the table"
     );
 
+    // With only the one it moves open, the look says when that one falls due again.
+    sqlx::query("UPDATE shipments SET state = 'delivered' WHERE order_id = ANY($1)")
+        .bind(&orders[1..])
+        .execute(&app.pool)
+        .await
+        .expect("deliver the others");
+    sqlx::query(
+        "UPDATE shipments SET updated_at = updated_at - interval '2 minutes' WHERE order_id = $1",
+    )
+    .bind(orders[0])
+    .execute(&app.pool)
+    .await
+    .expect("backdate the first again");
+    let moved = look(10).await;
+    assert_eq!(
+        (moved.steps, moved.next_due),
+        (1, Some(step)),
+        "what moved now falls due a step from now"
+    );
+    sqlx::query("UPDATE shipments SET state = 'pending' WHERE order_id = $1")
+        .bind(orders[2])
+        .execute(&app.pool)
+        .await
+        .expect("the third open again");
+
     // Held by a dispute, a shipment is never due: with the others delivered, nothing is open.
     sqlx::query("INSERT INTO shipment_holds (order_id, dispute_id) VALUES ($1, 'dp_test')")
         .bind(orders[2])

@@ -20,9 +20,10 @@ pub struct Advanced {
     /// The orders whose shipment shipped in this transaction: the ones whose
     /// capture is due now (`crate::captures::decide_for`).
     pub shipped: Vec<Uuid>,
-    /// How long until the next open shipment not taken now falls due
-    /// (`Some(ZERO)`: more are due already, past the limit); `None` when no
-    /// other shipment is open. A shipment a dispute holds is not counted.
+    /// How long until the next open shipment falls due: one not taken now,
+    /// or one moved now (a step from now); `Some(ZERO)`: more are due
+    /// already, past the limit; `None` when no shipment is open. A shipment
+    /// a dispute holds is not counted.
     pub next_due: Option<Duration>,
 }
 
@@ -132,5 +133,9 @@ pub async fn advance_due(
     }
     write::commit(&mut tx, &changes).await?;
     tx.commit().await?;
+    if advanced.steps > 0 {
+        // What moved now falls due a step from now (unless it was delivered).
+        advanced.next_due = Some(advanced.next_due.map_or(step_delay, |d| d.min(step_delay)));
+    }
     Ok(advanced)
 }
