@@ -836,6 +836,17 @@ async fn a_claim_leaves_out_what_the_other_lanes_hold() {
     d.rollback().await.expect("rollback");
 }
 
+/// A relay's metrics, as `RelayProcess::metrics` reads them.
+type Metrics = std::collections::HashMap<(String, String), f64>;
+
+/// The counter `name{found="…"}` in `metrics` (0 when never counted).
+fn found_in(metrics: &Metrics, name: &str, found: &str) -> f64 {
+    metrics
+        .get(&(name.to_owned(), format!("found={found}")))
+        .copied()
+        .unwrap_or(0.0)
+}
+
 /// The relay's look before a claim sees every outbox row but those the
 /// other lanes hold: nothing on an empty outbox, nothing when the other
 /// lanes hold every row, and rows whether or not they are locked.
@@ -882,13 +893,7 @@ async fn an_idle_relay_looks_without_claiming_and_still_finds_a_row_no_one_notif
     let nats = Nats::start_temporary().expect("private nats");
     let relay =
         super::poison::RelayProcess::start_polling(&app.database_url, &nats.url(), "20ms").await;
-    let count =
-        |metrics: &std::collections::HashMap<(String, String), f64>, name: &str, found: &str| {
-            metrics
-                .get(&(name.to_owned(), format!("found={found}")))
-                .copied()
-                .unwrap_or(0.0)
-        };
+    let count = found_in;
     // Two lanes polling every 20 ms: some 100 polls a second.
     let idle = eventually(
         "the idle relay to poll 40 times",
@@ -948,15 +953,7 @@ async fn a_notification_wakes_one_lane_and_no_other_lane_claims_for_nothing() {
     let nats = Nats::start_temporary().expect("private nats");
     let relay =
         super::poison::RelayProcess::start_polling(&app.database_url, &nats.url(), "60s").await;
-    let claims = |metrics: &std::collections::HashMap<(String, String), f64>, found: &str| {
-        metrics
-            .get(&(
-                "soldonce_outbox_claims_total".to_owned(),
-                format!("found={found}"),
-            ))
-            .copied()
-            .unwrap_or(0.0)
-    };
+    let claims = |m: &Metrics, found: &str| found_in(m, "soldonce_outbox_claims_total", found);
     // Each lane's first pass claims once, on an empty outbox.
     let before = eventually(
         "the lanes' first claims",

@@ -203,13 +203,39 @@ impl Node {
             conf,
             server: None,
         };
-        node.launch()?;
+        node.launch_first()?;
         Ok(node)
     }
 
-    /// Starts the server. A port picked as free can be taken by another
-    /// process before the server binds it; it is tried again until it is
-    /// released (clients and cluster routes know this port).
+    /// The first start. A port picked as free can be taken by another
+    /// process before the server binds it: a lone server then moves to a new
+    /// port (no one knows its port yet); a cluster member fails at once
+    /// with "address already in use", for the whole cluster to start again
+    /// on new ports (every member's routes name its route port).
+    fn launch_first(&mut self) -> Result<(), Error> {
+        let clustered = self
+            .conf
+            .as_deref()
+            .is_some_and(|c| c.contains("cluster {"));
+        for _ in 0..20 {
+            match self.launch_once()? {
+                Some(server) => {
+                    self.server = Some(server);
+                    return Ok(());
+                }
+                None if clustered => break,
+                None => self.port = crate::free_port()?,
+            }
+        }
+        Err(Error::Failed {
+            what: "starting nats-server".into(),
+            detail: format!("port {} was taken: address already in use", self.port),
+        })
+    }
+
+    /// Starts the server again. Its port can be taken meanwhile by another
+    /// process; it is tried again until it is released (clients and cluster
+    /// routes know this port).
     fn launch(&mut self) -> Result<(), Error> {
         let mut attempts = 0;
         loop {

@@ -46,8 +46,8 @@ const NOTIFY_WINDOW: Duration = Duration::from_millis(6);
 const HOLD: Duration = Duration::from_millis(50);
 
 /// How often a lane holding the wake-up looks for rows. A look is one
-/// statement on the lane's listening connection; only a look that sees
-/// rows is followed by a claim (`Relay::anything_to_claim`).
+/// statement on a connection the lane keeps; only a look that sees rows is
+/// followed by a claim (`Relay::anything_to_claim`).
 const LOOK_EVERY: Duration = Duration::from_millis(4);
 
 /// Publishes outbox rows.
@@ -109,10 +109,10 @@ impl Relay {
     /// (claim, publish, await the acks, delete, commit), woken by the
     /// relay's one listener when it is idle, so rows that commit while one
     /// lane awaits its acks are claimed by another instead of waiting for
-    /// that batch to end. The
-    /// lanes share the outbox as separate relays do: `SKIP LOCKED` keeps
-    /// their batches apart, and a row whose order has an older row in
-    /// another lane's batch is not claimable until that batch commits.
+    /// that batch to end. The lanes share the outbox as separate relays
+    /// do: `SKIP LOCKED` keeps their batches apart, and a row whose order
+    /// has an older row in another lane's batch is not claimable until
+    /// that batch commits.
     pub async fn run(self, stop: watch::Receiver<bool>) {
         for reason in poison::REASONS {
             metrics::counter!("soldonce_outbox_parked_total", "reason" => reason).increment(0);
