@@ -491,7 +491,14 @@ async fn a_batch_records_what_is_prepared_without_waiting_for_its_slowest_messag
     }
     let (open, gate) = tokio::sync::watch::channel(false);
     let handler = Arc::new(WatchedEffects::new(Some(slow), gate));
-    let (stop, runner) = start_with(&js, &pool, 64, batches_of(64, 2), handler.clone());
+    // The pull hands over what is on the stream in chunks: a linger lets
+    // the first batch gather all of it (with none, a loaded machine's first
+    // chunk held only the slow message and four others).
+    let batching = Batching {
+        linger: Duration::from_millis(500),
+        ..batches_of(64, 2)
+    };
+    let (stop, runner) = start_with(&js, &pool, 64, batching, handler.clone());
 
     // The slow message is the stream's first: it opens a batch, which holds others.
     let batch = eventually(
