@@ -839,6 +839,16 @@ async fn a_claim_leaves_out_what_the_other_lanes_hold() {
 /// A relay's metrics, as `RelayProcess::metrics` reads them.
 type Metrics = std::collections::HashMap<(String, String), f64>;
 
+/// A checkout database, a private NATS, and a relay process between them
+/// that polls every `poll` when no notification comes.
+async fn relay_process_polling(poll: &str) -> (TestApp, Nats, super::poison::RelayProcess) {
+    let app = TestApp::spawn().await;
+    let nats = Nats::start_temporary().expect("private nats");
+    let relay =
+        super::poison::RelayProcess::start_polling(&app.database_url, &nats.url(), poll).await;
+    (app, nats, relay)
+}
+
 /// The counter `name{found="…"}` in `metrics` (0 when never counted).
 fn found_in(metrics: &Metrics, name: &str, found: &str) -> f64 {
     metrics
@@ -889,10 +899,7 @@ async fn the_look_before_a_claim_sees_every_row_the_other_lanes_do_not_hold() {
 /// published. Counted by the relay's metrics and by the stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_relay_looks_without_claiming_and_still_finds_a_row_no_one_notified() {
-    let app = TestApp::spawn().await;
-    let nats = Nats::start_temporary().expect("private nats");
-    let relay =
-        super::poison::RelayProcess::start_polling(&app.database_url, &nats.url(), "20ms").await;
+    let (app, nats, relay) = relay_process_polling("20ms").await;
     let count = found_in;
     // Two lanes polling every 20 ms: some 100 polls a second.
     let idle = eventually(
@@ -949,10 +956,7 @@ async fn an_idle_relay_looks_without_claiming_and_still_finds_a_row_no_one_notif
 /// claimed nothing: about one empty claim per row).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notification_wakes_one_lane_and_no_other_lane_claims_for_nothing() {
-    let app = TestApp::spawn().await;
-    let nats = Nats::start_temporary().expect("private nats");
-    let relay =
-        super::poison::RelayProcess::start_polling(&app.database_url, &nats.url(), "60s").await;
+    let (app, nats, relay) = relay_process_polling("60s").await;
     let claims = |m: &Metrics, found: &str| found_in(m, "soldonce_outbox_claims_total", found);
     // Each lane's first pass claims once, on an empty outbox.
     let before = eventually(

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use domain::shipment::{self, Shipment, ShipmentCommand, ShipmentState};
 use events::Metadata;
 use sqlx::PgPool;
+use std::sync::LazyLock;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -35,7 +36,7 @@ const OPEN: &str = "s.state <> 'delivered' AND s.state <> 'cancelled'";
 /// NULL with the seconds until the first open shipment not due yet falls
 /// due (NULL: none). One statement, so that a look that finds nothing
 /// also says when to look again (`shipments_open` gives that minimum).
-fn due_sql() -> String {
+static DUE_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH due AS MATERIALIZED (SELECT id, order_id, state, version, updated_at FROM shipments s \
              WHERE {OPEN} AND s.updated_at <= now() - make_interval(secs => $1) \
@@ -48,9 +49,9 @@ fn due_sql() -> String {
               FROM shipments s WHERE {OPEN} AND s.updated_at > now() - make_interval(secs => $1) \
               AND NOT EXISTS ({HELD} AND h.order_id = s.order_id))"
     )
-}
+});
 
-/// A row of [`due_sql`]: a due shipment, or (every column NULL but
+/// A row of [`DUE_SQL`]: a due shipment, or (every column NULL but
 /// `next_in`) when the next one falls due.
 #[derive(sqlx::FromRow)]
 struct DueRow {
@@ -74,7 +75,7 @@ pub async fn advance_due(
     source: &str,
 ) -> Result<Advanced, StoreError> {
     let mut tx = pool.begin().await?;
-    let rows: Vec<DueRow> = sqlx::query_as(&due_sql())
+    let rows: Vec<DueRow> = sqlx::query_as(DUE_SQL.as_str())
         .bind(step_delay.as_secs_f64())
         .bind(limit)
         .fetch_all(&mut *tx)
