@@ -11,6 +11,7 @@ mod compose;
 mod console;
 mod failover;
 mod lifecycle;
+mod pool;
 mod psp_books;
 mod readiness;
 mod reference;

@@ -10,8 +10,9 @@ use uuid::Uuid;
 
 /// The look-up behind [`Inbox::seen`]: which of the ids (`$2`) the
 /// consumer (`$1`) has committed the effect of, one probe of the inbox's key
-/// per id. It runs unprepared, planned at each call on the table as it is
-/// then. Prepared, PostgreSQL may keep a generic plan made on the
+/// per id. Its statement runs inside a function that plans it at every call
+/// on the table as it is then (migration `planned_at_each_call`), in one
+/// round trip. Prepared, PostgreSQL may keep a generic plan made on the
 /// statistics of the last `ANALYZE`: on a new system those say the inbox is
 /// nearly empty, and the plan kept read every inbox row of the consumer at
 /// each call until autovacuum analyzed the table again (0.6 ms a call over
@@ -24,8 +25,7 @@ use uuid::Uuid;
 /// all of them, the ids as a filter (seen under `auto_explain` in
 /// `statements.sh CLOSED=1`: 142 rows read for none found, more as the run
 /// went on).
-pub const SEEN_SQL: &str = "SELECT k.id FROM unnest($2::uuid[]) AS k(id) \
-     WHERE EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = $1 AND i.event_id = k.id OFFSET 0)";
+pub const SEEN_SQL: &str = "SELECT * FROM inbox_seen($1, $2)";
 
 /// A consumer's transaction, opened with its inbox rows: a connection to
 /// the handler (`&mut **tx`), and whether its commit waits for synchronous
@@ -78,7 +78,6 @@ impl Inbox for PgInbox {
 
     async fn seen(&self, consumer: &str, event_ids: &[Uuid]) -> Result<Vec<bool>, StoreError> {
         let seen: Vec<Uuid> = sqlx::query_scalar(SEEN_SQL)
-            .persistent(false)
             .bind(consumer)
             .bind(event_ids)
             .fetch_all(&self.pool)

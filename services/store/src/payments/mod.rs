@@ -115,15 +115,17 @@ pub async fn learn_many(
     learn_many_waiting(conn, facts, Waiting::Wait).await
 }
 
-/// Locks the payments already recorded among a batch's successes. It runs
-/// unprepared, planned at each call on the table as it is then: prepared,
-/// PostgreSQL kept a generic plan made while the payments table was nearly
-/// empty (a new system, or a benchmark's first seconds), and that plan read
-/// every payment at each call, comparing each with each id of the batch, as
-/// the table grew (seen under `auto_explain`: 1,100–1,650 rows read to find
-/// none, 115 blocks a call on average over a 15,000-order run).
-pub const LOCK_KNOWN_SQL: &str =
-    "SELECT payment_id FROM payments WHERE payment_id = ANY($1) ORDER BY payment_id FOR UPDATE";
+/// Locks the payments already recorded among a batch's successes, in
+/// payment id order. The statement runs inside a function that plans it at
+/// every call on the table as it is then (migration
+/// `planned_at_each_call`): prepared, PostgreSQL kept a generic plan made
+/// while the payments table was nearly empty (a new system, or a
+/// benchmark's first seconds), and that plan read every payment at each
+/// call, comparing each with each id of the batch, as the table grew (seen
+/// under `auto_explain`: 1,100–1,650 rows read to find none, 115 blocks a
+/// call on average over a 15,000-order run). Run unprepared instead, it
+/// would cost a second round trip at every call.
+pub const LOCK_KNOWN_SQL: &str = "SELECT * FROM payments_recorded_locking($1)";
 
 async fn learn_many_waiting(
     conn: &mut PgConnection,
@@ -195,10 +197,7 @@ async fn lock_known(
     Ok(if successes.is_empty() {
         HashSet::new()
     } else {
-        // Unprepared: planned at each call on the table's size then (see
-        // [`LOCK_KNOWN_SQL`]).
         sqlx::query_scalar(LOCK_KNOWN_SQL)
-            .persistent(false)
             .bind(&successes)
             .fetch_all(&mut *conn)
             .await?

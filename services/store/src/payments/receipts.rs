@@ -11,18 +11,16 @@ use uuid::Uuid;
 /// owed a refund). A recorded payment's disposition is final, so every later
 /// report of its success is already known; a plain read, no lock. One
 /// statement answers the webhooks of many payments at once (checkout's
-/// look-up gathers them); it runs unprepared, planned on the table as it is,
-/// for the reason given at [`LOCK_KNOWN_SQL`](super::LOCK_KNOWN_SQL).
+/// look-up gathers them); a function plans it at every call on the table as
+/// it is, for the reason given at [`LOCK_KNOWN_SQL`](super::LOCK_KNOWN_SQL).
 pub async fn known_among(
     pool: &PgPool,
     payment_ids: &[&str],
 ) -> Result<HashSet<String>, StoreError> {
-    let known: Vec<String> =
-        sqlx::query_scalar("SELECT payment_id FROM payments WHERE payment_id = ANY($1)")
-            .bind(payment_ids)
-            .persistent(false)
-            .fetch_all(pool)
-            .await?;
+    let known: Vec<String> = sqlx::query_scalar("SELECT * FROM payments_recorded($1)")
+        .bind(payment_ids)
+        .fetch_all(pool)
+        .await?;
     Ok(known.into_iter().collect())
 }
 

@@ -10,19 +10,16 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 /// The stored responses of idempotency keys (`$1` accounts, `$2` keys,
-/// pairwise), each with its 1-based position. Run unprepared, planned at
-/// each call on the table as it is then, as the inbox's look-up is (see
-/// `inbox::SEEN_SQL`): a generic plan made while the table was small
-/// hashes every stored key (a sequential scan), where a plan that sees the
-/// arrays probes the key's index once per key.
+/// pairwise), each with its 1-based position. Its statement runs inside a
+/// function that plans it at every call on the table as it is then
+/// (migration `planned_at_each_call`), in one round trip, as the inbox's
+/// look-up does (see `inbox::SEEN_SQL`): a generic plan made while the
+/// table was small hashes every stored key (a sequential scan), where a
+/// plan that sees the arrays probes the key's index once per key.
 ///
 /// A key whose body is not stored (a `202`: [`StoredBody::Placed`]) comes
 /// with its order's first event, which the body is rebuilt from.
-const KEYS_SQL: &str =
-    "SELECT t.i, k.fingerprint, k.status, k.response_body, k.order_id, e.type, e.data \
-     FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS t(a, k, i) \
-     JOIN idempotency_keys k ON k.account_id = t.a AND k.key = t.k \
-     LEFT JOIN events e ON k.response_body IS NULL AND e.stream_id = k.order_id AND e.version = 1";
+const KEYS_SQL: &str = "SELECT * FROM idempotency_keys_stored($1, $2)";
 
 /// Try-locks each key (`$1`, by position), and says whether the commit
 /// will wait for synchronous standbys.
@@ -100,7 +97,6 @@ pub(super) async fn claim(
         Option<serde_json::Value>,
     );
     let stored: Vec<Stored> = sqlx::query_as(KEYS_SQL)
-        .persistent(false)
         .bind(&accounts)
         .bind(&keys)
         .fetch_all(&mut *conn)

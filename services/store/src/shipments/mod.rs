@@ -71,19 +71,15 @@ pub enum Created {
     NotConfirmed(Option<OrderState>),
 }
 
-/// The orders of a batch of confirmations, share-locked, and their
-/// shipments, locked. It runs unprepared, planned at each call on the
-/// tables as they are then: prepared, PostgreSQL kept a generic plan made
-/// while orders and shipments were nearly empty, which scanned both whole
-/// at each call as they grew (503 blocks a call on average over a
-/// 15,000-order run of `statements.sh CLOSED=1`).
-pub const LOCK_ORDERS_SQL: &str =
-    "WITH o AS MATERIALIZED (SELECT id, state FROM orders WHERE id = ANY($1) ORDER BY id FOR SHARE), \
-          s AS MATERIALIZED (SELECT id, order_id, state, version, updated_at FROM shipments \
-                             WHERE order_id = ANY($1) ORDER BY order_id FOR UPDATE) \
-     SELECT false AS shipment, id, id AS order_id, state, NULL::int AS version, NULL::timestamptz AS updated_at FROM o \
-     UNION ALL \
-     SELECT true, id, order_id, state, version, updated_at FROM s";
+/// The orders of a batch of confirmations, share-locked in id order, then
+/// their shipments, locked: one row per order, then one per shipment. The
+/// statement runs inside a function that plans it at every call on the
+/// tables as they are then (migration `planned_at_each_call`), in one round
+/// trip: prepared, PostgreSQL kept a generic plan made while orders and
+/// shipments were nearly empty, which scanned both whole at each call as
+/// they grew (503 blocks a call on average over a 15,000-order run of
+/// `statements.sh CLOSED=1`).
+pub const LOCK_ORDERS_SQL: &str = "SELECT * FROM shipments_locking($1)";
 
 /// Creates each confirmed order's shipment unless it has one, in the
 /// caller's transaction, set-based: the orders' states (share-locked in id
@@ -105,9 +101,7 @@ pub async fn create_many(
     // locks orders in), then their shipments: one statement, as the
     // `UNION ALL` runs its branches one after the other and each CTE's
     // scan locks its rows in its own `ORDER BY`.
-    // Unprepared, as [`LOCK_ORDERS_SQL`] says.
     let rows: Vec<LockedRow> = sqlx::query_as(LOCK_ORDERS_SQL)
-        .persistent(false)
         .bind(&ids)
         .fetch_all(&mut *conn)
         .await?;
