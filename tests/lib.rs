@@ -58,6 +58,21 @@ pub fn plan_kinds(explained: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
+/// A transaction on `pool` whose counts of what it reads
+/// (`pg_stat_xact_user_tables`, `pg_stat_get_xact_tuples_returned`) start
+/// from zero: the session's counts so far are flushed first (PostgreSQL
+/// keeps them in the session until it flushes them, at most once a second,
+/// and its "transaction" counts include them until then).
+pub async fn counted_transaction(
+    pool: &sqlx::PgPool,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(pool)
+        .await
+        .expect("flush the session's counts so far");
+    pool.begin().await.expect("a transaction")
+}
+
 /// A pool of one connection to `url`: every statement sent through it runs
 /// in the same session (its prepared statements, its reloaded settings).
 pub async fn one_connection_pool(url: &str) -> sqlx::PgPool {

@@ -902,12 +902,8 @@ async fn look_for_handled_events_on_statistics_of(mine: i64, theirs: i64) {
     );
     // The same prepared call on the grown inbox, with its statistics still
     // those of the small one, in a transaction whose reads PostgreSQL
-    // counts (from zero: the counts of earlier statements are flushed first).
-    sqlx::query("SELECT pg_stat_force_next_flush()")
-        .execute(&pool)
-        .await
-        .expect("flush the counts so far");
-    let mut tx = pool.begin().await.expect("tx");
+    // counts.
+    let mut tx = soldonce_tests::counted_transaction(&pool).await;
     let seen: Vec<Uuid> = sqlx::query_scalar(store::inbox::SEEN_SQL)
         .bind("payment-worker")
         .bind(vec![fresh, handled])

@@ -233,12 +233,7 @@ async fn a_batchs_lookups_by_key_set_are_planned_on_the_tables_as_they_are() {
             .await
             .expect("the table grows");
         }
-        // Each transaction's counts from zero: earlier statements' flushed first.
-        sqlx::query("SELECT pg_stat_force_next_flush()")
-            .execute(&pool)
-            .await
-            .expect("flush the counts so far");
-        let mut tx = pool.begin().await.expect("tx");
+        let mut tx = soldonce_tests::counted_transaction(&pool).await;
         let learned = store::payments::learn_many(&mut tx, &batch(format!("batch{round}")))
             .await
             .expect("learned");
@@ -263,11 +258,7 @@ async fn a_batchs_lookups_by_key_set_are_planned_on_the_tables_as_they_are() {
     );
 
     // The look-up prepared on its own, planned on the empty table, scans the grown one.
-    sqlx::query("SELECT pg_stat_force_next_flush()")
-        .execute(&pool)
-        .await
-        .expect("flush the counts so far");
-    let mut tx = pool.begin().await.expect("tx");
+    let mut tx = soldonce_tests::counted_transaction(&pool).await;
     sqlx::query(&format!("EXECUTE known({})", literal(ids(10, "late"))))
         .execute(&mut *tx)
         .await
