@@ -58,11 +58,13 @@ pub fn plan_kinds(explained: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
-/// A transaction on `pool` whose counts of what it reads
+/// A transaction on `pool`, a pool of one connection (see
+/// [`one_connection_pool`]), whose counts of what it reads
 /// (`pg_stat_xact_user_tables`, `pg_stat_get_xact_tuples_returned`) start
 /// from zero: the session's counts so far are flushed first (PostgreSQL
 /// keeps them in the session until it flushes them, at most once a second,
-/// and its "transaction" counts include them until then).
+/// and its "transaction" counts include them until then). On a pool of
+/// more connections the flush could reach another session.
 pub async fn counted_transaction(
     pool: &sqlx::PgPool,
 ) -> sqlx::Transaction<'static, sqlx::Postgres> {

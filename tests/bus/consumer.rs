@@ -823,8 +823,9 @@ async fn an_effect_the_synchronous_standby_does_not_have_is_never_acknowledged()
 /// consumer at each call until autovacuum analyzed the table again. So the
 /// look's statement runs in a function that plans it at each call, while
 /// the call itself is kept prepared (one round trip): on a grown inbox
-/// whose statistics are still those of a few rows or none, it reads the asked ids
-/// and nothing else (PostgreSQL's counts of what the transaction read).
+/// whose statistics are still those of a few rows or none, it reads the
+/// asked ids and nothing else (PostgreSQL's counts of what the
+/// transaction read).
 #[tokio::test]
 async fn the_look_for_handled_events_is_planned_on_the_inbox_as_it_is_and_reads_only_the_asked_ids()
 {

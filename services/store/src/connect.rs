@@ -8,8 +8,7 @@
 //! pool once a second whether it still reaches a writable primary; when it
 //! does not (the primary died, or was demoted), it asks each server in turn
 //! and points the pool's new connections at the one that now takes writes.
-//! Connections to the old primary fail their next ping (or, used within the
-//! last half second, their next statement) and are replaced.
+//! Connections to the old primary fail their next ping and are replaced.
 //!
 //! soldonce never promotes a standby itself: that is the orchestrator's job
 //! (pg_auto_failover, Patroni, an operator's `pg_ctl promote`), as is
@@ -29,15 +28,6 @@ const WATCH_EVERY: Duration = Duration::from_secs(1);
 const STARTUP_WAIT: Duration = Duration::from_secs(30);
 /// How long one check, or one server's probe, may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
-/// A connection idle at least this long is pinged before it is handed out;
-/// one used more recently is handed out as it is. sqlx's default pings
-/// every connection at every acquire: a round trip before each transaction
-/// and each pool query, however busy the pool (HikariCP skips its check the
-/// same way, within 500 ms of a connection's last use). A connection that
-/// broke since its last use fails its next statement, which fails the work
-/// it was taken for as the server's death mid-statement would; its release
-/// then closes it.
-const ALIVE_BYPASS: Duration = Duration::from_millis(500);
 
 /// The `sslmode`s libpq knows, as `DATABASE_URL` may give them: `disable`
 /// never encrypts, `prefer` (the default) encrypts when the server offers
@@ -248,16 +238,7 @@ async fn open(
     }
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
-        .acquire_timeout(ACQUIRE_TIMEOUT)
-        .test_before_acquire(false)
-        .before_acquire(|conn, meta| {
-            Box::pin(async move {
-                if meta.idle_for >= ALIVE_BYPASS {
-                    conn.ping().await?;
-                }
-                Ok(true)
-            })
-        });
+        .acquire_timeout(ACQUIRE_TIMEOUT);
     if !target.watched() {
         return pool.connect_with(target.servers[0].clone()).await;
     }
