@@ -162,16 +162,17 @@ async fn one_batch_of_facts_about_the_same_orders_decides_each_once_and_a_redeli
 /// look-ups by key set (the known payments, and fulfillment's orders with
 /// their shipments) run in functions that plan their statement at each
 /// call on the tables as they are, while the call itself is kept prepared
-/// (one round trip). Checked with PostgreSQL's count of the payment rows a
-/// transaction read by scanning the table: after more than five batches on
-/// the empty table, the store's batch on the grown one scans none, where
-/// the same statement prepared on its own scans them all.
+/// (one round trip). Checked with PostgreSQL's count of the rows a
+/// transaction read by scanning the payments and shipments tables: after
+/// more than five batches on the empty tables, the store's batch on the
+/// grown ones scans none, where the payments' statement prepared on its
+/// own scans them all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batchs_lookups_by_key_set_are_planned_on_the_tables_as_they_are() {
     const LOOK_UP: &str =
         "SELECT payment_id FROM payments WHERE payment_id = ANY($1) ORDER BY payment_id FOR UPDATE";
     const SCANNED: &str = "SELECT coalesce(sum(seq_tup_read), 0)::bigint \
-                           FROM pg_stat_xact_user_tables WHERE relname = 'payments'";
+                           FROM pg_stat_xact_user_tables WHERE relname = $1";
     let app = TestApp::spawn().await;
     let pool = store::connect(&app.database_url, 1)
         .await
@@ -186,7 +187,9 @@ async fn a_batchs_lookups_by_key_set_are_planned_on_the_tables_as_they_are() {
     let mut conn = pool.acquire().await.expect("connection");
     for sql in [
         "ALTER TABLE payments SET (autovacuum_enabled = false)".to_owned(),
-        "ANALYZE payments".to_owned(),
+        "ALTER TABLE orders SET (autovacuum_enabled = false)".to_owned(),
+        "ALTER TABLE shipments SET (autovacuum_enabled = false)".to_owned(),
+        "ANALYZE payments, orders, shipments".to_owned(),
         format!("PREPARE known(text[]) AS {LOOK_UP}"),
     ] {
         sqlx::query(&sql)
@@ -225,13 +228,21 @@ async fn a_batchs_lookups_by_key_set_are_planned_on_the_tables_as_they_are() {
     let mut scanned_by_batch = Vec::new();
     for round in 0..8 {
         if round == 7 {
-            sqlx::query(
+            for sql in [
                 "INSERT INTO payments (payment_id, order_id, amount_minor, currency, disposition, learned_from) \
                  SELECT 'pay-old-' || i, gen_random_uuid(), 100, 'BRL', 'attached', 'worker' FROM generate_series(1, 20000) i",
-            )
-            .execute(&pool)
-            .await
-            .expect("the table grows");
+                "INSERT INTO accounts (id, name) VALUES ('00000000-0000-0000-0000-0000000000aa', 'grown')",
+                "INSERT INTO orders (id, account_id, state, currency, total_minor, version, expires_at, created_at, updated_at) \
+                 SELECT gen_random_uuid(), '00000000-0000-0000-0000-0000000000aa', 'payment_pending', 'BRL', 100, 1, now(), now(), now() \
+                 FROM generate_series(1, 20000)",
+                "INSERT INTO shipments (id, order_id, state, version, created_at, updated_at) \
+                 SELECT gen_random_uuid(), id, 'pending', 1, now(), now() FROM orders",
+            ] {
+                sqlx::query(sql)
+                    .execute(&pool)
+                    .await
+                    .unwrap_or_else(|e| panic!("the tables grow: {sql}: {e}"));
+            }
         }
         let mut tx = soldonce_tests::counted_transaction(&pool).await;
         let learned = store::payments::learn_many(&mut tx, &batch(format!("batch{round}")))
@@ -244,17 +255,22 @@ async fn a_batchs_lookups_by_key_set_are_planned_on_the_tables_as_they_are() {
         assert!(created
             .iter()
             .all(|c| *c == store::shipments::Created::NotConfirmed(None)));
-        let scanned: i64 = sqlx::query_scalar(SCANNED)
-            .fetch_one(&mut *tx)
-            .await
-            .expect("the transaction's reads");
+        let mut scanned = Vec::new();
+        for table in ["payments", "shipments"] {
+            let rows: i64 = sqlx::query_scalar(SCANNED)
+                .bind(table)
+                .fetch_one(&mut *tx)
+                .await
+                .expect("the transaction's reads");
+            scanned.push(rows);
+        }
         scanned_by_batch.push(scanned);
         tx.commit().await.expect("commit");
     }
     assert_eq!(
         scanned_by_batch.last(),
-        Some(&0),
-        "the batch on the grown table scans no payment (each batch's scans: {scanned_by_batch:?})"
+        Some(&vec![0, 0]),
+        "the batch on the grown tables scans no payment and no shipment (each batch's scans, payments and shipments: {scanned_by_batch:?})"
     );
 
     // The look-up prepared on its own, planned on the empty table, scans the grown one.
@@ -264,6 +280,7 @@ async fn a_batchs_lookups_by_key_set_are_planned_on_the_tables_as_they_are() {
         .await
         .expect("the kept plan");
     let kept: i64 = sqlx::query_scalar(SCANNED)
+        .bind("payments")
         .fetch_one(&mut *tx)
         .await
         .expect("the transaction's reads");
