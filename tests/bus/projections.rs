@@ -1,7 +1,6 @@
 //! Every projection is the fold of the event store, and can be rebuilt from it.
 
 use soldonce_tests::relay::binary;
-use soldonce_tests::saga::pay_by_webhook;
 use soldonce_tests::TestApp;
 
 #[tokio::test]
@@ -66,32 +65,11 @@ async fn rebuilding_the_projection_from_events_yields_identical_rows_and_repairs
 async fn the_projections_rebuild_with_shipments_present_and_reports_drift_per_table() {
     let app = TestApp::spawn().await;
     app.add_product("MUG", 2500, 10).await;
-    let mut shipments = vec![];
-    for _ in 0..3 {
-        let id = app.buy("MUG", 1).await.body["id"]
-            .as_str()
-            .expect("id")
-            .to_owned();
-        assert_eq!(pay_by_webhook(&app, &id, 2500).await, 200);
-        let meta = events::Metadata {
-            correlation_id: id.parse().expect("uuid"),
-            causation_id: uuid::Uuid::now_v7(),
-            source: "test".into(),
-            traceparent: None,
-            tracestate: None,
-        };
-        let mut tx = app.pool.begin().await.expect("tx");
-        shipments.push(
-            match store::shipments::create_many(&mut tx, &[(id.parse().expect("uuid"), meta)])
-                .await
-                .expect("ship")[..]
-            {
-                [store::shipments::Created::New(s)] => s,
-                ref other => panic!("expected a new shipment, got {other:?}"),
-            },
-        );
-        tx.commit().await.expect("commit");
-    }
+    let shipments: Vec<uuid::Uuid> = soldonce_tests::saga::shipped_orders(&app, "MUG", 2500, 3)
+        .await
+        .into_iter()
+        .map(|(_, shipment)| shipment)
+        .collect();
     store::shipments::advance_due(&app.pool, std::time::Duration::ZERO, 10, "test")
         .await
         .expect("advance");

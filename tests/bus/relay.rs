@@ -900,22 +900,21 @@ async fn the_look_before_a_claim_sees_every_row_the_other_lanes_do_not_hold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_relay_looks_without_claiming_and_still_finds_a_row_no_one_notified() {
     let (app, nats, relay) = relay_process_polling("20ms").await;
-    let count = found_in;
     // Two lanes polling every 20 ms: some 100 polls a second.
     let idle = eventually(
         "the idle relay to poll 40 times",
         Duration::from_secs(30),
         || async {
             let m = relay.metrics().await;
-            (count(&m, "soldonce_outbox_looks_total", "none") >= 40.0).then_some(m)
+            (found_in(&m, "soldonce_outbox_looks_total", "none") >= 40.0).then_some(m)
         },
     )
     .await;
     assert!(
-        count(&idle, "soldonce_outbox_claims_total", "none") <= 2.0,
+        found_in(&idle, "soldonce_outbox_claims_total", "none") <= 2.0,
         "only each lane's first pass claims on an empty outbox: {idle:?}"
     );
-    assert_eq!(count(&idle, "soldonce_outbox_claims_total", "rows"), 0.0);
+    assert_eq!(found_in(&idle, "soldonce_outbox_claims_total", "rows"), 0.0);
 
     // Writers send no notification while the bucket is ahead: only a look finds the row.
     sqlx::query("SELECT setval('outbox_wake_bucket', floor(extract(epoch FROM clock_timestamp() + interval '1 hour') * 200)::bigint)")
@@ -934,11 +933,11 @@ async fn an_idle_relay_looks_without_claiming_and_still_finds_a_row_no_one_notif
     .await;
     let after = relay.metrics().await;
     assert!(
-        count(&after, "soldonce_outbox_looks_total", "rows") >= 1.0,
+        found_in(&after, "soldonce_outbox_looks_total", "rows") >= 1.0,
         "{after:?}"
     );
     assert_eq!(
-        count(&after, "soldonce_outbox_claims_total", "rows"),
+        found_in(&after, "soldonce_outbox_claims_total", "rows"),
         1.0,
         "one claim took the row: {after:?}"
     );

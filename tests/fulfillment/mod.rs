@@ -414,29 +414,24 @@ async fn the_warehouse_look_says_when_the_next_shipment_falls_due() {
         let pool = app.pool.clone();
         async move { advance_due(&pool, step, limit, "test").await.expect("look") }
     };
+    // Runs `sql` on the orders `$1` (an array).
+    let on = |sql: &'static str, orders: Vec<uuid::Uuid>| {
+        let pool = app.pool.clone();
+        async move {
+            sqlx::query(sql)
+                .bind(&orders)
+                .execute(&pool)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+    };
     assert_eq!(look(10).await.next_due, None, "nothing open");
 
-    let mut orders = vec![];
-    for _ in 0..3 {
-        let id = app.buy("MUG", 1).await.body["id"]
-            .as_str()
-            .expect("id")
-            .to_owned();
-        assert_eq!(
-            soldonce_tests::saga::pay_by_webhook(&app, &id, 2500).await,
-            200
-        );
-        let id: uuid::Uuid = id.parse().expect("uuid");
-        let mut tx = app.pool.begin().await.expect("tx");
-        store::shipments::create_many(
-            &mut tx,
-            &[(id, events::Metadata::from_request("test", id, None))],
-        )
+    let orders: Vec<uuid::Uuid> = soldonce_tests::saga::shipped_orders(&app, "MUG", 2500, 3)
         .await
-        .expect("ship");
-        tx.commit().await.expect("commit");
-        orders.push(id);
-    }
+        .into_iter()
+        .map(|(order, _)| order)
+        .collect();
     let fresh = look(10).await;
     assert_eq!(fresh.steps, 0, "none is a step old");
     let next = fresh.next_due.expect("three open shipments");
@@ -446,11 +441,10 @@ async fn the_warehouse_look_says_when_the_next_shipment_falls_due() {
     );
 
     // Two of them a step and more old: one look of one takes the oldest, and says more are due.
-    sqlx::query("UPDATE shipments SET updated_at = updated_at - interval '2 minutes' WHERE order_id = ANY($1)")
-        .bind(&orders[..2])
-        .execute(&app.pool)
-        .await
-        .expect("backdate");
+    const BACKDATE: &str =
+        "UPDATE shipments SET updated_at = updated_at - interval '2 minutes' WHERE order_id = ANY($1)";
+    const DELIVER: &str = "UPDATE shipments SET state = 'delivered' WHERE order_id = ANY($1)";
+    on(BACKDATE, orders[..2].to_vec()).await;
     let one = look(1).await;
     assert_eq!((one.steps, one.next_due), (1, Some(Duration::ZERO)));
     let rest = look(10).await;
@@ -468,40 +462,27 @@ async fn the_warehouse_look_says_when_the_next_shipment_falls_due() {
     );
 
     // With only the one it moves open, the look says when that one falls due again.
-    sqlx::query("UPDATE shipments SET state = 'delivered' WHERE order_id = ANY($1)")
-        .bind(&orders[1..])
-        .execute(&app.pool)
-        .await
-        .expect("deliver the others");
-    sqlx::query(
-        "UPDATE shipments SET updated_at = updated_at - interval '2 minutes' WHERE order_id = $1",
-    )
-    .bind(orders[0])
-    .execute(&app.pool)
-    .await
-    .expect("backdate the first again");
+    on(DELIVER, orders[1..].to_vec()).await;
+    on(BACKDATE, orders[..1].to_vec()).await;
     let moved = look(10).await;
     assert_eq!(
         (moved.steps, moved.next_due),
         (1, Some(step)),
         "what moved now falls due a step from now"
     );
-    sqlx::query("UPDATE shipments SET state = 'pending' WHERE order_id = $1")
-        .bind(orders[2])
-        .execute(&app.pool)
-        .await
-        .expect("the third open again");
+    // The third open again.
+    on(
+        "UPDATE shipments SET state = 'pending' WHERE order_id = ANY($1)",
+        orders[2..].to_vec(),
+    )
+    .await;
 
     // Held by a dispute, a shipment is never due: with the others delivered, nothing is open.
-    sqlx::query("INSERT INTO shipment_holds (order_id, dispute_id) VALUES ($1, 'dp_test')")
-        .bind(orders[2])
-        .execute(&app.pool)
-        .await
-        .expect("hold");
-    sqlx::query("UPDATE shipments SET state = 'delivered' WHERE order_id = ANY($1)")
-        .bind(&orders[..2])
-        .execute(&app.pool)
-        .await
-        .expect("deliver");
+    on(
+        "INSERT INTO shipment_holds (order_id, dispute_id) SELECT o, 'dp_test' FROM unnest($1::uuid[]) AS o",
+        orders[2..].to_vec(),
+    )
+    .await;
+    on(DELIVER, orders[..2].to_vec()).await;
     assert_eq!(look(10).await.next_due, None, "the only open one is held");
 }

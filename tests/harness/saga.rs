@@ -519,6 +519,37 @@ pub async fn pay_by_webhook(app: &TestApp, order_id: &str, amount_minor: i64) ->
     }
 }
 
+/// `n` orders of one unit of `sku` (priced `price_minor`), each bought,
+/// paid by webhook and given its shipment in a transaction of its own, as
+/// fulfillment does: each order's id with its new shipment's.
+pub async fn shipped_orders(
+    app: &TestApp,
+    sku: &str,
+    price_minor: i64,
+    n: usize,
+) -> Vec<(Uuid, Uuid)> {
+    let mut shipped = Vec::with_capacity(n);
+    for _ in 0..n {
+        let id = app.buy(sku, 1).await.body["id"]
+            .as_str()
+            .expect("id")
+            .to_owned();
+        assert_eq!(pay_by_webhook(app, &id, price_minor).await, 200, "paid");
+        let id: Uuid = id.parse().expect("uuid");
+        let mut tx = app.pool.begin().await.expect("tx");
+        let meta = events::Metadata::from_request("test", id, None);
+        match store::shipments::create_many(&mut tx, &[(id, meta)])
+            .await
+            .expect("ship")[..]
+        {
+            [store::shipments::Created::New(shipment)] => shipped.push((id, shipment)),
+            ref other => panic!("expected a new shipment, got {other:?}"),
+        }
+        tx.commit().await.expect("commit");
+    }
+    shipped
+}
+
 /// Runs the audit with these graces (seconds) for compensations and shipments.
 pub async fn audit_with(
     app: &TestApp,

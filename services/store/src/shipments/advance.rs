@@ -28,7 +28,7 @@ pub struct Advanced {
     pub next_due: Option<Duration>,
 }
 
-/// The open shipments that are not held (alias `s`).
+/// The open shipments (alias `s`): neither delivered nor cancelled.
 const OPEN: &str = "s.state <> 'delivered' AND s.state <> 'cancelled'";
 
 /// The due shipments, locked (skipping those another process holds, at
@@ -50,6 +50,11 @@ static DUE_SQL: LazyLock<String> = LazyLock::new(|| {
               AND NOT EXISTS ({HELD} AND h.order_id = s.order_id))"
     )
 });
+
+/// Which of the orders `$1` a dispute holds the shipment of, read again
+/// once the due shipments are locked.
+static HELD_AMONG_SQL: LazyLock<String> =
+    LazyLock::new(|| format!("{HELD} AND h.order_id = ANY($1)"));
 
 /// A row of [`DUE_SQL`]: a due shipment, or (every column NULL but
 /// `next_in`) when the next one falls due.
@@ -111,7 +116,7 @@ pub async fn advance_due(
     // commits with its shipment's row locked, so it was unlocked again by the time this locked
     // it): looked for again, in a snapshot taken now.
     let orders: Vec<Uuid> = due.iter().map(|r| r.order_id).collect();
-    let held: Vec<Uuid> = sqlx::query_scalar(&format!("{HELD} AND h.order_id = ANY($1)"))
+    let held: Vec<Uuid> = sqlx::query_scalar(HELD_AMONG_SQL.as_str())
         .bind(&orders)
         .fetch_all(&mut *tx)
         .await?;
