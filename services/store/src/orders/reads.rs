@@ -59,6 +59,11 @@ pub(crate) async fn load_many_locking(
 /// table at each call. The call itself is kept prepared: one round trip.
 pub const BY_ID_SQL: &str = "SELECT * FROM orders_by_id($1, $2)";
 
+/// One order (`$1`), read through `orders_by_id`, if it is `$2`'s (any
+/// account's when `$2` is NULL).
+pub const ONE_SQL: &str = "SELECT * FROM orders_by_id(ARRAY[$1::uuid], 'none') \
+                           WHERE $2::uuid IS NULL OR account_id = $2";
+
 /// Every order of the projection, streamed.
 pub fn stream_all(pool: &PgPool) -> impl futures::Stream<Item = Result<Order, StoreError>> + '_ {
     use futures::StreamExt;
@@ -164,12 +169,15 @@ pub async fn list_for_account(
 }
 
 /// The order as the projection holds it; `account` scopes the lookup.
+/// Through `orders_by_id`, planned at each call: a buyer polling an order
+/// in a new store's first minute must not scan the grown table on a plan
+/// made while it was empty (see [`BY_ID_SQL`]).
 pub async fn load(
     pool: &PgPool,
     order_id: Uuid,
     account: Option<Uuid>,
 ) -> Result<Option<Order>, StoreError> {
-    let row: Option<OrderRow> = sqlx::query_as(SELECT_ORDER)
+    let row: Option<OrderRow> = sqlx::query_as(ONE_SQL)
         .bind(order_id)
         .bind(account)
         .fetch_optional(pool)
