@@ -16,7 +16,9 @@
 # CLOSED=1 runs the saga's case as a closed loop at saturation (300
 # connections, `seconds` × 1,000 orders) instead of 300 orders/s.
 # Besides the statements it prints the WAL an order wrote, by record type
-# and by relation (table or index), and the bytes of an event's row by type.
+# and by relation (table or index), the bytes of an event's row by type,
+# and the statements run on a kept generic plan (made once, on the tables as
+# they were then: the ones to watch for a plan made on an empty table).
 # PERF=1 also samples every core with `perf record` during the load and
 # prints the functions that used the most CPU (needs perf and the right to
 # sample the whole machine: root, or kernel.perf_event_paranoid <= 0);
