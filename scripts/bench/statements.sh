@@ -19,6 +19,10 @@
 # and by relation (table or index), the bytes of an event's row by type,
 # and the statements run on a kept generic plan (made once, on the tables as
 # they were then: the ones to watch for a plan made on an empty table).
+# STALE=1 analyzes every table just before the load, while the order's
+# tables are empty, and turns autovacuum off: a statement kept prepared then
+# keeps a plan made on empty tables, as on a new store in its first minute,
+# and one that scans the grown tables shows in the blocks read per call.
 # PERF=1 also samples every core with `perf record` during the load and
 # prints the functions that used the most CPU (needs perf and the right to
 # sample the whole machine: root, or kernel.perf_event_paranoid <= 0);
@@ -98,6 +102,10 @@ else
   export PSP_FAULTS='{"latency_ms": 20}' FULFILLMENT_STEP_DELAY=20ms
   start_system psp-sim,checkout,outbox-relay,payment-worker,fulfillment
   seed_bench_products
+  # STALE=1: every plan made on empty tables, and kept (see the header).
+  if [ -n "${STALE:-}" ]; then
+    for statement in "ALTER SYSTEM SET autovacuum = off" "SELECT pg_reload_conf()" ANALYZE; do sql "$statement" >/dev/null; done
+  fi
   reset_statistics
   cpu_snap "$dir/cpu.before"
   pg_cpu_snap "$dir/pgcpu.before"
@@ -179,6 +187,8 @@ echo "statements by calls per order (each a round trip, BEGIN and COMMIT include
 psql "$DATABASE_URL" -P pager=off -c "SELECT round(calls::numeric / $orders, 2) AS calls_per_order, round(total_exec_time::numeric / $orders, 3) AS ms_per_order, round(rows::numeric / nullif(calls, 0), 1) AS rows_per_call, left(regexp_replace(query, '\s+', ' ', 'g'), 110) AS statement FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND toplevel AND calls > 0 ORDER BY calls DESC LIMIT 30"
 echo "statements by planning time per order (plans = calls: a custom plan at every call, the generic one judged dearer):"
 psql "$DATABASE_URL" -P pager=off -c "SELECT round(total_plan_time::numeric / $orders, 3) AS plan_ms_per_order, round(calls::numeric / $orders, 2) AS calls_per_order, plans, round(mean_plan_time::numeric, 3) AS plan_ms, left(regexp_replace(query, '\s+', ' ', 'g'), 90) AS statement FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_plan_time DESC LIMIT 8"
+echo "rows read by scanning whole tables, per order (a growing table read whole at each call shows here; the outbox and the small tables are read so by design):"
+psql "$DATABASE_URL" -P pager=off -c "SELECT relname AS table, seq_scan AS scans, round(seq_tup_read::numeric / $orders, 1) AS rows_scanned_per_order, n_live_tup AS rows_now FROM pg_stat_user_tables WHERE seq_tup_read > 0 ORDER BY seq_tup_read DESC LIMIT 10"
 echo "statements run on a kept generic plan (calls - plans: calls not planned; such a plan was made once, on the tables as they were then):"
 psql "$DATABASE_URL" -P pager=off -c "SELECT round((calls - plans)::numeric / $orders, 2) AS unplanned_per_order, round(calls::numeric / $orders, 2) AS calls_per_order, plans, round(mean_plan_time::numeric, 3) AS plan_ms, round(shared_blks_hit::numeric / calls, 1) AS blocks_per_call, left(regexp_replace(query, '\s+', ' ', 'g'), 90) AS statement FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND toplevel AND calls > plans AND plans > 0 ORDER BY calls - plans DESC LIMIT 15"
 echo "JIT: $(sql "SELECT coalesce(sum(jit_functions), 0) || ' functions compiled, ' || round(coalesce(sum(jit_generation_time + jit_inlining_time + jit_optimization_time + jit_emission_time), 0)::numeric / $orders, 3) || ' ms per order' FROM pg_stat_statements"); planning: $(sql "SELECT round(sum(total_plan_time)::numeric / $orders, 3) || ' ms per order' FROM pg_stat_statements")"

@@ -307,3 +307,97 @@ async fn a_batchs_lookups_by_key_set_are_planned_on_the_tables_as_they_are() {
         );
     }
 }
+
+/// A confirmed order must name a payment attached to it: a constraint
+/// trigger checks it at every confirmation, looking the payment up by its
+/// key. PL/pgSQL keeps that statement's plan for the connection's life;
+/// planned while `payments` was empty, it was a scan, which then read every
+/// payment at each confirmation as the table grew. The check now probes
+/// the key at every size: after more than five confirmations on an empty,
+/// analyzed `payments`, a confirmation on 20,000 payments reads none of
+/// them by scanning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_check_that_a_confirmed_orders_payment_is_attached_probes_it_by_its_key_at_every_size()
+{
+    const SCANNED: &str = "SELECT coalesce(sum(seq_tup_read), 0)::bigint \
+                           FROM pg_stat_xact_user_tables WHERE relname = 'payments'";
+    let app = TestApp::spawn().await;
+    let pool = soldonce_tests::one_connection_pool(&app.database_url).await;
+    for sql in [
+        "ALTER TABLE payments SET (autovacuum_enabled = false)",
+        "ANALYZE payments",
+        "INSERT INTO accounts (id, name) VALUES ('00000000-0000-0000-0000-0000000000aa', 'checked')",
+    ] {
+        sqlx::query(sql)
+            .execute(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    // One order confirmed on its attached payment, the check run before
+    // the commit; returns the payment rows the transaction scanned.
+    let confirm = |pool: sqlx::PgPool| async move {
+        let order = Uuid::now_v7();
+        let payment = format!("pay-{order}");
+        let mut tx = soldonce_tests::counted_transaction(&pool).await;
+        for (sql, what) in [
+            (
+                "INSERT INTO orders (id, account_id, state, currency, total_minor, version, expires_at, created_at, updated_at) \
+                 VALUES ($1, '00000000-0000-0000-0000-0000000000aa', 'payment_pending', 'BRL', 100, 1, now(), now(), now())",
+                "the order",
+            ),
+            (
+                "INSERT INTO payments (payment_id, order_id, amount_minor, currency, disposition, learned_from) \
+                 VALUES ($2, $1, 100, 'BRL', 'attached', 'worker')",
+                "its payment",
+            ),
+            (
+                "UPDATE orders SET state = 'confirmed', payment_id = $2, paid_minor = 100, version = 2 WHERE id = $1",
+                "its confirmation",
+            ),
+        ] {
+            sqlx::query(sql)
+                .bind(order)
+                .bind(&payment)
+                .execute(&mut *tx)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+        }
+        sqlx::query("SET CONSTRAINTS orders_confirmed_payment_attached IMMEDIATE")
+            .execute(&mut *tx)
+            .await
+            .expect("the check, now");
+        let scanned: i64 = sqlx::query_scalar(SCANNED)
+            .fetch_one(&mut *tx)
+            .await
+            .expect("the transaction's reads");
+        tx.commit().await.expect("commit");
+        scanned
+    };
+    for _ in 0..7 {
+        confirm(pool.clone()).await;
+    }
+    sqlx::query(
+        "INSERT INTO payments (payment_id, order_id, amount_minor, currency, disposition, learned_from) \
+         SELECT 'pay-old-' || i, gen_random_uuid(), 100, 'BRL', 'attached', 'worker' FROM generate_series(1, 20000) i",
+    )
+    .execute(&pool)
+    .await
+    .expect("payments grow");
+    let scanned = confirm(pool.clone()).await;
+    assert_eq!(
+        scanned, 0,
+        "the check on 20,007 payments reads none of them by scanning"
+    );
+    // And it still refuses a confirmation on a payment that is not attached.
+    let order = Uuid::now_v7();
+    let refused = sqlx::query(
+        "WITH o AS (INSERT INTO orders (id, account_id, state, currency, total_minor, version, expires_at, created_at, updated_at, payment_id, paid_minor) \
+         VALUES ($1, '00000000-0000-0000-0000-0000000000aa', 'confirmed', 'BRL', 100, 1, now(), now(), now(), 'pay-old-1', 100) RETURNING 1) \
+         SELECT count(*) FROM o",
+    )
+    .bind(order)
+    .execute(&pool)
+    .await
+    .expect_err("a confirmation on another order's payment is refused at commit");
+    assert!(refused.to_string().contains("not attached"), "{refused}");
+}
