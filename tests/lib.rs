@@ -75,6 +75,24 @@ pub async fn counted_transaction(
     pool.begin().await.expect("a transaction")
 }
 
+/// Rows PostgreSQL has read by scanning `table` whole, over every session
+/// so far. `pool`'s session flushes its own counts first (see
+/// [`counted_transaction`]): read it before and after a call on a pool of
+/// one connection to count the rows the call scanned.
+pub async fn rows_scanned(pool: &sqlx::PgPool, table: &str) -> i64 {
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(pool)
+        .await
+        .expect("flush the session's counts so far");
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(seq_tup_read), 0)::bigint FROM pg_stat_user_tables WHERE relname = $1",
+    )
+    .bind(table)
+    .fetch_one(pool)
+    .await
+    .expect("the rows read by scanning")
+}
+
 /// A pool of one connection to `url`: every statement sent through it runs
 /// in the same session (its prepared statements, its reloaded settings).
 pub async fn one_connection_pool(url: &str) -> sqlx::PgPool {

@@ -312,3 +312,82 @@ async fn a_202_is_replayed_byte_for_byte_from_the_orders_first_event_after_the_o
     );
     assert_eq!(app.count("SELECT count(*) FROM orders").await, 1);
 }
+
+/// Placing reads the stored answers of the group's idempotency keys on
+/// checkout's long-lived connections. A statement kept prepared would keep
+/// a plan made while `idempotency_keys` was empty, which read every stored
+/// key at each placing as the table grew. The read runs in a function
+/// that plans it at each call: after more than five reads on an empty,
+/// analyzed table, a read among 20,000 stored keys reads none of them by
+/// scanning and finds exactly the stored one, where the same statement
+/// prepared on its own reads them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_of_stored_keys_probes_them_however_the_table_grew() {
+    const DIRECT: &str = "PREPARE direct(uuid[], text[]) AS \
+        SELECT t.i, k.fingerprint, k.status, k.response_body, k.order_id, e.type, e.data \
+        FROM unnest($1, $2) WITH ORDINALITY AS t(a, k, i) \
+        JOIN idempotency_keys k ON k.account_id = t.a AND k.key = t.k \
+        LEFT JOIN events e ON k.response_body IS NULL AND e.stream_id = k.order_id AND e.version = 1";
+    let app = TestApp::spawn().await;
+    let pool = soldonce_tests::one_connection_pool(&app.database_url).await;
+    for sql in [
+        "ALTER TABLE idempotency_keys SET (autovacuum_enabled = false)",
+        "ANALYZE idempotency_keys",
+        DIRECT,
+    ] {
+        sqlx::query(sql)
+            .execute(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let account = app.account_id;
+    let read = |keys: Vec<&'static str>| {
+        let pool = pool.clone();
+        async move {
+            let accounts = vec![account; keys.len()];
+            let found: Vec<(i64,)> = sqlx::query_as(store::placing::KEYS_SQL)
+                .bind(&accounts)
+                .bind(&keys)
+                .fetch_all(&pool)
+                .await
+                .expect("the stored keys");
+            found.into_iter().map(|(i,)| i).collect::<Vec<i64>>()
+        }
+    };
+    for _ in 0..7 {
+        assert!(read(vec!["early-1", "early-2"]).await.is_empty());
+        sqlx::query(&format!(
+            "EXECUTE direct(ARRAY['{account}'::uuid], ARRAY['early-1'])"
+        ))
+        .execute(&pool)
+        .await
+        .expect("the direct statement on the empty table");
+    }
+    sqlx::query(
+        "INSERT INTO idempotency_keys (account_id, key, fingerprint, status, response_body) \
+         SELECT $1, 'old-' || i, '\\x00', 202, '{}' FROM generate_series(1, 20000) i",
+    )
+    .bind(account)
+    .execute(&pool)
+    .await
+    .expect("the stored keys grow");
+
+    let before = soldonce_tests::rows_scanned(&pool, "idempotency_keys").await;
+    let found = read(vec!["new-1", "old-42", "new-2"]).await;
+    let scanned = soldonce_tests::rows_scanned(&pool, "idempotency_keys").await - before;
+    assert_eq!(found, [2], "exactly the stored key, by its position");
+    assert_eq!(scanned, 0, "the read scans no stored key");
+
+    let before = soldonce_tests::rows_scanned(&pool, "idempotency_keys").await;
+    sqlx::query(&format!(
+        "EXECUTE direct(ARRAY['{account}'::uuid], ARRAY['old-42'])"
+    ))
+    .execute(&pool)
+    .await
+    .expect("the kept plan");
+    let kept = soldonce_tests::rows_scanned(&pool, "idempotency_keys").await - before;
+    assert!(
+        kept >= 20_000,
+        "the plan kept from the empty table scans the grown one ({kept} rows read): what the function avoids"
+    );
+}

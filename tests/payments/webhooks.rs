@@ -319,3 +319,69 @@ async fn a_webhook_whose_order_another_decider_holds_is_answered_503_at_once_and
         }
     );
 }
+
+/// The webhook path asks which payments are already recorded, many at
+/// once, on connections that live as long as checkout. A statement kept
+/// prepared would keep a plan made while `payments` was empty, a scan,
+/// and read every payment at each look as the table grew. The look runs in
+/// a function that plans it at each call: after more than five looks on an
+/// empty, analyzed table, a look on 20,000 payments reads none of them by
+/// scanning and answers exactly the recorded ones, where the same
+/// statement prepared on its own reads them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_look_for_recorded_payments_probes_their_keys_however_the_table_grew() {
+    let app = TestApp::spawn().await;
+    let pool = soldonce_tests::one_connection_pool(&app.database_url).await;
+    for sql in [
+        "ALTER TABLE payments SET (autovacuum_enabled = false)",
+        "ANALYZE payments",
+        "PREPARE direct(text[]) AS SELECT p.payment_id FROM payments p WHERE p.payment_id = ANY($1)",
+    ] {
+        sqlx::query(sql)
+            .execute(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    for _ in 0..7 {
+        let known = store::payments::known_among(&pool, &["pay-a", "pay-b"])
+            .await
+            .expect("a look on the empty table");
+        assert!(known.is_empty());
+        sqlx::query("EXECUTE direct(ARRAY['pay-a', 'pay-b'])")
+            .execute(&pool)
+            .await
+            .expect("the direct statement on the empty table");
+    }
+    sqlx::query(
+        "INSERT INTO payments (payment_id, order_id, amount_minor, currency, disposition, learned_from) \
+         SELECT 'pay-old-' || i, gen_random_uuid(), 100, 'BRL', 'attached', 'worker' FROM generate_series(1, 20000) i",
+    )
+    .execute(&pool)
+    .await
+    .expect("payments grow");
+
+    let before = soldonce_tests::rows_scanned(&pool, "payments").await;
+    let known = store::payments::known_among(&pool, &["pay-old-7", "pay-never", "pay-old-19999"])
+        .await
+        .expect("a look on the grown table");
+    let scanned = soldonce_tests::rows_scanned(&pool, "payments").await - before;
+    let mut known: Vec<String> = known.into_iter().collect();
+    known.sort();
+    assert_eq!(
+        known,
+        ["pay-old-19999", "pay-old-7"],
+        "exactly the recorded ones"
+    );
+    assert_eq!(scanned, 0, "the look reads no payment by scanning");
+
+    let before = soldonce_tests::rows_scanned(&pool, "payments").await;
+    sqlx::query("EXECUTE direct(ARRAY['pay-old-7'])")
+        .execute(&pool)
+        .await
+        .expect("the kept plan");
+    let kept = soldonce_tests::rows_scanned(&pool, "payments").await - before;
+    assert!(
+        kept >= 20_000,
+        "the plan kept from the empty table scans the grown one ({kept} rows read): what the function avoids"
+    );
+}

@@ -19,7 +19,7 @@ use uuid::Uuid;
 ///
 /// A key whose body is not stored (a `202`: [`StoredBody::Placed`]) comes
 /// with its order's first event, which the body is rebuilt from.
-const KEYS_SQL: &str = "SELECT * FROM idempotency_keys_stored($1, $2)";
+pub const KEYS_SQL: &str = "SELECT * FROM idempotency_keys_stored($1, $2)";
 
 /// Try-locks each key (`$1`, by position), and says whether the commit
 /// will wait for synchronous standbys.

@@ -32,6 +32,8 @@ mod holds;
 mod isolate;
 mod keys;
 
+pub use keys::KEYS_SQL;
+
 use crate::idempotency::{Claim, KeyedRequest, StoredResponse};
 use crate::statement::Written;
 use crate::StoreError;
