@@ -105,6 +105,20 @@ async fn every_confirmed_order_is_delivered_with_one_shipment_and_no_other_order
         1
     );
     assert_eq!(app.count("SELECT count(*) FROM shipments").await, confirmed);
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(*) FROM events WHERE type = 'shipment.created.v1' AND data->>'order_id' = '{id}'"
+        ))
+        .await,
+        1,
+        "the redelivery recorded no second shipment event"
+    );
+    // Its shipment is the key that dedupes: fulfillment keeps no inbox rows.
+    assert_eq!(
+        app.count("SELECT count(*) FROM inbox WHERE consumer = 'fulfillment'")
+            .await,
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -48,7 +48,8 @@ pub async fn history(
 }
 
 /// One step of an order's way through the saga: an event recorded, or a
-/// consumer taking it (its inbox row).
+/// consumer taking it (its inbox row; for fulfillment, which keeps none,
+/// the shipment it created, caused by the event it took).
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct Stage {
     pub at: DateTime<Utc>,
@@ -71,6 +72,12 @@ pub async fn stages(
          SELECT ev.recorded_at AS at, 'recorded' AS by, ev.type AS event_type FROM ev \
          UNION ALL \
          SELECT i.processed_at, i.consumer, ev.type FROM ev JOIN inbox i ON i.event_id = ev.event_id \
+         UNION ALL \
+         SELECT c.recorded_at, c.source, ev.type FROM shipments s \
+           JOIN events c ON c.stream_id = s.id AND c.version = 1 \
+           JOIN ev ON ev.event_id = c.causation_id \
+         WHERE s.order_id = $1 \
+           AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.source AND i.event_id = ev.event_id) \
          ORDER BY 1, 2",
     )
     .bind(order_id)
