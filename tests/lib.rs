@@ -75,6 +75,19 @@ pub async fn counted_transaction(
     pool.begin().await.expect("a transaction")
 }
 
+/// Rows the transaction on `conn` has read by scanning `table` whole so
+/// far (begun with [`counted_transaction`], so that the count starts at
+/// zero).
+pub async fn xact_rows_scanned(conn: &mut sqlx::PgConnection, table: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(seq_tup_read), 0)::bigint FROM pg_stat_xact_user_tables WHERE relname = $1",
+    )
+    .bind(table)
+    .fetch_one(conn)
+    .await
+    .expect("the transaction's reads")
+}
+
 /// Rows PostgreSQL has read by scanning `table` whole, over every session
 /// so far. `pool`'s session flushes its own counts first (see
 /// [`counted_transaction`]): read it before and after a call on a pool of

@@ -173,8 +173,6 @@ async fn one_batch_of_facts_about_the_same_orders_decides_each_once_and_a_redeli
 async fn a_batchs_lookups_by_key_set_are_planned_on_the_tables_as_they_are() {
     const LOOK_UP: &str =
         "SELECT payment_id FROM payments WHERE payment_id = ANY($1) ORDER BY payment_id FOR UPDATE";
-    const SCANNED: &str = "SELECT coalesce(sum(seq_tup_read), 0)::bigint \
-                           FROM pg_stat_xact_user_tables WHERE relname = $1";
     let app = TestApp::spawn().await;
     let pool = store::connect(&app.database_url, 1)
         .await
@@ -259,12 +257,7 @@ async fn a_batchs_lookups_by_key_set_are_planned_on_the_tables_as_they_are() {
             .all(|c| *c == store::shipments::Created::NotConfirmed(None)));
         let mut scanned = Vec::new();
         for table in ["payments", "shipments", "orders"] {
-            let rows: i64 = sqlx::query_scalar(SCANNED)
-                .bind(table)
-                .fetch_one(&mut *tx)
-                .await
-                .expect("the transaction's reads");
-            scanned.push(rows);
+            scanned.push(soldonce_tests::xact_rows_scanned(&mut tx, table).await);
         }
         scanned_by_batch.push(scanned);
         tx.commit().await.expect("commit");
@@ -281,11 +274,7 @@ async fn a_batchs_lookups_by_key_set_are_planned_on_the_tables_as_they_are() {
         .execute(&mut *tx)
         .await
         .expect("the kept plan");
-    let kept: i64 = sqlx::query_scalar(SCANNED)
-        .bind("payments")
-        .fetch_one(&mut *tx)
-        .await
-        .expect("the transaction's reads");
+    let kept = soldonce_tests::xact_rows_scanned(&mut tx, "payments").await;
     tx.rollback().await.expect("rollback");
     assert!(
         kept >= 20_000,
@@ -319,8 +308,6 @@ async fn a_batchs_lookups_by_key_set_are_planned_on_the_tables_as_they_are() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_check_that_a_confirmed_orders_payment_is_attached_probes_it_by_its_key_at_every_size()
 {
-    const SCANNED: &str = "SELECT coalesce(sum(seq_tup_read), 0)::bigint \
-                           FROM pg_stat_xact_user_tables WHERE relname = 'payments'";
     let app = TestApp::spawn().await;
     let pool = soldonce_tests::one_connection_pool(&app.database_url).await;
     for sql in [
@@ -366,10 +353,7 @@ async fn the_check_that_a_confirmed_orders_payment_is_attached_probes_it_by_its_
             .execute(&mut *tx)
             .await
             .expect("the check, now");
-        let scanned: i64 = sqlx::query_scalar(SCANNED)
-            .fetch_one(&mut *tx)
-            .await
-            .expect("the transaction's reads");
+        let scanned = soldonce_tests::xact_rows_scanned(&mut tx, "payments").await;
         tx.commit().await.expect("commit");
         scanned
     };
@@ -386,7 +370,7 @@ async fn the_check_that_a_confirmed_orders_payment_is_attached_probes_it_by_its_
     let scanned = confirm(pool.clone()).await;
     assert_eq!(
         scanned, 0,
-        "the check on 20,007 payments reads none of them by scanning"
+        "the check on more than 20,000 payments reads none of them by scanning"
     );
     // And it still refuses a confirmation on a payment that is not attached.
     let order = Uuid::now_v7();
