@@ -106,6 +106,58 @@ pub async fn rows_scanned(pool: &sqlx::PgPool, table: &str) -> i64 {
     .expect("the rows read by scanning")
 }
 
+/// Runs `statements` in order on `pool`, panicking with the one that failed.
+pub async fn run_all(pool: &sqlx::PgPool, statements: &[&str]) {
+    for sql in statements {
+        sqlx::query(sql)
+            .execute(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}
+
+/// Freezes the statistics of `tables` as they are now (analyzed, then left
+/// alone by autovacuum), so that a plan made on `pool`'s connection from
+/// now on is made on them and kept however the tables grow: what a new
+/// store's connections see before autovacuum catches up.
+pub async fn freeze_statistics(pool: &sqlx::PgPool, tables: &[&str]) {
+    for table in tables {
+        run_all(
+            pool,
+            &[
+                &format!("ALTER TABLE {table} SET (autovacuum_enabled = false)"),
+                &format!("ANALYZE {table}"),
+            ],
+        )
+        .await;
+    }
+}
+
+/// The statements kept prepared on `pool`'s one connection.
+pub async fn prepared_statements(pool: &sqlx::PgPool) -> Vec<String> {
+    sqlx::query_scalar("SELECT statement FROM pg_prepared_statements")
+        .fetch_all(pool)
+        .await
+        .expect("the connection's prepared statements")
+}
+
+/// Runs `execute`, the `EXECUTE` of a statement prepared on `pool`'s one
+/// connection while `table` was empty, and asserts that the plan it kept
+/// reads the grown table (of 20,000 rows or more) whole: the control that
+/// shows what a test's function avoids.
+pub async fn assert_kept_plan_scans(pool: &sqlx::PgPool, table: &str, execute: &str) {
+    let before = rows_scanned(pool, table).await;
+    sqlx::query(execute)
+        .execute(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{execute}: {e}"));
+    let kept = rows_scanned(pool, table).await - before;
+    assert!(
+        kept >= 20_000,
+        "the plan kept from the empty {table} scans the grown one ({kept} rows read): what the function avoids"
+    );
+}
+
 /// A pool of one connection to `url`: every statement sent through it runs
 /// in the same session (its prepared statements, its reloaded settings).
 pub async fn one_connection_pool(url: &str) -> sqlx::PgPool {

@@ -281,10 +281,7 @@ async fn a_batchs_lookups_by_key_set_are_planned_on_the_tables_as_they_are() {
         "the plan kept from the empty table scans the grown one ({kept} rows read): what the functions avoid"
     );
 
-    let prepared: Vec<String> = sqlx::query_scalar("SELECT statement FROM pg_prepared_statements")
-        .fetch_all(&pool)
-        .await
-        .expect("the connection's prepared statements");
+    let prepared = soldonce_tests::prepared_statements(&pool).await;
     for sql in [
         store::payments::LOCK_KNOWN_SQL,
         store::shipments::LOCK_ORDERS_SQL,
@@ -310,16 +307,12 @@ async fn the_check_that_a_confirmed_orders_payment_is_attached_probes_it_by_its_
 {
     let app = TestApp::spawn().await;
     let pool = soldonce_tests::one_connection_pool(&app.database_url).await;
-    for sql in [
-        "ALTER TABLE payments SET (autovacuum_enabled = false)",
-        "ANALYZE payments",
-        "INSERT INTO accounts (id, name) VALUES ('00000000-0000-0000-0000-0000000000aa', 'checked')",
-    ] {
-        sqlx::query(sql)
-            .execute(&pool)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    }
+    soldonce_tests::freeze_statistics(&pool, &["payments"]).await;
+    soldonce_tests::run_all(
+        &pool,
+        &["INSERT INTO accounts (id, name) VALUES ('00000000-0000-0000-0000-0000000000aa', 'checked')"],
+    )
+    .await;
     // One order confirmed on its attached payment, the check run before
     // the commit; returns the payment rows the transaction scanned.
     let confirm = |pool: sqlx::PgPool| async move {

@@ -332,16 +332,12 @@ async fn a_webhook_whose_order_another_decider_holds_is_answered_503_at_once_and
 async fn the_look_for_recorded_payments_probes_their_keys_however_the_table_grew() {
     let app = TestApp::spawn().await;
     let pool = soldonce_tests::one_connection_pool(&app.database_url).await;
-    for sql in [
-        "ALTER TABLE payments SET (autovacuum_enabled = false)",
-        "ANALYZE payments",
-        "PREPARE direct(text[]) AS SELECT p.payment_id FROM payments p WHERE p.payment_id = ANY($1)",
-    ] {
-        sqlx::query(sql)
-            .execute(&pool)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    }
+    soldonce_tests::freeze_statistics(&pool, &["payments"]).await;
+    soldonce_tests::run_all(
+        &pool,
+        &["PREPARE direct(text[]) AS SELECT p.payment_id FROM payments p WHERE p.payment_id = ANY($1)"],
+    )
+    .await;
     for _ in 0..7 {
         let known = store::payments::known_among(&pool, &["pay-a", "pay-b"])
             .await
@@ -374,14 +370,6 @@ async fn the_look_for_recorded_payments_probes_their_keys_however_the_table_grew
     );
     assert_eq!(scanned, 0, "the look reads no payment by scanning");
 
-    let before = soldonce_tests::rows_scanned(&pool, "payments").await;
-    sqlx::query("EXECUTE direct(ARRAY['pay-old-7'])")
-        .execute(&pool)
-        .await
-        .expect("the kept plan");
-    let kept = soldonce_tests::rows_scanned(&pool, "payments").await - before;
-    assert!(
-        kept >= 20_000,
-        "the plan kept from the empty table scans the grown one ({kept} rows read): what the function avoids"
-    );
+    soldonce_tests::assert_kept_plan_scans(&pool, "payments", "EXECUTE direct(ARRAY['pay-old-7'])")
+        .await;
 }
