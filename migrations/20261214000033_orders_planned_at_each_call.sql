@@ -8,18 +8,26 @@
 -- the table again. Here the statement is run with `EXECUTE … USING`, which
 -- plans it at each call with the ids given; the call itself stays prepared.
 --
+-- `order_rows` is an order as the store reads it: the row's columns, then
+-- its lines as JSON. Every read of orders selects from it
+-- (`store::orders::row::select_orders!`), so the column list lives here
+-- alone; PostgreSQL inlines the view, so the plans are the ones the same
+-- query on `orders` would get, and `FOR UPDATE OF o` locks the order's row.
+CREATE VIEW order_rows AS
+SELECT o.id, o.account_id, o.state, o.currency, o.total_minor, o.shipping, o.payment_id,
+       o.paid_minor, o.version, o.expires_at, o.created_at, o.updated_at, o.refunds, o.capture,
+       o.operator_refunds, o.next_action, o.disputes,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object('sku', l.sku, 'quantity', l.quantity,
+                                                     'unit_price_minor', l.unit_price_minor)
+                                  ORDER BY l.sku COLLATE "C"), '[]')
+          FROM order_lines l WHERE l.order_id = o.id) AS lines
+FROM orders o;
+
 -- `lock` is 'none' (a plain read, in no particular order), 'wait' (locked
 -- for update in id order, waiting for another writer) or 'nowait' (the
 -- same, failing with lock_not_available, SQLSTATE 55P03, when another
--- writer holds one). The columns are those of `orders` that
--- `store::orders::row::select_orders!` reads, then the order's lines as
--- JSON: a column added to that list needs a new version of this function.
-CREATE FUNCTION orders_by_id(ids uuid[], lock text)
-RETURNS TABLE (id uuid, account_id uuid, state text, currency text, total_minor bigint,
-               shipping jsonb, payment_id text, paid_minor bigint, version integer,
-               expires_at timestamptz, created_at timestamptz, updated_at timestamptz,
-               refunds jsonb, capture text, operator_refunds jsonb, next_action jsonb,
-               disputes jsonb, lines jsonb)
+-- writer holds one).
+CREATE FUNCTION orders_by_id(ids uuid[], lock text) RETURNS SETOF order_rows
 LANGUAGE plpgsql AS $$
 DECLARE
     locking text := CASE lock
@@ -32,13 +40,5 @@ BEGIN
         RAISE EXCEPTION 'orders_by_id: lock is none, wait or nowait, not %', coalesce(lock, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    RETURN QUERY EXECUTE
-        'SELECT o.id, o.account_id, o.state, o.currency, o.total_minor, o.shipping, o.payment_id, '
-        'o.paid_minor, o.version, o.expires_at, o.created_at, o.updated_at, o.refunds, o.capture, '
-        'o.operator_refunds, o.next_action, o.disputes, '
-        '(SELECT coalesce(jsonb_agg(jsonb_build_object(''sku'', l.sku, ''quantity'', l.quantity, '
-        '''unit_price_minor'', l.unit_price_minor) ORDER BY l.sku COLLATE "C"), ''[]'') '
-        'FROM order_lines l WHERE l.order_id = o.id) '
-        'FROM orders o WHERE o.id = ANY($1)' || locking
-        USING ids;
+    RETURN QUERY EXECUTE 'SELECT * FROM order_rows o WHERE o.id = ANY($1)' || locking USING ids;
 END $$;

@@ -6,16 +6,11 @@ use chrono::{DateTime, Utc};
 use domain::{Order, OrderLine, OrderState};
 use uuid::Uuid;
 
-/// The projection row with its lines, as one query. The function
-/// `orders_by_id` (migration 33) reads the same columns: a column added here
-/// needs a new version of it.
+/// The projection row with its lines, as one query: the view `order_rows`
+/// (migration 33), which holds the column list, aliased `o`.
 macro_rules! select_orders {
     () => {
-        "SELECT o.id, o.account_id, o.state, o.currency, o.total_minor, o.shipping, o.payment_id, o.paid_minor, \
-            o.version, o.expires_at, o.created_at, o.updated_at, o.refunds, o.capture, o.operator_refunds, o.next_action, o.disputes, \
-            (SELECT coalesce(jsonb_agg(jsonb_build_object('sku', l.sku, 'quantity', l.quantity, 'unit_price_minor', l.unit_price_minor) ORDER BY l.sku COLLATE \"C\"), '[]') \
-               FROM order_lines l WHERE l.order_id = o.id) AS lines \
-         FROM orders o"
+        "SELECT o.* FROM order_rows o"
     };
 }
 pub(crate) use select_orders;
