@@ -42,3 +42,18 @@ BEGIN
     END IF;
     RETURN QUERY EXECUTE 'SELECT * FROM order_rows o WHERE o.id = ANY($1)' || locking USING ids;
 END $$;
+
+-- A page of account `account`'s orders, newest first (ties by id), after
+-- the order (`after_at`, `after_id`) when that is not NULL, at most `lim`
+-- rows: the buyer's list of orders, planned at each call like the reads
+-- above (a plan kept from a nearly empty `orders` would read and sort the
+-- whole table at each page).
+CREATE FUNCTION orders_of_account(account uuid, after_at timestamptz, after_id uuid, lim bigint)
+RETURNS SETOF order_rows LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY EXECUTE
+        'SELECT * FROM order_rows o WHERE o.account_id = $1 '
+        'AND ($2::timestamptz IS NULL OR (o.created_at, o.id) < ($2, $3)) '
+        'ORDER BY o.created_at DESC, o.id DESC LIMIT $4'
+        USING account, after_at, after_id, lim;
+END $$;

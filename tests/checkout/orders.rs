@@ -307,18 +307,18 @@ async fn an_orders_event_is_stored_as_the_json_text_it_was_written_with() {
     assert_eq!(data["lines"][0]["sku"], "MUG");
 }
 
-/// A buyer polls the order placed a moment ago. On a new store `orders` is
-/// nearly empty when that read is first planned, and a statement kept
-/// prepared on a connection keeps the plan PostgreSQL settles on after five
-/// calls: made on a table of one order, a scan, which then reads the whole
-/// table at every look as a flash sale grows it, until autovacuum analyzes
-/// it again. The
-/// read runs in `orders_by_id`, planned at each call with the id given: on
-/// the grown table it reads no row by scanning, where the same statement
+/// A buyer polls the order placed a moment ago, or lists their orders. On
+/// a new store `orders` is nearly empty when those reads are first planned,
+/// and a statement kept prepared on a connection keeps the plan PostgreSQL
+/// settles on after five calls: made on a table of one order, a scan,
+/// which then reads the whole table at every look as a flash sale grows
+/// it, until autovacuum analyzes it again. The reads run in `orders_by_id`
+/// and `orders_of_account`, planned at each call with the values given: on
+/// the grown table they read no row by scanning, where the same statement
 /// prepared on its own reads them all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_look_at_one_order_reads_it_by_its_key_however_the_table_grew_since_it_was_first_planned()
-{
+async fn a_buyers_look_at_an_order_or_at_their_list_reads_by_key_however_the_table_grew_since_first_planned(
+) {
     const DIRECT: &str = "PREPARE direct(uuid, uuid) AS SELECT o.id FROM orders o \
                           WHERE o.id = $1 AND ($2::uuid IS NULL OR o.account_id = $2)";
     let app = TestApp::spawn().await;
@@ -356,6 +356,10 @@ async fn a_look_at_one_order_reads_it_by_its_key_however_the_table_grew_since_it
             .await
             .expect("a look on the one-order table");
         assert!(none.is_none());
+        let (page, _) = store::orders::list_for_account(&pool, uuid::Uuid::now_v7(), None, 10)
+            .await
+            .expect("a list on the one-order table");
+        assert!(page.is_empty());
         sqlx::query("EXECUTE direct(gen_random_uuid(), NULL)")
             .execute(&pool)
             .await
@@ -388,11 +392,22 @@ async fn a_look_at_one_order_reads_it_by_its_key_however_the_table_grew_since_it
         .await
         .expect("another account's look");
     assert!(hidden.is_none(), "another account does not see the order");
+    // The buyer's list: their one order among 20,001, read by the account's key.
+    let before = soldonce_tests::rows_scanned(&pool, "orders").await;
+    let (page, end) = store::orders::list_for_account(&pool, app.account_id, None, 10)
+        .await
+        .expect("the buyer's list");
+    let scanned = soldonce_tests::rows_scanned(&pool, "orders").await - before;
+    assert_eq!(page.iter().map(|o| o.id).collect::<Vec<_>>(), [id]);
+    assert!(end.is_none(), "one page");
+    assert_eq!(scanned, 0, "the list on the grown table scans no order");
     let prepared = soldonce_tests::prepared_statements(&pool).await;
-    assert!(
-        prepared.iter().any(|p| p == store::orders::ONE_SQL),
-        "the read is kept prepared on the connection (one round trip)"
-    );
+    for sql in [store::orders::ONE_SQL, store::orders::PAGE_SQL] {
+        assert!(
+            prepared.iter().any(|p| p == sql),
+            "kept prepared on the connection (one round trip): {sql}"
+        );
+    }
 
     // The same statement prepared on its own kept the small table's plan.
     soldonce_tests::assert_kept_plan_scans(

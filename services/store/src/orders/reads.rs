@@ -59,6 +59,11 @@ pub(crate) async fn load_many_locking(
 /// table at each call. The call itself is kept prepared: one round trip.
 pub const BY_ID_SQL: &str = "SELECT * FROM orders_by_id($1, $2)";
 
+/// A page of an account's orders (`$1`), newest first, after (`$2`, `$3`)
+/// when not NULL, at most `$4`: through `orders_of_account`, planned at each
+/// call for the reason given at [`BY_ID_SQL`].
+pub const PAGE_SQL: &str = "SELECT * FROM orders_of_account($1, $2, $3, $4)";
+
 /// One order (`$1`), read through `orders_by_id`, if it is `$2`'s (any
 /// account's when `$2` is NULL).
 pub const ONE_SQL: &str = "SELECT * FROM orders_by_id(ARRAY[$1::uuid], 'none') \
@@ -144,17 +149,13 @@ pub async fn list_for_account(
     after: Option<PageEnd>,
     limit: i64,
 ) -> Result<(Vec<Order>, Option<PageEnd>), StoreError> {
-    let rows: Vec<OrderRow> = sqlx::query_as(concat!(
-        select_orders!(),
-        " WHERE o.account_id = $1 AND ($2::timestamptz IS NULL OR (o.created_at, o.id) < ($2, $3)) \
-         ORDER BY o.created_at DESC, o.id DESC LIMIT $4"
-    ))
-    .bind(account)
-    .bind(after.map(|a| a.created_at))
-    .bind(after.map(|a| a.id))
-    .bind(limit + 1)
-    .fetch_all(pool)
-    .await?;
+    let rows: Vec<OrderRow> = sqlx::query_as(PAGE_SQL)
+        .bind(account)
+        .bind(after.map(|a| a.created_at))
+        .bind(after.map(|a| a.id))
+        .bind(limit + 1)
+        .fetch_all(pool)
+        .await?;
     let more = rows.len() as i64 > limit;
     let orders = rows
         .into_iter()
