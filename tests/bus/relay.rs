@@ -231,12 +231,25 @@ async fn insert_row(conn: &mut sqlx::PgConnection, id: Uuid) {
 }
 
 /// A checkout database, a private NATS, and a relay that polls once a
-/// minute: within the tests' deadlines only a notification wakes it.
+/// minute: within the tests' deadlines only a notification wakes it. The
+/// relay is listening when this returns: a row committed before its
+/// `LISTEN` would wait for the poll (on a loaded machine the relay can take
+/// seconds to get there).
 async fn relay_woken_only_by_notifications() -> (TestApp, Nats, tokio::sync::oneshot::Sender<()>) {
     let app = TestApp::spawn().await;
     let nats = Nats::start_temporary().expect("private nats");
     let relay =
         spawn_in_process_polling(&app.database_url, &nats.url(), Duration::from_secs(60)).await;
+    eventually("the relay to listen", Duration::from_secs(30), || async {
+        let listening = app
+            .count(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND state = 'idle' AND query ILIKE 'LISTEN %soldonce_outbox%'",
+            )
+            .await;
+        (listening >= 1).then_some(())
+    })
+    .await;
     (app, nats, relay)
 }
 
