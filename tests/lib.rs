@@ -58,6 +58,16 @@ pub fn plan_kinds(explained: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
+/// Flushes the counts of what `pool`'s one session has read so far into
+/// PostgreSQL's statistics (it keeps them in the session until it flushes
+/// them, at most once a second).
+async fn flush_counts(pool: &sqlx::PgPool) {
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(pool)
+        .await
+        .expect("flush the session's counts so far");
+}
+
 /// A transaction on `pool`, a pool of one connection (see
 /// [`one_connection_pool`]), whose counts of what it reads
 /// (`pg_stat_xact_user_tables`, `pg_stat_get_xact_tuples_returned`) start
@@ -68,10 +78,7 @@ pub fn plan_kinds(explained: &serde_json::Value) -> Vec<String> {
 pub async fn counted_transaction(
     pool: &sqlx::PgPool,
 ) -> sqlx::Transaction<'static, sqlx::Postgres> {
-    sqlx::query("SELECT pg_stat_force_next_flush()")
-        .execute(pool)
-        .await
-        .expect("flush the session's counts so far");
+    flush_counts(pool).await;
     pool.begin().await.expect("a transaction")
 }
 
@@ -93,10 +100,7 @@ pub async fn xact_rows_scanned(conn: &mut sqlx::PgConnection, table: &str) -> i6
 /// [`counted_transaction`]): read it before and after a call on a pool of
 /// one connection to count the rows the call scanned.
 pub async fn rows_scanned(pool: &sqlx::PgPool, table: &str) -> i64 {
-    sqlx::query("SELECT pg_stat_force_next_flush()")
-        .execute(pool)
-        .await
-        .expect("flush the session's counts so far");
+    flush_counts(pool).await;
     sqlx::query_scalar(
         "SELECT coalesce(sum(seq_tup_read), 0)::bigint FROM pg_stat_user_tables WHERE relname = $1",
     )
@@ -116,14 +120,20 @@ pub async fn run_all(pool: &sqlx::PgPool, statements: &[&str]) {
     }
 }
 
-/// Freezes the statistics of `tables` as they are now (analyzed, then left
-/// alone by autovacuum), so that a plan made on `pool`'s connection from
-/// now on is made on them and kept however the tables grow: what a new
-/// store's connections see before autovacuum catches up.
-pub async fn freeze_statistics(pool: &sqlx::PgPool, tables: &[&str]) {
+/// A pool of one connection to `url` whose plans are made on the
+/// statistics of `tables` as they are now, frozen (analyzed, then left alone
+/// by autovacuum) however the tables grow, as a new store's connections see
+/// them before autovacuum catches up; `statements` run on it first (a
+/// `PREPARE` to compare against, say).
+pub async fn pool_on_frozen_statistics(
+    url: &str,
+    tables: &[&str],
+    statements: &[&str],
+) -> sqlx::PgPool {
+    let pool = one_connection_pool(url).await;
     for table in tables {
         run_all(
-            pool,
+            &pool,
             &[
                 &format!("ALTER TABLE {table} SET (autovacuum_enabled = false)"),
                 &format!("ANALYZE {table}"),
@@ -131,6 +141,8 @@ pub async fn freeze_statistics(pool: &sqlx::PgPool, tables: &[&str]) {
         )
         .await;
     }
+    run_all(&pool, statements).await;
+    pool
 }
 
 /// The statements kept prepared on `pool`'s one connection.

@@ -329,9 +329,12 @@ async fn the_read_of_stored_keys_probes_them_however_the_table_grew() {
         JOIN idempotency_keys k ON k.account_id = t.a AND k.key = t.k \
         LEFT JOIN events e ON k.response_body IS NULL AND e.stream_id = k.order_id AND e.version = 1";
     let app = TestApp::spawn().await;
-    let pool = soldonce_tests::one_connection_pool(&app.database_url).await;
-    soldonce_tests::freeze_statistics(&pool, &["idempotency_keys"]).await;
-    soldonce_tests::run_all(&pool, &[DIRECT]).await;
+    let pool = soldonce_tests::pool_on_frozen_statistics(
+        &app.database_url,
+        &["idempotency_keys"],
+        &[DIRECT],
+    )
+    .await;
     let account = app.account_id;
     let read = |keys: Vec<&'static str>| {
         let pool = pool.clone();

@@ -322,7 +322,6 @@ async fn a_buyers_look_at_an_order_or_at_their_list_reads_by_key_however_the_tab
     const DIRECT: &str = "PREPARE direct(uuid, uuid) AS SELECT o.id FROM orders o \
                           WHERE o.id = $1 AND ($2::uuid IS NULL OR o.account_id = $2)";
     let app = TestApp::spawn().await;
-    let pool = soldonce_tests::one_connection_pool(&app.database_url).await;
     // The buyer's order first, and checkout's counts of it flushed: from
     // then on only this test's session touches `orders`.
     app.add_product("MUG", 2500, 10).await;
@@ -332,25 +331,15 @@ async fn a_buyers_look_at_an_order_or_at_their_list_reads_by_key_however_the_tab
         .as_str()
         .and_then(|s| s.parse().ok())
         .expect("the order's id");
+    const INSERTED: &str = "SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = 'orders'";
     soldonce_tests::eventually(
         "checkout's counts to reach the statistics",
         Duration::from_secs(30),
-        || {
-            let pool = pool.clone();
-            async move {
-                let inserted: i64 = sqlx::query_scalar(
-                    "SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = 'orders'",
-                )
-                .fetch_one(&pool)
-                .await
-                .ok()?;
-                (inserted >= 1).then_some(())
-            }
-        },
+        || async { (app.count(INSERTED).await >= 1).then_some(()) },
     )
     .await;
-    soldonce_tests::freeze_statistics(&pool, &["orders"]).await;
-    soldonce_tests::run_all(&pool, &[DIRECT]).await;
+    let pool =
+        soldonce_tests::pool_on_frozen_statistics(&app.database_url, &["orders"], &[DIRECT]).await;
     for _ in 0..7 {
         let none = store::orders::load(&pool, uuid::Uuid::now_v7(), None)
             .await

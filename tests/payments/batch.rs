@@ -306,10 +306,9 @@ async fn a_batchs_lookups_by_key_set_are_planned_on_the_tables_as_they_are() {
 async fn the_check_that_a_confirmed_orders_payment_is_attached_probes_it_by_its_key_at_every_size()
 {
     let app = TestApp::spawn().await;
-    let pool = soldonce_tests::one_connection_pool(&app.database_url).await;
-    soldonce_tests::freeze_statistics(&pool, &["payments"]).await;
-    soldonce_tests::run_all(
-        &pool,
+    let pool = soldonce_tests::pool_on_frozen_statistics(
+        &app.database_url,
+        &["payments"],
         &["INSERT INTO accounts (id, name) VALUES ('00000000-0000-0000-0000-0000000000aa', 'checked')"],
     )
     .await;

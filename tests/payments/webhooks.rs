@@ -331,10 +331,9 @@ async fn a_webhook_whose_order_another_decider_holds_is_answered_503_at_once_and
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_look_for_recorded_payments_probes_their_keys_however_the_table_grew() {
     let app = TestApp::spawn().await;
-    let pool = soldonce_tests::one_connection_pool(&app.database_url).await;
-    soldonce_tests::freeze_statistics(&pool, &["payments"]).await;
-    soldonce_tests::run_all(
-        &pool,
+    let pool = soldonce_tests::pool_on_frozen_statistics(
+        &app.database_url,
+        &["payments"],
         &["PREPARE direct(text[]) AS SELECT p.payment_id FROM payments p WHERE p.payment_id = ANY($1)"],
     )
     .await;
