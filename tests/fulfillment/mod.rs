@@ -500,3 +500,150 @@ async fn the_warehouse_look_says_when_the_next_shipment_falls_due() {
     on(DELIVER, orders[..2].to_vec()).await;
     assert_eq!(look(10).await.next_due, None, "the only open one is held");
 }
+
+/// A shipment's warehouse steps before the last update its row in place
+/// (HOT updates): no new entry in any of the table's indexes. Counted two
+/// ways: PostgreSQL's counts of updates and HOT updates, and the entries
+/// in the indexes' pages. The last step, to `delivered`, leaves the open
+/// shipments, and so does write new entries.
+#[tokio::test]
+async fn a_shipments_steps_before_delivery_write_no_index_entries() {
+    use store::shipments::advance_due;
+    const N: i64 = 10;
+    let app = soldonce_tests::TestApp::spawn().await;
+    app.add_product("MUG", 2500, N).await;
+    soldonce_tests::saga::shipped_orders(&app, "MUG", 2500, N as usize).await;
+    let pool = soldonce_tests::one_connection_pool(&app.database_url).await;
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pageinspect")
+        .execute(&pool)
+        .await
+        .expect("pageinspect");
+    // Updates and HOT updates of shipments so far, and the entries in each index's one page.
+    let counts = || {
+        let pool = pool.clone();
+        async move {
+            sqlx::query("SELECT pg_stat_force_next_flush()")
+                .execute(&pool)
+                .await
+                .expect("flush");
+            let (updates, hot): (i64, i64) = sqlx::query_as(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'shipments'",
+            )
+            .fetch_one(&pool)
+            .await
+            .expect("updates");
+            let mut entries = vec![];
+            for index in ["shipments_pkey", "shipments_order_id_key", "shipments_open"] {
+                let n: i64 = sqlx::query_scalar(&format!(
+                    "SELECT count(*) FROM bt_page_items('{index}', 1)"
+                ))
+                .fetch_one(&pool)
+                .await
+                .unwrap_or_else(|e| panic!("{index}: {e}"));
+                entries.push(n);
+            }
+            (updates, hot, entries)
+        }
+    };
+    let (updates, hot, entries) = counts().await;
+    assert_eq!(entries, [N, N, N], "one entry per shipment in each index");
+    for step in ["picked", "shipped"] {
+        let moved = advance_due(&pool, Duration::ZERO, 100, "test")
+            .await
+            .expect("a step");
+        assert_eq!(moved.steps, N as u64, "every shipment {step}");
+    }
+    assert_eq!(
+        app.count("SELECT count(*) FROM shipments WHERE state = 'shipped'")
+            .await,
+        N,
+        "every shipment shipped"
+    );
+    let (u, h, e) = counts().await;
+    assert_eq!(
+        (u - updates, h - hot),
+        (2 * N, 2 * N),
+        "both steps of every shipment were HOT updates"
+    );
+    assert_eq!(e, [N, N, N], "the steps wrote no index entry");
+
+    let delivered = advance_due(&pool, Duration::ZERO, 100, "test")
+        .await
+        .expect("the last step");
+    assert_eq!(delivered.steps, N as u64);
+    let (u, h, e) = counts().await;
+    assert_eq!(
+        (u - updates, h - hot),
+        (3 * N, 2 * N),
+        "delivery leaves the open shipments: not HOT"
+    );
+    assert_eq!(
+        e,
+        [2 * N, 2 * N, N],
+        "delivery wrote a new entry in each unique index, none in the open shipments'"
+    );
+}
+
+/// Two transactions shipping one order at once: the one that inserts
+/// second waits for the first, then fails on the order's one shipment
+/// (`shipments_order_id_key`, a plain insert with no `ON CONFLICT`) as a
+/// lost race, `StoreError::Conflict`, which its consumer retries; never as
+/// a database fault. One shipment and one `shipment.created` event remain.
+#[tokio::test]
+async fn a_second_shipment_of_one_order_at_once_is_a_lost_race_and_makes_nothing() {
+    let app = soldonce_tests::TestApp::spawn().await;
+    app.add_product("MUG", 2500, 10).await;
+    let id = app.buy("MUG", 1).await.body["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert_eq!(
+        soldonce_tests::saga::pay_by_webhook(&app, &id, 2500).await,
+        200,
+        "paid"
+    );
+    let order: uuid::Uuid = id.parse().expect("uuid");
+    let ship = |pool: sqlx::PgPool| async move {
+        let mut tx = pool.begin().await.expect("tx");
+        let meta = events::Metadata::from_request("test", order, None);
+        let made = store::shipments::create_many(&mut tx, &[(order, meta)]).await;
+        (tx, made)
+    };
+    let (first, made) = ship(app.pool.clone()).await;
+    assert!(
+        matches!(made.as_deref(), Ok([store::shipments::Created::New(_)])),
+        "the first makes it: {made:?}"
+    );
+    let second = tokio::spawn(ship(app.pool.clone()));
+    // The second waits on the first's uncommitted row in the unique index.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while app
+        .count("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO shipments%'")
+        .await
+        == 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second never waited for the first"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.commit().await.expect("commit the first");
+    let (_tx, made) = second.await.expect("the second");
+    match made {
+        Err(e) => assert!(e.is_conflict(), "a lost race, not {e:?}"),
+        Ok(made) => panic!("the second made {made:?}"),
+    }
+    assert_eq!(
+        app.count(&format!("SELECT count(*) FROM shipments WHERE order_id = '{order}'"))
+            .await,
+        1,
+        "one shipment"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM events WHERE type = 'shipment.created.v1'")
+            .await,
+        1,
+        "one shipment.created event"
+    );
+}

@@ -117,6 +117,6 @@ pub(crate) fn append<'q>(
     );
     s.expect_rows("appended", n, first.stream_id);
     s.expect_rows("queued", n, first.stream_id);
-    s.on_version_taken(first.stream_id);
+    s.on_taken("events_stream_version", first.stream_id);
     Ok(())
 }

@@ -266,7 +266,9 @@ impl Session {
 }
 
 impl Table {
-    /// The table's columns, as its temporary copy has them.
+    /// The table's columns, as its temporary copy has them, but for the
+    /// generated ones (shipments' `open`): PostgreSQL computes those from
+    /// the rest, and refuses a value written to them.
     async fn read(
         conn: &mut PgConnection,
         schema: &str,
@@ -275,7 +277,7 @@ impl Table {
     ) -> Result<Table, StoreError> {
         let columns = sqlx::query_scalar(
             "SELECT quote_ident(attname) FROM pg_attribute \
-             WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+             WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
         )
         .bind(format!("pg_temp.{name}"))
         .fetch_all(&mut *conn)

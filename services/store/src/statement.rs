@@ -27,8 +27,9 @@ pub(crate) struct Statement<'q> {
     ctes: Vec<String>,
     checks: Vec<(String, Check)>,
     args: PgArguments,
-    /// The stream named when an event's version is already taken.
-    stream: Option<Uuid>,
+    /// Unique keys a concurrent writer may have taken first, each with the
+    /// id a violation of it names in `StoreError::Conflict`.
+    taken: Vec<(&'static str, Uuid)>,
     _values: std::marker::PhantomData<&'q ()>,
 }
 
@@ -50,7 +51,7 @@ impl<'q> Statement<'q> {
             ctes: vec![],
             checks: vec![],
             args: PgArguments::default(),
-            stream: None,
+            taken: Vec::new(),
             _values: std::marker::PhantomData,
         }
     }
@@ -113,9 +114,14 @@ impl<'q> Statement<'q> {
         index
     }
 
-    /// A version already taken in a stream is `StoreError::Conflict(stream)`.
-    pub(crate) fn on_version_taken(&mut self, stream: Uuid) {
-        self.stream = Some(stream);
+    /// A row the statement inserts whose unique key `constraint` another
+    /// writer took first (an event's version in its stream, a new order's
+    /// id, an order's one shipment) is `StoreError::Conflict(id)`: the
+    /// caller retries and finds that writer's row. The inserts carry no
+    /// `ON CONFLICT` clause, whose speculative insertion writes one more
+    /// WAL record per row.
+    pub(crate) fn on_taken(&mut self, constraint: &'static str, id: Uuid) {
+        self.taken.push((constraint, id));
     }
 
     /// The statement's text.
@@ -150,10 +156,14 @@ impl<'q> Statement<'q> {
             .fetch_one(&mut *conn)
             .await
         {
-            Err(e) if crate::violated_constraint(&e) == Some("events_stream_version") => {
-                return Err(StoreError::Conflict(self.stream.unwrap_or_default()))
+            Err(e) => {
+                let violated = crate::violated_constraint(&e);
+                match self.taken.iter().find(|(c, _)| Some(*c) == violated) {
+                    Some((_, id)) => return Err(StoreError::Conflict(*id)),
+                    None => return Err(e.into()),
+                }
             }
-            other => other?,
+            Ok(row) => row,
         };
         let mut short = None;
         for (i, (_, check)) in self.checks.iter().enumerate() {

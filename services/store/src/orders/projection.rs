@@ -67,7 +67,7 @@ pub(crate) fn insert_projections_into<'q>(
         &format!(
             "INSERT INTO orders (id, account_id, state, currency, total_minor, shipping, payment_id, paid_minor, version, expires_at, created_at, updated_at, refunds, capture, operator_refunds, next_action, disputes) \
              SELECT * FROM unnest({ids}::uuid[], {accounts}::uuid[], {states}::text[], {currencies}::text[], {totals}::bigint[], {shippings}::jsonb[], {payment_ids}::text[], {paid}::bigint[], {versions}::int[], {expires}::timestamptz[], {created}::timestamptz[], {updated}::timestamptz[], {refunds}::jsonb[], {captures}::text[], {asked}::jsonb[], {actions}::jsonb[], {disputes}::jsonb[]) \
-             ON CONFLICT (id) DO NOTHING RETURNING 1"
+             RETURNING 1"
         ),
     );
     s.cte(
@@ -79,6 +79,7 @@ pub(crate) fn insert_projections_into<'q>(
         ),
     );
     s.expect_rows("placed", n, first.id);
+    s.on_taken("orders_pkey", first.id);
     s.expect_rows("placed_lines", lines, first.id);
     Ok(())
 }

@@ -28,14 +28,20 @@ pub struct Advanced {
     pub next_due: Option<Duration>,
 }
 
-/// The open shipments (alias `s`): neither delivered nor cancelled.
-const OPEN: &str = "s.state <> 'delivered' AND s.state <> 'cancelled'";
+/// The open shipments (alias `s`): neither delivered nor cancelled. `open`
+/// is a generated column that changes only when a shipment leaves the
+/// warehouse, so the steps before are HOT updates (see the
+/// `shipment_steps_in_place` migration); `shipments_open` holds the open
+/// ones by creation time.
+const OPEN: &str = "s.open";
 
 /// The due shipments, locked (skipping those another process holds, at
 /// most `$2`, the oldest first), then one row whose other columns are
 /// NULL with the seconds until the first open shipment not due yet falls
 /// due (NULL: none). One statement, so that a look that finds nothing
-/// also says when to look again (`shipments_open` gives that minimum).
+/// also says when to look again. Both halves walk `shipments_open`, every
+/// open shipment, and read each one's `updated_at` from its row: no index
+/// holds `updated_at`, which every step changes.
 static DUE_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH due AS MATERIALIZED (SELECT id, order_id, state, version, updated_at FROM shipments s \

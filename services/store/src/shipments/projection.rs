@@ -37,10 +37,11 @@ pub(crate) fn insert<'q>(
         &format!(
             "INSERT INTO shipments (id, order_id, state, version, created_at, updated_at) \
              SELECT id, o, st, v, at, at FROM unnest({ids}::uuid[], {orders}::uuid[], {states}::text[], {versions}::int[], {times}::timestamptz[]) AS x(id, o, st, v, at) \
-             ON CONFLICT (order_id) DO NOTHING RETURNING 1"
+             RETURNING 1"
         ),
     );
     s.expect_rows("shipped", shipments.len(), first.order_id);
+    s.on_taken("shipments_order_id_key", first.order_id);
     Ok(())
 }
 
