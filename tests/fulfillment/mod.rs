@@ -635,8 +635,10 @@ async fn a_second_shipment_of_one_order_at_once_is_a_lost_race_and_makes_nothing
         Ok(made) => panic!("the second made {made:?}"),
     }
     assert_eq!(
-        app.count(&format!("SELECT count(*) FROM shipments WHERE order_id = '{order}'"))
-            .await,
+        app.count(&format!(
+            "SELECT count(*) FROM shipments WHERE order_id = '{order}'"
+        ))
+        .await,
         1,
         "one shipment"
     );
