@@ -307,18 +307,32 @@ async fn an_orders_event_is_stored_as_the_json_text_it_was_written_with() {
     assert_eq!(data["lines"][0]["sku"], "MUG");
 }
 
-/// A buyer polls the order placed a moment ago, or lists their orders. On
+/// A buyer polls the order placed a moment ago, lists their orders, or
+/// cancels one (its row locked: operators' commands, refunds and disputes
+/// lock an order through the same read). On
 /// a new store `orders` is nearly empty when those reads are first planned,
 /// and a statement kept prepared on a connection keeps the plan PostgreSQL
 /// settles on after five calls: made on a table of one order, a scan,
 /// which then reads the whole table at every look as a flash sale grows
 /// it, until autovacuum analyzes it again. The reads run in `orders_by_id`
-/// and `orders_of_account`, planned at each call with the values given: on
+/// (twice for the cancel: the account checked unlocked, then the lock) and
+/// `orders_of_account`, planned at each call with the values given: on
 /// the grown table they read no row by scanning, where the same statement
 /// prepared on its own reads them all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_buyers_look_at_an_order_or_at_their_list_reads_by_key_however_the_table_grew_since_first_planned(
 ) {
+    use store::orders::Transition;
+    // `account`'s cancel of `order`, as checkout's `POST …/cancel` runs it.
+    async fn cancel(pool: &sqlx::PgPool, order: uuid::Uuid, account: uuid::Uuid) -> Transition {
+        let meta = events::Metadata::from_request("test", order, None);
+        let at = store::now();
+        store::orders::transition(pool, order, Some(account), &meta, |_| {
+            domain::Command::Cancel { at }
+        })
+        .await
+        .expect("a cancel")
+    }
     const DIRECT: &str = "PREPARE direct(uuid, uuid) AS SELECT o.id FROM orders o \
                           WHERE o.id = $1 AND ($2::uuid IS NULL OR o.account_id = $2)";
     let app = TestApp::spawn().await;
@@ -353,6 +367,12 @@ async fn a_buyers_look_at_an_order_or_at_their_list_reads_by_key_however_the_tab
             .execute(&pool)
             .await
             .expect("the direct statement on the one-order table");
+        let missing = cancel(&pool, uuid::Uuid::now_v7(), uuid::Uuid::now_v7()).await;
+        assert_eq!(
+            missing,
+            Transition::NotFound,
+            "a cancel on the one-order table"
+        );
     }
 
     // The table grows by 20,000 orders of another account.
@@ -390,8 +410,32 @@ async fn a_buyers_look_at_an_order_or_at_their_list_reads_by_key_however_the_tab
     assert_eq!(page.iter().map(|o| o.id).collect::<Vec<_>>(), [id]);
     assert!(end.is_none(), "one page");
     assert_eq!(scanned, 0, "the list on the grown table scans no order");
+    // A stranger's cancel finds nothing and locks nothing; the buyer's
+    // cancel locks their order by its key.
+    let stranger_cancel = cancel(&pool, id, stranger).await;
+    assert_eq!(stranger_cancel, Transition::NotFound, "not the stranger's");
+    let before = soldonce_tests::rows_scanned(&pool, "orders").await;
+    let cancelled = cancel(&pool, id, app.account_id).await;
+    let scanned = soldonce_tests::rows_scanned(&pool, "orders").await - before;
+    match cancelled {
+        Transition::Applied(order) => assert_eq!(order.state, domain::OrderState::Cancelled),
+        other => panic!("the buyer's cancel: {other:?}"),
+    }
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(*) FROM orders WHERE id = '{id}' AND state = 'cancelled'"
+        ))
+        .await,
+        1,
+        "cancelled in the table"
+    );
+    assert_eq!(scanned, 0, "the cancel on the grown table scans no order");
     let prepared = soldonce_tests::prepared_statements(&pool).await;
-    for sql in [store::orders::ONE_SQL, store::orders::PAGE_SQL] {
+    for sql in [
+        store::orders::ONE_SQL,
+        store::orders::PAGE_SQL,
+        store::orders::LOCKED_SQL,
+    ] {
         assert!(
             prepared.iter().any(|p| p == sql),
             "kept prepared on the connection (one round trip): {sql}"

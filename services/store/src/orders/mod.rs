@@ -19,7 +19,7 @@ pub use history::{fold_history, history, stages, RecordedEvent, Stage};
 pub(crate) use projection::insert_projections;
 pub use reads::{
     list_for_account, load, load_many, oldest_pending_seconds, stream_all, PageEnd, BY_ID_SQL,
-    ONE_SQL, PAGE_SQL,
+    LOCKED_SQL, ONE_SQL, PAGE_SQL,
 };
 pub(crate) use reads::{load_locked, load_many_locking, stream_with_history, Waiting};
 pub(crate) use row::{select_orders, OrderRow};

@@ -1,7 +1,7 @@
 //! Orders read from the projection: one, many, locked, streamed, an
 //! account's pages.
 
-use super::row::{select_orders, OrderRow, SELECT_ORDER};
+use super::row::{select_orders, OrderRow};
 use crate::StoreError;
 use domain::{Event, Order};
 use sqlx::{PgConnection, PgPool};
@@ -186,13 +186,26 @@ pub async fn load(
     row.map(Order::try_from).transpose()
 }
 
+/// The order (`$1`) locked for update, if it is `$2`'s (any account's when
+/// `$2` is NULL), in one round trip through `orders_by_id`, planned at each
+/// call (see [`BY_ID_SQL`]). The inner call checks the account without a
+/// lock, so a buyer never locks another account's order; the outer one
+/// locks what it let through (an order's account never changes). Prepared,
+/// this read kept a plan made while `orders` was nearly empty: a scan of
+/// the whole table for each buyer's cancel, operator's command, refund
+/// or dispute on it from then on.
+pub const LOCKED_SQL: &str = "SELECT * FROM orders_by_id(ARRAY(\
+        SELECT o.id FROM orders_by_id(ARRAY[$1::uuid], 'none') o \
+        WHERE $2::uuid IS NULL OR o.account_id = $2), 'wait')";
+
+/// The order locked for update in the caller's transaction, if it is
+/// `account`'s (any account's when `None`): see [`LOCKED_SQL`].
 pub(crate) async fn load_locked(
     conn: &mut PgConnection,
     order_id: Uuid,
     account: Option<Uuid>,
 ) -> Result<Option<Order>, StoreError> {
-    let sql = format!("{SELECT_ORDER} FOR UPDATE OF o");
-    let row: Option<OrderRow> = sqlx::query_as(&sql)
+    let row: Option<OrderRow> = sqlx::query_as(LOCKED_SQL)
         .bind(order_id)
         .bind(account)
         .fetch_optional(&mut *conn)

@@ -37,11 +37,6 @@ pub(crate) struct OrderRow {
     lines: serde_json::Value,
 }
 
-pub(crate) const SELECT_ORDER: &str = concat!(
-    select_orders!(),
-    " WHERE o.id = $1 AND ($2::uuid IS NULL OR o.account_id = $2)"
-);
-
 /// An order's `state` column as the domain's state.
 pub(crate) fn parse_state(order_id: Uuid, state: &str) -> Result<OrderState, StoreError> {
     serde_json::from_value(serde_json::Value::String(state.to_owned()))
