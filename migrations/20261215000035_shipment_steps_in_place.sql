@@ -24,8 +24,9 @@
 --
 -- Adding a stored generated column rewrites `shipments` under an exclusive
 -- lock (see docs/reference.md, Upgrading).
+-- The fillfactor is set first, so that the rewrite leaves the room too.
+ALTER TABLE shipments SET (fillfactor = 80);
 ALTER TABLE shipments
     ADD COLUMN open boolean NOT NULL GENERATED ALWAYS AS (state <> 'delivered' AND state <> 'cancelled') STORED;
-ALTER TABLE shipments SET (fillfactor = 80);
 DROP INDEX shipments_open;
 CREATE INDEX shipments_open ON shipments (created_at) WHERE open;

@@ -412,8 +412,27 @@ async fn a_buyers_look_at_an_order_or_at_their_list_reads_by_key_however_the_tab
     assert_eq!(scanned, 0, "the list on the grown table scans no order");
     // A stranger's cancel finds nothing and locks nothing; the buyer's
     // cancel locks their order by its key.
-    let stranger_cancel = cancel(&pool, id, stranger).await;
+    let mut stranger_tx = pool.begin().await.expect("the stranger's transaction");
+    let meta = events::Metadata::from_request("test", id, None);
+    let at = store::now();
+    let stranger_cancel =
+        store::orders::transition_in(&mut stranger_tx, id, Some(stranger), &meta, |_| {
+            domain::Command::Cancel { at }
+        })
+        .await
+        .expect("the stranger's cancel");
     assert_eq!(stranger_cancel, Transition::NotFound, "not the stranger's");
+    // While the stranger's transaction is still open, the order is not locked.
+    let mut other = app.pool.begin().await.expect("another transaction");
+    let unlocked: Vec<uuid::Uuid> =
+        sqlx::query_scalar("SELECT id FROM orders WHERE id = $1 FOR UPDATE NOWAIT")
+            .bind(id)
+            .fetch_all(&mut *other)
+            .await
+            .expect("the order is not locked by the stranger's cancel");
+    assert_eq!(unlocked, [id]);
+    other.rollback().await.expect("rollback");
+    stranger_tx.rollback().await.expect("rollback");
     let before = soldonce_tests::rows_scanned(&pool, "orders").await;
     let cancelled = cancel(&pool, id, app.account_id).await;
     let scanned = soldonce_tests::rows_scanned(&pool, "orders").await - before;

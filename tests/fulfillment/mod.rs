@@ -618,7 +618,7 @@ async fn a_second_shipment_of_one_order_at_once_is_a_lost_race_and_makes_nothing
     // The second waits on the first's uncommitted row in the unique index.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while app
-        .count("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO shipments%'")
+        .count("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO shipments%'")
         .await
         == 0
     {
