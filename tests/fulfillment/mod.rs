@@ -649,3 +649,59 @@ async fn a_second_shipment_of_one_order_at_once_is_a_lost_race_and_makes_nothing
         "one shipment.created event"
     );
 }
+
+/// The warehouse's look for due shipments runs every few tens of
+/// milliseconds while shipments are open. On a new store `shipments` is
+/// nearly empty when a connection first plans it; a plan kept from then
+/// would read the whole grown table at each look. On 20,000 delivered
+/// shipments the look reads none of them by scanning, where a statement
+/// of the same shape, prepared on the small table, reads them all.
+#[tokio::test]
+async fn the_look_for_due_shipments_reads_no_delivered_one_however_the_table_grew() {
+    use store::shipments::advance_due;
+    const DIRECT: &str = "PREPARE direct AS SELECT s.id FROM shipments s \
+                          WHERE s.open AND s.updated_at <= now() - interval '1 hour' \
+                          ORDER BY s.updated_at LIMIT 10 FOR UPDATE SKIP LOCKED";
+    let app = soldonce_tests::TestApp::spawn().await;
+    app.add_product("MUG", 2500, 10).await;
+    soldonce_tests::saga::shipped_orders(&app, "MUG", 2500, 1).await;
+    let pool =
+        soldonce_tests::pool_on_frozen_statistics(&app.database_url, &["shipments"], &[DIRECT])
+            .await;
+    let step = Duration::from_secs(3600);
+    // More looks than PostgreSQL's five custom plans before it may keep a generic one.
+    for _ in 0..8 {
+        let look = advance_due(&pool, step, 10, "test").await.expect("a look");
+        assert_eq!(look.steps, 0, "nothing is due for an hour");
+        sqlx::query("EXECUTE direct")
+            .execute(&pool)
+            .await
+            .expect("the direct statement on the small table");
+    }
+    soldonce_tests::run_all(
+        &pool,
+        &[
+            "INSERT INTO accounts (id, name) VALUES ('00000000-0000-0000-0000-0000000000aa', 'grown')",
+            "INSERT INTO orders (id, account_id, state, currency, total_minor, version, expires_at, created_at, updated_at) \
+             SELECT md5(i::text)::uuid, '00000000-0000-0000-0000-0000000000aa', 'payment_pending', 'BRL', 100, 1, now(), now(), now() \
+             FROM generate_series(1, 20000) i",
+            "INSERT INTO shipments (id, order_id, state, version, created_at, updated_at) \
+             SELECT gen_random_uuid(), md5(i::text)::uuid, 'delivered', 4, now() - interval '2 days', now() - interval '2 days' \
+             FROM generate_series(1, 20000) i",
+        ],
+    )
+    .await;
+    let before = soldonce_tests::rows_scanned(&pool, "shipments").await;
+    let look = advance_due(&pool, step, 10, "test")
+        .await
+        .expect("a look on the grown table");
+    let scanned = soldonce_tests::rows_scanned(&pool, "shipments").await - before;
+    assert_eq!(look.steps, 0);
+    assert!(
+        look.next_due.is_some_and(|d| d > Duration::from_secs(3000)),
+        "the one open shipment falls due in about an hour: {:?}",
+        look.next_due
+    );
+    assert_eq!(scanned, 0, "the look on the grown table scans no shipment");
+    soldonce_tests::assert_kept_plan_scans(&pool, "shipments", "EXECUTE direct").await;
+}

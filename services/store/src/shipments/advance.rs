@@ -86,7 +86,12 @@ pub async fn advance_due(
     source: &str,
 ) -> Result<Advanced, StoreError> {
     let mut tx = pool.begin().await?;
+    // Planned at each look, not kept prepared: a plan kept from a nearly
+    // empty `shipments` (a new store's first looks) walked the whole grown
+    // table twice per look, where planned on the table as it is each look
+    // walks `shipments_open` (`fulfillment::the_look_for_due_shipments_reads_no_delivered_one_however_the_table_grew`).
     let rows: Vec<DueRow> = sqlx::query_as(DUE_SQL.as_str())
+        .persistent(false)
         .bind(step_delay.as_secs_f64())
         .bind(limit)
         .fetch_all(&mut *tx)
