@@ -145,12 +145,19 @@ pub async fn pool_on_frozen_statistics(
     pool
 }
 
-/// The statements kept prepared on `pool`'s one connection.
-pub async fn prepared_statements(pool: &sqlx::PgPool) -> Vec<String> {
-    sqlx::query_scalar("SELECT statement FROM pg_prepared_statements")
+/// Asserts that each of `statements` is kept prepared on `pool`'s one
+/// connection: each call of it is one round trip.
+pub async fn assert_kept_prepared(pool: &sqlx::PgPool, statements: &[&str]) {
+    let prepared: Vec<String> = sqlx::query_scalar("SELECT statement FROM pg_prepared_statements")
         .fetch_all(pool)
         .await
-        .expect("the connection's prepared statements")
+        .expect("the connection's prepared statements");
+    for sql in statements {
+        assert!(
+            prepared.iter().any(|p| p == sql),
+            "kept prepared on the connection (one round trip): {sql}"
+        );
+    }
 }
 
 /// Runs `execute`, the `EXECUTE` of a statement prepared on `pool`'s one

@@ -449,17 +449,15 @@ async fn a_buyers_look_at_an_order_or_at_their_list_reads_by_key_however_the_tab
         "cancelled in the table"
     );
     assert_eq!(scanned, 0, "the cancel on the grown table scans no order");
-    let prepared = soldonce_tests::prepared_statements(&pool).await;
-    for sql in [
-        store::orders::ONE_SQL,
-        store::orders::PAGE_SQL,
-        store::orders::LOCKED_SQL,
-    ] {
-        assert!(
-            prepared.iter().any(|p| p == sql),
-            "kept prepared on the connection (one round trip): {sql}"
-        );
-    }
+    soldonce_tests::assert_kept_prepared(
+        &pool,
+        &[
+            store::orders::ONE_SQL,
+            store::orders::PAGE_SQL,
+            store::orders::LOCKED_SQL,
+        ],
+    )
+    .await;
 
     // The same statement prepared on its own kept the small table's plan.
     soldonce_tests::assert_kept_plan_scans(

@@ -281,17 +281,15 @@ async fn a_batchs_lookups_by_key_set_are_planned_on_the_tables_as_they_are() {
         "the plan kept from the empty table scans the grown one ({kept} rows read): what the functions avoid"
     );
 
-    let prepared = soldonce_tests::prepared_statements(&pool).await;
-    for sql in [
-        store::payments::LOCK_KNOWN_SQL,
-        store::shipments::LOCK_ORDERS_SQL,
-        store::orders::BY_ID_SQL,
-    ] {
-        assert!(
-            prepared.iter().any(|p| p == sql),
-            "the call is kept prepared on the connection (one round trip): {sql}"
-        );
-    }
+    soldonce_tests::assert_kept_prepared(
+        &pool,
+        &[
+            store::payments::LOCK_KNOWN_SQL,
+            store::shipments::LOCK_ORDERS_SQL,
+            store::orders::BY_ID_SQL,
+        ],
+    )
+    .await;
 }
 
 /// A confirmed order must name a payment attached to it: a constraint
