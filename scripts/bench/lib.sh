@@ -191,7 +191,7 @@ PY
 # relay_throughput N: commits N events with their outbox rows at once and times the relay draining them.
 relay_throughput() {
   local n="$1"
-  psql -q "$DATABASE_URL" -c "WITH e AS (INSERT INTO events (event_id, stream_id, version, type, data, correlation_id, causation_id, source) SELECT gen_random_uuid(), gen_random_uuid(), 1, 'bench.event.v1', jsonb_build_object('i', i, 'pad', repeat('x', 400)), gen_random_uuid(), gen_random_uuid(), 'bench' FROM generate_series(1, $n) i RETURNING position) INSERT INTO outbox (position) SELECT position FROM e" >/dev/null
+  psql -q "$DATABASE_URL" -c "WITH e AS (INSERT INTO events (event_id, stream_id, version, type, data, correlation_id, causation_id, source) SELECT gen_random_uuid(), gen_random_uuid(), 1, 'bench.event.v1', jsonb_build_object('i', i, 'pad', repeat('x', 400)), gen_random_uuid(), gen_random_uuid(), 'bench' FROM generate_series(1, $n) i RETURNING position, xmin) INSERT INTO outbox (position, positions, tx) SELECT position, ARRAY[position], xmin::text::bigint FROM e" >/dev/null
   local start; start=$(date +%s.%N)
   while [ "$(psql -qtA "$DATABASE_URL" -c 'SELECT count(*) FROM outbox')" != "0" ]; do sleep 0.2; done
   python3 -c "import time; t=time.time()-$start; print(f'relay drained {$n} events in {t:.1f}s: {$n/t:.0f} events/s')"

@@ -161,8 +161,8 @@ async fn the_relay_publishes_each_event_as_a_repair_rebuilds_it_from_its_one_wri
     .expect("columns");
     assert_eq!(
         outbox_columns,
-        ["created_at", "position"],
-        "an outbox row names its event; it holds no copy of it"
+        ["created_at", "position", "positions", "tx"],
+        "an outbox row names its events and their transaction; it holds no copy of them"
     );
 
     let js = bus::connect(&nats.url()).await.expect("connect nats");
@@ -383,7 +383,7 @@ async fn the_relays_delete_commits_without_waiting_for_its_flush_and_only_that_t
         .await
         .expect("positions");
     let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
-    let deleted = store::outbox::delete(&mut tx, &positions, 0)
+    let deleted = store::outbox::delete(&mut tx, &positions, 0, &[])
         .await
         .expect("delete");
     assert_eq!(deleted.rows, 2);
@@ -514,8 +514,8 @@ async fn claim_plan_after_statistics_of(left: i64) {
                  INSERT INTO events (event_id, stream_id, version, type, data, correlation_id, causation_id, source) \
                  SELECT gen_random_uuid(), gen_random_uuid(), 2, 'test.plan.v1', jsonb_build_object('pad', repeat('x', 600)), \
                         gen_random_uuid(), gen_random_uuid(), 'test' FROM generate_series(1, {n}) \
-                 RETURNING position) \
-             INSERT INTO outbox (position) SELECT position FROM e"
+                 RETURNING position, xmin) \
+             INSERT INTO outbox (position, positions, tx) SELECT position, ARRAY[position], xmin::text::bigint FROM e"
         )
     };
     let steps = [
@@ -531,14 +531,14 @@ async fn claim_plan_after_statistics_of(left: i64) {
         "VACUUM (ANALYZE, TRUNCATE false) outbox".to_owned(),
         insert(3),
         format!("PREPARE claim_plan(bigint, bigint[]) AS {}", store::outbox::CLAIM_SQL),
-        format!("PREPARE delete_plan(bigint[], bigint) AS {}", store::outbox::DELETE_SQL),
+        format!("PREPARE delete_plan(bigint[], bigint, bigint[]) AS {}", store::outbox::DELETE_SQL),
     ]
     .into_iter()
     // Five custom plans, then the generic one is kept.
     .chain(std::iter::repeat_n("EXECUTE claim_plan(500, '{}')".to_owned(), 6))
     // The delete's, with batches of 500 positions that are not there.
     .chain(std::iter::repeat_n(
-        "EXECUTE delete_plan(array_fill(-1::bigint, ARRAY[500]), 0)".to_owned(),
+        "EXECUTE delete_plan(array_fill(-1::bigint, ARRAY[500]), 0, '{}')".to_owned(),
         6,
     ));
     for sql in steps {
@@ -638,8 +638,9 @@ async fn claim_plan_after_statistics_of(left: i64) {
         let statement = match plan {
             "custom" => store::outbox::DELETE_SQL
                 .replace("$1", &format!("'{{{list}}}'::bigint[]"))
-                .replace("$2", "0"),
-            _ => format!("EXECUTE delete_plan('{{{list}}}', 0)"),
+                .replace("$2", "0")
+                .replace("$3", "'{}'::bigint[]"),
+            _ => format!("EXECUTE delete_plan('{{{list}}}', 0, '{{}}')"),
         };
         let (explained,): (serde_json::Value,) =
             sqlx::query_as(&format!("EXPLAIN (ANALYZE, FORMAT JSON) {statement}"))
@@ -1044,7 +1045,7 @@ async fn the_batch_delete_says_whether_a_row_was_written_after_the_batch() {
             "no synchronous standby is named: no barrier to pass"
         );
         let last = positions.iter().copied().max().expect("a row claimed");
-        let deleted = store::outbox::delete(&mut tx, &positions, last)
+        let deleted = store::outbox::delete(&mut tx, &positions, last, &[])
             .await
             .expect("delete");
         tx.commit().await.expect("commit");
@@ -1115,13 +1116,13 @@ async fn an_event_waits_in_the_outbox_until_the_one_before_it_in_its_order_has_l
     two.rollback().await.expect("rollback");
     // The first relay publishes only the order's first row (the other's
     // failed, say): the order's second row is next, the third still waits.
-    store::outbox::delete(&mut one, &[first], first)
+    store::outbox::delete(&mut one, &[first], first, &[])
         .await
         .expect("delete");
     one.commit().await.expect("commit");
     let mut three = app.pool.begin().await.expect("begin");
     assert_eq!(claimed(&mut three).await, [second, other_first]);
-    store::outbox::delete(&mut three, &[second, other_first], other_first)
+    store::outbox::delete(&mut three, &[second, other_first], other_first, &[])
         .await
         .expect("delete");
     three.commit().await.expect("commit");
@@ -1132,6 +1133,154 @@ async fn an_event_waits_in_the_outbox_until_the_one_before_it_in_its_order_has_l
         app.count("SELECT count(*) FROM outbox").await,
         1,
         "the order's last row waits to be published"
+    );
+}
+
+/// Events of one statement share one outbox row (the write path's
+/// fragment, `store::outbox::QUEUE_SQL`), keyed by its first position. Such
+/// a row waits while an event of it has the event before it in its order
+/// in another row, wherever in that row's list it is; a row published only
+/// in part leaves its unsettled events as rows of their own, which still
+/// hold back what follows them. Counted two ways: what each claim returns,
+/// and the events the rows list.
+#[tokio::test]
+async fn a_statements_events_share_a_row_that_waits_for_its_orders_earlier_events_and_splits_when_published_in_part(
+) {
+    let app = TestApp::spawn().await;
+    let (order, other) = (Uuid::now_v7(), Uuid::now_v7());
+    let mut conn = app.pool.acquire().await.expect("connection");
+    // The order's first event, a row of its own.
+    let first = record_event(
+        &mut conn,
+        Uuid::now_v7(),
+        order,
+        "order.test.v1",
+        serde_json::json!({}),
+        test_metadata(),
+    )
+    .await;
+    // One statement: the other order's first event, then the order's
+    // second, so the order's event is not the row's key.
+    let append = |events: &str| {
+        format!(
+            "WITH appended AS ( \
+                 INSERT INTO events (event_id, stream_id, version, type, data, correlation_id, causation_id, source) \
+                 SELECT gen_random_uuid(), s, v, 'order.test.v1', '{{}}', gen_random_uuid(), gen_random_uuid(), 'test' \
+                 FROM (VALUES {events}) AS x(s, v) RETURNING position, xmin) {}",
+            store::outbox::QUEUE_SQL
+        )
+    };
+    sqlx::query(&append(&format!(
+        "('{other}'::uuid, 1), ('{order}'::uuid, 2)"
+    )))
+    .execute(&mut *conn)
+    .await
+    .expect("one statement's two events");
+    sqlx::query(&append(&format!("('{order}'::uuid, 3)")))
+        .execute(&mut *conn)
+        .await
+        .expect("the order's third event");
+    let position = |stream: Uuid, version: i32| {
+        let pool = app.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT position FROM events WHERE stream_id = $1 AND version = $2",
+            )
+            .bind(stream)
+            .bind(version)
+            .fetch_one(&pool)
+            .await
+            .expect("position")
+        }
+    };
+    let (other_first, second, third) = (
+        position(other, 1).await,
+        position(order, 2).await,
+        position(order, 3).await,
+    );
+    let rows: Vec<(i64, Vec<i64>)> =
+        sqlx::query_as("SELECT position, positions FROM outbox ORDER BY position")
+            .fetch_all(&app.pool)
+            .await
+            .expect("rows");
+    assert_eq!(
+        rows,
+        [
+            (first, vec![first]),
+            (other_first, vec![other_first, second]),
+            (third, vec![third])
+        ],
+        "one row per statement, keyed by its first position"
+    );
+    async fn claimed(tx: &mut sqlx::PgConnection) -> (Vec<i64>, usize) {
+        let claimed = store::outbox::claim(tx, 10, &[]).await.expect("claim");
+        let positions = claimed.rows.iter().map(|r| r.message.position).collect();
+        (positions, claimed.claimed)
+    }
+    let mut one = app.pool.begin().await.expect("begin");
+    assert_eq!(
+        claimed(&mut one).await,
+        (vec![first], 1),
+        "the shared row waits: the order's second event is behind its first"
+    );
+    store::outbox::delete(&mut one, &[first], first, &[])
+        .await
+        .expect("delete");
+    one.commit().await.expect("commit");
+
+    let mut two = app.pool.begin().await.expect("begin");
+    assert_eq!(
+        claimed(&mut two).await,
+        (vec![other_first, second], 1),
+        "the shared row whole; the order's third event waits behind its second"
+    );
+    // Only the other order's event was acknowledged: the row goes, and the
+    // order's second event is written back as a row of its own.
+    let deleted = store::outbox::delete(&mut two, &[other_first], other_first, &[second])
+        .await
+        .expect("settle in part");
+    assert_eq!(deleted.rows, 1);
+    two.commit().await.expect("commit");
+    let (tx_of_second,): (i64,) =
+        sqlx::query_as("SELECT xmin::text::bigint FROM events WHERE position = $1")
+            .bind(second)
+            .fetch_one(&app.pool)
+            .await
+            .expect("xmin");
+    let rows: Vec<(i64, Vec<i64>, i64)> =
+        sqlx::query_as("SELECT position, positions, tx FROM outbox ORDER BY position")
+            .fetch_all(&app.pool)
+            .await
+            .expect("rows");
+    assert_eq!(
+        rows[0],
+        (second, vec![second], tx_of_second),
+        "the event left, under the transaction that wrote it"
+    );
+    assert_eq!(rows.len(), 2);
+    let (waiting, _) = store::outbox::backlog(&app.pool).await.expect("backlog");
+    assert_eq!(waiting, 2, "two events wait: the order's second and third");
+
+    let mut three = app.pool.begin().await.expect("begin");
+    assert_eq!(
+        claimed(&mut three).await,
+        (vec![second], 1),
+        "the event left still holds back the order's third"
+    );
+    store::outbox::delete(&mut three, &[second], second, &[])
+        .await
+        .expect("delete");
+    three.commit().await.expect("commit");
+    let mut four = app.pool.begin().await.expect("begin");
+    assert_eq!(claimed(&mut four).await, (vec![third], 1));
+    store::outbox::delete(&mut four, &[third], third, &[])
+        .await
+        .expect("delete");
+    four.commit().await.expect("commit");
+    assert_eq!(app.count("SELECT count(*) FROM outbox").await, 0);
+    assert_eq!(
+        store::outbox::backlog(&app.pool).await.expect("backlog").0,
+        0
     );
 }
 

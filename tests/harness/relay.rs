@@ -150,8 +150,8 @@ pub async fn record_event(
         "WITH e AS ( \
              INSERT INTO events (event_id, stream_id, version, type, data, correlation_id, causation_id, source, traceparent, tracestate) \
              SELECT $1, $2, coalesce(max(version), 0) + 1, $3, $4, $5, $6, $7, $8, $9 FROM events WHERE stream_id = $2 \
-             RETURNING position) \
-         INSERT INTO outbox (position) SELECT position FROM e RETURNING position",
+             RETURNING position, xmin) \
+         INSERT INTO outbox (position, positions, tx) SELECT position, ARRAY[position], xmin::text::bigint FROM e RETURNING position",
     )
     .bind(event_id)
     .bind(stream_id)

@@ -45,7 +45,8 @@ pub struct Settings {
     pub database_url: String,
     /// `NATS_URL`.
     pub nats_url: String,
-    /// `OUTBOX_BATCH_SIZE`, default 500: rows claimed per transaction.
+    /// `OUTBOX_BATCH_SIZE`, default 500: outbox rows claimed per transaction
+    /// (each holds the events one statement appended).
     pub batch_size: i64,
     /// `OUTBOX_POLL_INTERVAL`, default 100ms: the fallback when no notification arrives.
     pub poll_interval: Duration,
@@ -65,7 +66,7 @@ impl Settings {
     pub fn from_env() -> Result<Self, ConfigError> {
         let batch_size = config::var(
             "OUTBOX_BATCH_SIZE",
-            "outbox rows claimed and published per transaction (1–10000)",
+            "outbox rows claimed and published per transaction (1–10000); a row holds the events one writing statement appended (one to a few hundred)",
         )
         .in_range(500i64, 1..=10_000)?;
         let lanes = config::var(

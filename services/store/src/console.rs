@@ -77,12 +77,14 @@ pub async fn figures(pool: &PgPool) -> Result<Figures, StoreError> {
     .fetch_all(&mut *tx)
     .await?;
     let reservations_by_age = reservations_by_age(&mut tx).await?;
-    let (outbox_rows, outbox_oldest_seconds, outbox_parked): (i64, f64, i64) = sqlx::query_as(
-        "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8, \
-                (SELECT count(*) FROM outbox_parked) FROM outbox",
-    )
-    .fetch_one(&mut *tx)
-    .await?;
+    let (outbox_rows, outbox_oldest_seconds, outbox_parked): (i64, f64, i64) =
+        sqlx::query_as(&format!(
+            "SELECT {}, coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8, \
+                    (SELECT count(*) FROM outbox_parked) FROM outbox",
+            crate::outbox::EVENTS_WAITING
+        ))
+        .fetch_one(&mut *tx)
+        .await?;
     let dead_letters: BTreeMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
         "SELECT consumer, count(*) FROM dead_letters WHERE redriven_at IS NULL GROUP BY consumer",
     )

@@ -1,7 +1,7 @@
 //! The event store proper: every recorded event of every aggregate, with
-//! its outbox row, appended set-based (two fragments of the write path's
-//! one statement). An event is written once: its outbox row only names it
-//! by position, which the relay reads it by and stamps on the message, so
+//! the outbox row of the statement that appends them, set-based (two
+//! fragments of the write path's one statement). An event is written once:
+//! its outbox row only names it by position, which the relay reads it by and stamps on the message, so
 //! the stream can be checked against `events` and repaired from it. A version already taken in a stream turns into
 //! `StoreError::Conflict`.
 
@@ -52,10 +52,11 @@ impl Record {
     }
 }
 
-/// Appends records (of one or many streams) with their outbox rows, as
-/// fragments of `statement`. An outbox row names its event by position,
-/// and nothing else: the relay reads the event (its stream and version
-/// too, for the per-order order) and builds the message from it. An
+/// Appends records (of one or many streams) with their outbox row, as
+/// fragments of `statement`: one row for all of them, naming each event by
+/// position (see [`crate::outbox::QUEUE_SQL`]); the relay reads the events
+/// (their streams and versions too, for the per-order order) and builds the
+/// messages from them. An
 /// event's data is sent and stored as the JSON text serialized here
 /// (`json`, not `jsonb`: see the `events_as_written` migration), which
 /// PostgreSQL only checks; its metadata as typed columns (see the
@@ -108,15 +109,12 @@ pub(crate) fn append<'q>(
                                  correlation_id, causation_id, source, traceparent, tracestate) \
              SELECT * FROM unnest({ids}::uuid[], {streams}::uuid[], {versions}::int[], {types}::text[], {datas}::text[]::json[], {times}::timestamptz[], \
                                   {correlations}::uuid[], {causes}::uuid[], {sources}::text[], {parents}::text[], {states}::text[]) \
-             RETURNING position"
+             RETURNING position, xmin"
         ),
     );
-    s.cte(
-        "queued",
-        "INSERT INTO outbox (position) SELECT position FROM appended RETURNING 1",
-    );
+    s.cte("queued", crate::outbox::QUEUE_SQL);
     s.expect_rows("appended", n, first.stream_id);
-    s.expect_rows("queued", n, first.stream_id);
+    s.expect_rows("queued", 1, first.stream_id);
     s.on_taken("events_stream_version", first.stream_id);
     Ok(())
 }

@@ -56,7 +56,7 @@ pub struct Unfinished {
     pub undelivered: i64,
     /// Confirmed orders whose authorization is not captured yet (`authorized` or `decided`).
     pub uncaptured: i64,
-    /// Outbox rows not yet published.
+    /// Events waiting in the outbox, not yet published.
     pub outbox: i64,
 }
 
@@ -69,13 +69,14 @@ impl Unfinished {
 
 /// What is left to do, in one snapshot.
 pub async fn unfinished(pool: &PgPool) -> Result<Unfinished, StoreError> {
-    let (payment_pending, undelivered, uncaptured, outbox) = sqlx::query_as(
+    let (payment_pending, undelivered, uncaptured, outbox) = sqlx::query_as(&format!(
         "SELECT (SELECT count(*) FROM orders WHERE state = 'payment_pending'), \
                 (SELECT count(*) FROM orders o LEFT JOIN shipments s ON s.order_id = o.id \
                   WHERE o.state = 'confirmed' AND s.state IS DISTINCT FROM 'delivered'), \
                 (SELECT count(*) FROM orders WHERE state = 'confirmed' AND capture IN ('authorized', 'decided')), \
-                (SELECT count(*) FROM outbox)",
-    )
+                (SELECT {} FROM outbox)",
+        crate::outbox::EVENTS_WAITING
+    ))
     .fetch_one(pool)
     .await?;
     Ok(Unfinished {

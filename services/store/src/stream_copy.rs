@@ -109,13 +109,14 @@ pub async fn published_page(
     after: i64,
     limit: i64,
 ) -> Result<Vec<i64>, StoreError> {
-    Ok(sqlx::query_scalar(
+    Ok(sqlx::query_scalar(&format!(
         "SELECT e.position FROM events e \
-         WHERE e.position >= $1 AND e.position > $2 \
-           AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.position = e.position) \
-           AND NOT EXISTS (SELECT 1 FROM outbox_parked p WHERE p.id = e.event_id) \
-         ORDER BY e.position LIMIT $3",
-    )
+             WHERE e.position >= $1 AND e.position > $2 \
+               AND NOT {} \
+               AND NOT EXISTS (SELECT 1 FROM outbox_parked p WHERE p.id = e.event_id) \
+             ORDER BY e.position LIMIT $3",
+        crate::outbox::EVENT_WAITS
+    ))
     .bind(from)
     .bind(after)
     .bind(limit)

@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use store::outbox::OutboxRow;
 
-/// The positions each lane of this relay holds in its open claim. A lane's
+/// The outbox rows (their keys) each lane of this relay holds in its open
+/// claim. A lane's
 /// claim leaves the other lanes' rows out before it looks anything up for
 /// them: they are locked, and `SKIP LOCKED` skips a row only after the
 /// claim has probed its event and the version before it, so a lane's claim
@@ -29,10 +30,11 @@ impl Held {
             .collect()
     }
 
-    /// Notes that `lane` holds `rows` until the returned guard is dropped
-    /// (once its transaction has ended).
+    /// Notes that `lane` holds the rows of the events `rows` until the
+    /// returned guard is dropped (once its transaction has ended).
     pub(super) fn hold(&self, lane: usize, rows: &[OutboxRow]) -> HeldBy<'_> {
-        let positions = rows.iter().map(|r| r.message.position).collect();
+        let mut positions: Vec<i64> = rows.iter().map(|r| r.row).collect();
+        positions.dedup();
         self.by_lane
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -59,15 +61,18 @@ impl Drop for HeldBy<'_> {
 
 impl Relay {
     /// Claims the next batch for `lane` in a new transaction, which later
-    /// deletes or parks its rows; `None` when the outbox has nothing to claim.
+    /// deletes its rows and parks poison events; `None` when the outbox has
+    /// nothing to claim. Returns the batch's events and how many rows hold
+    /// them.
     pub(super) async fn claim(
         &self,
         lane: usize,
-    ) -> anyhow::Result<Option<(Transaction<'static, Postgres>, Vec<OutboxRow>)>> {
+    ) -> anyhow::Result<Option<(Transaction<'static, Postgres>, Vec<OutboxRow>, usize)>> {
         let mut tx = self.pool.begin().await?;
         let others = self.held.others(lane);
         let store::outbox::Claimed {
             rows,
+            claimed,
             needs_replication,
         } = store::outbox::claim(&mut tx, self.batch_size, &others).await?;
         let found = if rows.is_empty() { "none" } else { "rows" };
@@ -85,6 +90,6 @@ impl Relay {
         if needs_replication {
             store::outbox::await_replication(&self.pool).await?;
         }
-        Ok(Some((tx, rows)))
+        Ok(Some((tx, rows, claimed)))
     }
 }

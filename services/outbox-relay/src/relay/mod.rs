@@ -74,12 +74,12 @@ pub struct Relay {
 /// What one batch came to.
 #[derive(Default)]
 struct Batch {
-    /// Rows that left the outbox: published, or parked.
+    /// Events that left the outbox: published, or parked.
     settled: usize,
     /// Whether to claim again at once: the batch was full, or a row written
     /// after it was there when it committed.
     more: bool,
-    /// The first failure worth retrying; its row stays in the outbox.
+    /// The first failure worth retrying; its event stays in the outbox.
     failure: Option<anyhow::Error>,
 }
 
@@ -256,10 +256,10 @@ impl Relay {
     }
 
     /// Claims one batch, publishes it, awaits every ack, then in the
-    /// claiming transaction deletes the acknowledged rows and parks the
-    /// poison ones.
+    /// claiming transaction deletes the settled rows and parks the poison
+    /// events.
     async fn relay_batch(&self, lane: usize) -> anyhow::Result<Batch> {
-        let Some((tx, rows)) = self.claim(lane).await? else {
+        let Some((tx, rows, claimed)) = self.claim(lane).await? else {
             return Ok(Batch::default());
         };
         // Left out of the other lanes' claims until this batch's transaction ends.
@@ -267,6 +267,6 @@ impl Relay {
         // Every new message must be acknowledged above this (see crate::watch).
         let floor = self.acks.floor();
         let sent = publish::publish(&self.js, &rows).await;
-        self.settle(tx, &rows, floor, sent).await
+        self.settle(tx, &rows, claimed, floor, sent).await
     }
 }

@@ -1,20 +1,25 @@
-//! Settling: in the claiming transaction, the acknowledged rows deleted and
-//! the poison ones parked; then the commit, and what it moved counted.
+//! Settling: in the claiming transaction, the rows whose events were
+//! acknowledged deleted and the poison events parked; then the commit, and
+//! what it moved counted.
 
 use super::publish::Sent;
 use super::{Batch, Relay};
 use sqlx::{Postgres, Transaction};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::Ordering;
 use store::outbox::OutboxRow;
 
 impl Relay {
-    /// Deletes the rows `sent` saw acknowledged and parks the poison ones in
-    /// `tx` (the claiming transaction), commits, and says what the batch came
-    /// to. `floor` is what the watch on the stream held before publishing.
+    /// Deletes the rows of the events `sent` saw acknowledged and parks the
+    /// poison events in `tx` (the claiming transaction), commits, and says
+    /// what the batch came to. `rows` are the batch's events, held by
+    /// `claimed` outbox rows; `floor` is what the watch on the stream held
+    /// before publishing.
     pub(super) async fn settle(
         &self,
         mut tx: Transaction<'static, Postgres>,
         rows: &[OutboxRow],
+        claimed: usize,
         floor: u64,
         sent: Sent,
     ) -> anyhow::Result<Batch> {
@@ -32,24 +37,26 @@ impl Relay {
                 "JetStream acknowledged new messages at sequences it had already given: the stream lost messages it had acknowledged (its server restarted on an older store?); repairing it from the database"
             );
         }
-        let full = i64::try_from(rows.len()).is_ok_and(|n| n >= self.batch_size);
+        let full = i64::try_from(claimed).is_ok_and(|n| n >= self.batch_size);
         let mut more = full;
-        if !published.is_empty() {
-            let last = rows
-                .iter()
-                .map(|r| r.message.position)
-                .max()
-                .unwrap_or_default();
-            more |= store::outbox::delete(&mut tx, &published, last)
-                .await?
-                .newer;
+        let settled: HashSet<i64> = published
+            .iter()
+            .copied()
+            .chain(parked.iter().map(|(i, _)| rows[*i].message.position))
+            .collect();
+        let (done, left) = settled_rows(rows, &settled);
+        let mut deleted = 0;
+        if !done.is_empty() {
+            let last = done.iter().copied().max().unwrap_or_default();
+            let d = store::outbox::delete(&mut tx, &done, last, &left).await?;
+            more |= d.newer;
+            deleted = d.rows;
         }
         let to_park: Vec<(&OutboxRow, &str)> =
             parked.iter().map(|(i, p)| (&rows[*i], p.reason)).collect();
         store::outbox::park(&mut tx, &to_park).await?;
         tx.commit().await?;
-        self.left_since_vacuum
-            .fetch_add((published.len() + parked.len()) as u64, Ordering::Relaxed);
+        self.left_since_vacuum.fetch_add(deleted, Ordering::Relaxed);
         metrics::counter!("soldonce_outbox_published_total").increment(published.len() as u64);
         for (i, p) in &parked {
             let row = &rows[*i];
@@ -72,5 +79,72 @@ impl Relay {
             more,
             failure,
         })
+    }
+}
+
+/// Which rows of a batch go (those with an event settled), and which of
+/// their events are written back as rows of their own (those not settled):
+/// `(row keys, positions)`. A row none of whose events settled is left as
+/// it is, for the next claim. `rows` are the batch's events in position
+/// order.
+fn settled_rows(rows: &[OutboxRow], settled: &HashSet<i64>) -> (Vec<i64>, Vec<i64>) {
+    // Per row: its events not settled, and whether any was.
+    let mut by_row: BTreeMap<i64, (Vec<i64>, bool)> = BTreeMap::new();
+    for r in rows {
+        let (unsettled, any) = by_row.entry(r.row).or_default();
+        if settled.contains(&r.message.position) {
+            *any = true;
+        } else {
+            unsettled.push(r.message.position);
+        }
+    }
+    let mut done = Vec::new();
+    let mut left = Vec::new();
+    for (key, (unsettled, any)) in by_row {
+        if any {
+            done.push(key);
+            left.extend(unsettled);
+        }
+    }
+    (done, left)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::types::Uuid;
+    use store::stream_copy::EventMessage;
+
+    fn event(row: i64, position: i64) -> OutboxRow {
+        OutboxRow {
+            message: EventMessage {
+                position,
+                event_id: Uuid::nil(),
+                subject: "soldonce.order.test".into(),
+                payload: "{}".into(),
+                traceparent: None,
+                tracestate: None,
+            },
+            row,
+            stream_id: Uuid::nil(),
+            created_at: chrono::Utc::now(),
+        }
+    }
+
+    #[test]
+    fn a_row_goes_once_any_event_of_it_settled_and_leaves_the_others_behind() {
+        // Rows 1 (1, 3, 5), 2 (2, 4) and 6 (6), their events interleaved by position.
+        let rows: Vec<OutboxRow> = [(1, 1), (2, 2), (1, 3), (2, 4), (1, 5), (6, 6)]
+            .into_iter()
+            .map(|(row, position)| event(row, position))
+            .collect();
+        // Row 1 all settled; row 2 in part; row 6 not at all (a failed ack).
+        let settled: HashSet<i64> = [1, 3, 5, 4].into_iter().collect();
+        assert_eq!(settled_rows(&rows, &settled), (vec![1, 2], vec![2]));
+        assert_eq!(
+            settled_rows(&rows, &HashSet::new()),
+            (vec![], vec![]),
+            "nothing settled: every row stays as it is"
+        );
     }
 }

@@ -59,9 +59,10 @@ pub(super) async fn check_operations(
             format!("{n} events could not be published (soldonce outbox parked)"),
         );
     }
-    let (backlog, oldest): (i64, f64) = sqlx::query_as(
-        "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 FROM outbox",
-    )
+    let (backlog, oldest): (i64, f64) = sqlx::query_as(&format!(
+        "SELECT {}, coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 FROM outbox",
+        crate::outbox::EVENTS_WAITING
+    ))
     .fetch_one(&mut *conn)
     .await?;
     report.outbox_backlog = backlog;

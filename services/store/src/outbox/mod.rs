@@ -1,13 +1,15 @@
-//! Reading and clearing the outbox for the relay. An outbox row names its
-//! event by position; the claim reads each event and builds its message
-//! (each event is written once, in `events`). Rows are never read by an
+//! Reading and clearing the outbox for the relay. An outbox row names the
+//! events one statement appended, by position (`positions`; its key is the
+//! first of them); the claim reads each event and builds its message (each
+//! event is written once, in `events`). Rows are never read by an
 //! increasing-id cursor: each claim looks at every unpublished row, so a
-//! transaction that commits late is still seen. Only the oldest unpublished
-//! row of each order is claimable, so one order's events leave in the order
-//! they were recorded even with N relays. A row that can never be
-//! published is parked: moved to `outbox_parked` with a reason, which makes
-//! the next row of its order claimable (a consumer then sees that order's
-//! later events without the parked one; consumers never trust order).
+//! transaction that commits late is still seen. A row is claimable only
+//! when no event of it waits behind an older event of its order in another
+//! row, so one order's events leave in the order they were recorded even
+//! with N relays. An event that can never be published is parked: set
+//! aside in `outbox_parked` with a reason, which makes the next events of
+//! its order claimable (a consumer then sees that order's later events
+//! without the parked one; consumers never trust order).
 
 use crate::stream_copy::{event_columns, EventMessage, StoredEvent};
 use crate::StoreError;
@@ -19,12 +21,15 @@ mod parked;
 pub use parked::{classify_ids, park, parked, parked_rows, requeue, ParkedRow, Requeued};
 
 /// An unpublished event, with the message the relay publishes for it,
-/// built from its row in `events`.
+/// built from its row in `events`, and the outbox row that holds it.
 #[derive(Debug, Clone)]
 pub struct OutboxRow {
-    /// The message, as a repair would rebuild it; its position is also the
-    /// outbox row's key.
+    /// The message, as a repair would rebuild it.
     pub message: EventMessage,
+    /// The key of the outbox row that holds the event (the first position
+    /// among that row's events): what the relay deletes once every event of
+    /// the row is settled.
+    pub row: i64,
     /// The aggregate it belongs to (the order, or the shipment).
     pub stream_id: Uuid,
     /// When its transaction committed (with `track_commit_timestamp = on`;
@@ -39,6 +44,7 @@ impl OutboxRow {
         let stream_id = row.event.stream_id;
         Ok(OutboxRow {
             message: row.event.message()?,
+            row: row.outbox_row,
             stream_id,
             created_at: row.created_at,
         })
@@ -92,45 +98,74 @@ pub const CLAIM_SETTINGS: &[(&str, &str)] = &[
 ];
 
 /// The claim, for [`claim`] and for checking its plan. It walks the
-/// outbox in position order and reads each row's event by its position
-/// (`LATERAL`, fenced with `OFFSET 0`: one probe of `events_pkey` per row
-/// walked, never a walk of `events`, which would also give the claim's
-/// order); the message is built from what it read. A row is claimable when
-/// the event of its stream's version just before its own has no row
-/// waiting: a stream's versions are contiguous, and each is written only
-/// once the one before it has committed, so an older row of the same order
-/// waits exactly when that one does (an operator's requeue of an old event
-/// is the exception: it goes out beside, not before, what of its order
-/// waits already). That look-up is two more probes of keys, each a
-/// subquery fenced with `OFFSET 0` and fed by the one before it, so no
-/// plan can walk a table instead (see [`CLAIM_SETTINGS`]): the version
-/// before (`events_stream_version`, the key every append already writes;
-/// not looked for when the event is its stream's first), and that event's
-/// position in the outbox's key. The claimed rows are materialized, then
-/// returned in no particular order; [`claim`] sorts them by position. Each
-/// row also says whether commits wait for synchronous standbys
+/// outbox in key order (a row's first position) and locks up to `$1` rows;
+/// it then reads each of their events by position (one probe of
+/// `events_pkey` each, never a walk of `events`) and returns one row per
+/// event, with its outbox row's key (`outbox_row`), in no particular
+/// order; [`claim`] sorts them by position.
+///
+/// A row is claimable when no event of it has the event just before it in
+/// its stream waiting in another row: a stream's versions are contiguous,
+/// and each is written only once the one before it has committed, so an
+/// older event of the same order waits exactly when that one does (an
+/// operator's requeue of an old event is the exception: it goes out
+/// beside, not before, what of its order waits already). The look-up, for
+/// each event of the row, is three probes of keys, each a subquery fenced
+/// with `OFFSET 0` and fed by the one before it, so no plan can walk a
+/// table instead (see [`CLAIM_SETTINGS`]): the event
+/// (`events_pkey`; only events past their stream's first go on), the
+/// version before it (`events_stream_version`, the key every append
+/// already writes), and the rows of the transaction that wrote that one
+/// (`outbox_tx`, by its `xmin`), of which the one that lists its position
+/// holds it back. An event of the same row is no hold: the row's events
+/// leave in position order.
+///
+/// Each row also says whether commits wait for synchronous standbys
 /// (`standbys`), so the relay knows in the same round trip whether it
-/// needs [`await_replication`]. Positions in `$2` are left out before any
+/// needs [`await_replication`]. Keys in `$2` are left out before any
 /// look-up: the rows the relay's other lanes hold, which `SKIP LOCKED`
-/// would only skip once their three probes were made (a lane's empty
-/// claims walked the other lane's whole batch so).
+/// would only skip once their probes were made (a lane's empty claims
+/// walked the other lane's whole batch so).
 pub const CLAIM_SQL: &str = concat!(
-    "WITH claimed AS MATERIALIZED ( SELECT ",
+    "WITH claimed AS MATERIALIZED ( \
+         SELECT o.position AS outbox_row, o.positions, \
+                coalesce(CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(o.xmin) END, o.created_at) AS created_at \
+         FROM outbox o \
+         WHERE o.position <> ALL($2::bigint[]) AND NOT EXISTS ( \
+             SELECT 1 \
+             FROM unnest(o.positions) AS p(position), \
+                  LATERAL (SELECT e.stream_id, e.version FROM events e WHERE e.position = p.position AND e.version > 1 OFFSET 0) e, \
+                  LATERAL (SELECT b.position, b.xmin::text::bigint AS tx FROM events b WHERE b.stream_id = e.stream_id AND b.version = e.version - 1 OFFSET 0) b, \
+                  LATERAL (SELECT 1 FROM outbox w WHERE w.tx = b.tx AND b.position = ANY(w.positions) AND w.position <> o.position OFFSET 0) w) \
+         ORDER BY o.position LIMIT $1 FOR UPDATE OF o SKIP LOCKED) \
+     SELECT ",
     event_columns!(),
-    ", coalesce(CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(o.xmin) END, o.created_at) AS created_at \
-     FROM outbox o, LATERAL (SELECT * FROM events e WHERE e.position = o.position OFFSET 0) e \
-     WHERE o.position <> ALL($2::bigint[]) AND NOT EXISTS ( \
-         SELECT 1 \
-         FROM (SELECT b.position FROM events b WHERE b.stream_id = e.stream_id AND b.version = e.version - 1 AND e.version > 1 OFFSET 0) b, \
-              LATERAL (SELECT 1 FROM outbox w WHERE w.position = b.position OFFSET 0) w) \
-     ORDER BY o.position LIMIT $1 FOR UPDATE OF o SKIP LOCKED) \
- SELECT c.*, current_setting('synchronous_standby_names') <> '' AS standbys FROM claimed c"
+    ", c.outbox_row, c.created_at, current_setting('synchronous_standby_names') <> '' AS standbys \
+     FROM claimed c, LATERAL (SELECT * FROM events e WHERE e.position = ANY(c.positions) OFFSET 0) e"
 );
 
-/// The rows one claim locked.
+/// The outbox row of one statement's events, a fragment of the write
+/// path's statement ([`crate::journal`]): `appended` returns each event's
+/// position and `xmin`. See the `outbox_row_per_statement` migration.
+pub const QUEUE_SQL: &str = "INSERT INTO outbox (position, positions, tx) \
+     SELECT min(position), array_agg(position ORDER BY position), min(xmin::text::bigint) FROM appended RETURNING 1";
+
+/// Whether the event `e` (of `events`) waits in the outbox, as a condition
+/// on it: one probe of `outbox_tx` by the event's `xmin`, and its position
+/// looked for among the positions of the rows found.
+pub const EVENT_WAITS: &str =
+    "EXISTS (SELECT 1 FROM outbox o WHERE o.tx = e.xmin::text::bigint AND e.position = ANY(o.positions))";
+
+/// How many events the outbox rows hold, as an aggregate over `outbox`.
+pub const EVENTS_WAITING: &str = "coalesce(sum(cardinality(positions)), 0)::bigint";
+
+/// The rows one claim locked, as their events.
 #[derive(Debug, Clone, Default)]
 pub struct Claimed {
+    /// Every event of the rows claimed, in position order.
     pub rows: Vec<OutboxRow>,
+    /// How many outbox rows hold them.
+    pub claimed: usize,
     /// Whether the server had synchronous standbys named when it claimed:
     /// then the relay must pass [`await_replication`] before it publishes.
     /// When none are named, no commit the claim saw waited for one, so the
@@ -142,13 +177,15 @@ pub struct Claimed {
 struct ClaimedRow {
     #[sqlx(flatten)]
     event: StoredEvent,
+    outbox_row: i64,
     created_at: DateTime<Utc>,
     standbys: bool,
 }
 
-/// Locks up to `limit` publishable rows for this transaction, each with
-/// its message; rows other relays hold are skipped, and the positions in
-/// `held` (what this relay's other lanes hold) are not looked at. Run it on
+/// Locks up to `limit` publishable rows for this transaction and returns
+/// their events, each with its message; rows other relays hold are skipped,
+/// and the rows keyed in `held` (what this relay's other lanes hold) are not
+/// looked at. Run it on
 /// a connection opened with [`CLAIM_SETTINGS`].
 pub async fn claim(
     conn: &mut PgConnection,
@@ -166,8 +203,12 @@ pub async fn claim(
         .map(OutboxRow::of)
         .collect::<Result<_, _>>()?;
     rows.sort_unstable_by_key(|r| r.message.position);
+    let mut keys: Vec<i64> = rows.iter().map(|r| r.row).collect();
+    keys.sort_unstable();
+    keys.dedup();
     Ok(Claimed {
         needs_replication,
+        claimed: keys.len(),
         rows,
     })
 }
@@ -189,45 +230,56 @@ pub async fn await_replication(pool: &PgPool) -> Result<(), crate::StoreError> {
 pub struct Deleted {
     /// Rows deleted.
     pub rows: u64,
-    /// Whether a row written after the batch's last one (a position past
+    /// Whether a row written after the batch's last one (a key past
     /// `after`) is there now: most likely new work, committed while the
     /// batch was out on the bus.
     pub newer: bool,
 }
 
-/// The relay's delete, for [`delete`] and for checking its plan.
-pub const DELETE_SQL: &str = "WITH d AS (DELETE FROM outbox WHERE position = ANY($1) RETURNING 1) \
+/// The relay's delete, for [`delete`] and for checking its plan: `$1` the
+/// rows' keys, `$2` the batch's last key, `$3` the positions of events of
+/// those rows not settled, each written back as a row of its own.
+pub const DELETE_SQL: &str = "WITH d AS (DELETE FROM outbox WHERE position = ANY($1) RETURNING positions, tx, created_at), \
+          kept AS (INSERT INTO outbox (position, positions, tx, created_at) \
+                   SELECT p.position, ARRAY[p.position], d.tx, d.created_at FROM d, unnest(d.positions) AS p(position) \
+                   WHERE p.position = ANY($3) RETURNING 1) \
      SELECT (SELECT count(*) FROM d), \
             EXISTS (SELECT 1 FROM outbox WHERE position > $2), \
             set_config('synchronous_commit', 'off', true) IS NOT NULL";
 
-/// Deletes published rows by position, the outbox's key and the only
-/// index that holds it (`= ANY`, one probe each: see the `outbox_lean`
-/// migration for why the order index does not hold it), and makes the
-/// caller's transaction commit without waiting for its WAL flush
-/// (`synchronous_commit = off`, for that transaction only). Nothing is
-/// lost by that: a delete that a crash takes back only leaves published
-/// rows in the outbox, and their republish carries the same `Nats-Msg-Id`
-/// (dropped inside the stream's duplicate window; consumers dedupe by event
-/// id beyond it) — the same as a relay killed between publish and delete.
+/// Deletes settled rows by key, the outbox's primary key (`= ANY`, one
+/// probe each), and makes the caller's transaction commit without waiting
+/// for its WAL flush (`synchronous_commit = off`, for that transaction
+/// only). A row is settled when each of its events was published or parked;
+/// a row some of whose events were not (their acks failed, or the batch
+/// stopped at a connection's failure) goes too, and each event of it in
+/// `left` is written back as a row of its own, with the old row's
+/// transaction and time, so it is claimed again first and still holds back
+/// the later events of its order. Nothing is lost by the commit not
+/// waiting: a delete that a crash takes back only leaves published rows in
+/// the outbox, and their republish carries the same `Nats-Msg-Id` (dropped
+/// inside the stream's duplicate window; consumers dedupe by event id
+/// beyond it) — the same as a relay killed between publish and delete.
 /// The relay commits one such transaction per batch, about a quarter of
 /// all commits under load, and the flushes it no longer waits for are
 /// flushes every writer shares. The replication barrier
 /// ([`await_replication`]) is its own statement and keeps the session's
 /// setting.
 ///
-/// In the same statement it looks for a row past position `after` (the
+/// In the same statement it looks for a row past key `after` (the
 /// batch's last), so that the relay claims again at once only when there
 /// is likely something to claim: a claim that finds nothing costs a
 /// transaction (`BEGIN`, the claim, `ROLLBACK`).
 pub async fn delete(
     conn: &mut PgConnection,
-    positions: &[i64],
+    rows: &[i64],
     after: i64,
+    left: &[i64],
 ) -> Result<Deleted, sqlx::Error> {
     let (deleted, newer): (i64, bool) = sqlx::query_as(DELETE_SQL)
-        .bind(positions)
+        .bind(rows)
         .bind(after)
+        .bind(left)
         .fetch_one(conn)
         .await?;
     Ok(Deleted {
@@ -325,11 +377,11 @@ pub async fn vacuum(pool: &PgPool) -> Result<(), sqlx::Error> {
         .map(|_| ())
 }
 
-/// How many rows wait, and how old the oldest is in seconds.
+/// How many events wait, and how old the oldest is in seconds.
 pub async fn backlog(pool: &PgPool) -> Result<(i64, f64), sqlx::Error> {
-    sqlx::query_as(
-        "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 FROM outbox",
-    )
+    sqlx::query_as(&format!(
+        "SELECT {EVENTS_WAITING}, coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 FROM outbox"
+    ))
     .fetch_one(pool)
     .await
 }

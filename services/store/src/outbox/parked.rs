@@ -7,12 +7,13 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-/// Moves rows that can never be published, each with its short reason
-/// (`too_large`, `bad_subject`, `rejected`), from `outbox`
-/// to `outbox_parked` in one statement, in the caller's transaction (the
-/// one that claimed them). The parked row keeps the message as the relay
-/// built it: what was refused. Returns how many moved. A row parked again
-/// (an operator requeued it and it still fails) replaces its old record.
+/// Sets aside events that can never be published, each with its short
+/// reason (`too_large`, `bad_subject`, `rejected`), in `outbox_parked`, in
+/// one statement, in the caller's transaction (the one that claimed them;
+/// its [`super::delete`] takes their outbox rows away). The parked row keeps
+/// the message as the relay built it: what was refused. Returns how many
+/// were parked. An event parked again (an operator requeued it and it still
+/// fails) replaces its old record.
 pub async fn park(
     conn: &mut PgConnection,
     rows: &[(&OutboxRow, &str)],
@@ -29,12 +30,10 @@ pub async fn park(
     let created: Vec<DateTime<Utc>> = rows.iter().map(|r| r.0.created_at).collect();
     let reasons: Vec<&str> = rows.iter().map(|r| r.1).collect();
     let moved = sqlx::query(
-        "WITH moved AS (DELETE FROM outbox WHERE position = ANY($2) RETURNING position) \
-         INSERT INTO outbox_parked (id, position, stream_id, subject, payload, headers, created_at, reason) \
+        "INSERT INTO outbox_parked (id, position, stream_id, subject, payload, headers, created_at, reason) \
          SELECT p.id, p.position, p.stream_id, p.subject, p.payload::json, p.headers, p.created_at, p.reason \
          FROM unnest($1::uuid[], $2::bigint[], $3::uuid[], $4::text[], $5::text[], $6::jsonb[], $7::timestamptz[], $8::text[]) \
               AS p(id, position, stream_id, subject, payload, headers, created_at, reason) \
-         JOIN moved m ON m.position = p.position \
          ON CONFLICT (id) DO UPDATE SET position = EXCLUDED.position, stream_id = EXCLUDED.stream_id, \
              subject = EXCLUDED.subject, payload = EXCLUDED.payload, headers = EXCLUDED.headers, \
              created_at = EXCLUDED.created_at, reason = EXCLUDED.reason, parked_at = now()",
@@ -122,7 +121,8 @@ pub struct Requeued {
 }
 
 /// Moves parked rows (those of `ids`, or all with `None`) back into the
-/// outbox in one statement, each at its event's position, so it leaves
+/// outbox in one statement, each as a row of its own at its event's
+/// position, with the transaction that wrote the event, so it leaves
 /// before any later row of its order still waiting; the insert wakes the
 /// relay, which builds the message from the event again. Its `created_at`
 /// is now: the requeue is the commit it is published after. A row already
@@ -152,8 +152,9 @@ pub async fn requeue(
                  DELETE FROM outbox_parked p WHERE {WANTED} AND {HAS_EVENT} \
                  RETURNING id, position, stream_id), \
              queued AS ( \
-                 INSERT INTO outbox (position, created_at) \
-                 SELECT position, now() FROM moved RETURNING position) \
+                 INSERT INTO outbox (position, positions, tx, created_at) \
+                 SELECT m.position, ARRAY[m.position], e.xmin::text::bigint, now() \
+                 FROM moved m JOIN events e ON e.position = m.position RETURNING position) \
              SELECT m.id FROM moved m JOIN queued q ON q.position = m.position ORDER BY m.position"
         )
     };
