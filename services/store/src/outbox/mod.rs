@@ -145,7 +145,7 @@ pub const CLAIM_SQL: &str = concat!(
 );
 
 /// The outbox row of one statement's events, a fragment of the write
-/// path's statement ([`crate::journal`]): `appended` returns each event's
+/// path's statement (the event store's append): `appended` returns each event's
 /// position and `xmin`. See the `outbox_row_per_statement` migration.
 pub const QUEUE_SQL: &str = "INSERT INTO outbox (position, positions, tx) \
      SELECT min(position), array_agg(position ORDER BY position), min(xmin::text::bigint) FROM appended RETURNING 1";
