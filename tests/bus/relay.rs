@@ -1297,6 +1297,45 @@ async fn a_statements_events_share_a_row_that_waits_for_its_orders_earlier_event
     );
 }
 
+/// A statement that appends more events than one outbox row holds writes a
+/// row per `EVENTS_PER_ROW` of them, in position order, each keyed by its
+/// first: a claim of N rows never reads more than N × 32 events. Counted
+/// two ways: the rows' lists against the events written.
+#[tokio::test]
+async fn a_statement_of_seventy_events_writes_rows_of_at_most_thirty_two() {
+    let app = TestApp::spawn().await;
+    sqlx::query(&format!(
+        "WITH appended AS ( \
+             INSERT INTO events (event_id, stream_id, version, type, data, correlation_id, causation_id, source) \
+             SELECT gen_random_uuid(), gen_random_uuid(), 1, 'order.test.v1', '{{}}', gen_random_uuid(), gen_random_uuid(), 'test' \
+             FROM generate_series(1, 70) RETURNING position, xmin) {}",
+        store::outbox::QUEUE_SQL
+    ))
+    .execute(&app.pool)
+    .await
+    .expect("seventy events in one statement");
+    let rows: Vec<(i64, Vec<i64>)> =
+        sqlx::query_as("SELECT position, positions FROM outbox ORDER BY position")
+            .fetch_all(&app.pool)
+            .await
+            .expect("rows");
+    let positions: Vec<i64> = sqlx::query_scalar("SELECT position FROM events ORDER BY position")
+        .fetch_all(&app.pool)
+        .await
+        .expect("events");
+    assert_eq!(store::outbox::EVENTS_PER_ROW, 32);
+    let sizes: Vec<usize> = rows.iter().map(|(_, p)| p.len()).collect();
+    assert_eq!(sizes, [32, 32, 6]);
+    assert_eq!(
+        rows.iter().flat_map(|(_, p)| p.clone()).collect::<Vec<_>>(),
+        positions,
+        "every event in one row, in position order"
+    );
+    for (key, listed) in &rows {
+        assert_eq!(*key, listed[0], "a row is keyed by its first position");
+    }
+}
+
 /// The outbox is a queue, and the claim walks its position index from the
 /// start, where deleted rows' entries stay until a vacuum: autovacuum may
 /// come a minute later, so the relay vacuums the outbox itself once enough

@@ -64,7 +64,7 @@ async fn the_events_endpoint_shows_the_history_and_it_folds_into_the_projection(
     assert_eq!(
         app.count("SELECT count(*) FROM outbox").await,
         2,
-        "one outbox row per event"
+        "one outbox row per writing statement: the placing and the cancel"
     );
 }
 

@@ -66,7 +66,7 @@ impl Settings {
     pub fn from_env() -> Result<Self, ConfigError> {
         let batch_size = config::var(
             "OUTBOX_BATCH_SIZE",
-            "outbox rows claimed and published per transaction (1–10000); a row holds the events one writing statement appended (one to a few hundred)",
+            "outbox rows claimed and published per transaction (1–10000); a row holds up to 32 of the events one writing statement appended",
         )
         .in_range(500i64, 1..=10_000)?;
         let lanes = config::var(

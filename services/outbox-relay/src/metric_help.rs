@@ -6,11 +6,11 @@ use platform::metric::Metric;
 pub const METRICS: &[Metric] = &[
     Metric::gauge(
         "soldonce_outbox_backlog",
-        "Outbox rows waiting to be published.",
+        "Events waiting in the outbox to be published.",
     ),
     Metric::gauge(
         "soldonce_outbox_oldest_unpublished_seconds",
-        "Age of the oldest outbox row waiting to be published.",
+        "Age of the oldest outbox row (the events of one writing statement) waiting to be published.",
     ),
     Metric::histogram(
         "soldonce_outbox_commit_to_puback_seconds",

@@ -53,7 +53,7 @@ impl Record {
 }
 
 /// Appends records (of one or many streams) with their outbox row, as
-/// fragments of `statement`: one row for all of them, naming each event by
+/// fragments of `statement`: a row per 32 of them, naming each event by
 /// position (see [`crate::outbox::QUEUE_SQL`]); the relay reads the events
 /// (their streams and versions too, for the per-order order) and builds the
 /// messages from them. An
@@ -114,7 +114,11 @@ pub(crate) fn append<'q>(
     );
     s.cte("queued", crate::outbox::QUEUE_SQL);
     s.expect_rows("appended", n, first.stream_id);
-    s.expect_rows("queued", 1, first.stream_id);
+    s.expect_rows(
+        "queued",
+        n.div_ceil(crate::outbox::EVENTS_PER_ROW),
+        first.stream_id,
+    );
     s.on_taken("events_stream_version", first.stream_id);
     Ok(())
 }

@@ -32,7 +32,7 @@ const BEFORE_ANALYZE: u64 = 8_000;
 /// `bench relay`'s arguments.
 #[derive(Debug, Clone, Args)]
 pub struct RelayArgs {
-    /// Orders in each round's backlog (one outbox row each).
+    /// Orders in each round's backlog (one event each; checkout writes one outbox row per group it places).
     #[arg(long, default_value_t = 300_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub rows: u64,
     /// Rounds; in each, every build drains once, in turn.

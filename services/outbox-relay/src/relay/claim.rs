@@ -34,6 +34,7 @@ impl Held {
     /// returned guard is dropped (once its transaction has ended).
     pub(super) fn hold(&self, lane: usize, rows: &[OutboxRow]) -> HeldBy<'_> {
         let mut positions: Vec<i64> = rows.iter().map(|r| r.row).collect();
+        positions.sort_unstable();
         positions.dedup();
         self.by_lane
             .lock()

@@ -1,55 +1,104 @@
-//! Publishing: each claimed row sent to JetStream with its event id as
-//! `Nats-Msg-Id`, and every PubAck awaited; a row that can never be
+//! Publishing: each claimed event sent to JetStream with its event id as
+//! `Nats-Msg-Id`, and every PubAck awaited; an event that can never be
 //! published is set apart to be parked.
+//!
+//! One outbox row holds all the events one statement appended, so a batch
+//! can hold two events of one order (a payment's authorization and the
+//! order's confirmation). They go out in rounds: the first event of each
+//! order in the batch, then, once those are acknowledged, the second, and
+//! so on, so a later event of an order never reaches the stream while an
+//! earlier one failed (it is written back to the outbox instead, see
+//! `settle`). A round's events are sent pipelined, at most [`IN_FLIGHT`]
+//! before their acks are awaited: the JetStream context admits 5,000
+//! unacknowledged publishes and then makes the next one wait for an ack,
+//! which a batch that awaits its acks only after sending would never see.
 
 use super::lag::seconds_between;
 use crate::poison::{self, Poison};
 use async_nats::jetstream::{self, context::PublishAckFuture, message::PublishMessage};
 use platform::otel::{Hop, Kind};
 use platform::trace::TraceParent;
+use std::collections::HashMap;
 use std::future::IntoFuture;
 use store::outbox::OutboxRow;
 
-/// What publishing a batch came to; rows go by their index in the batch.
-#[derive(Default)]
+/// Publishes sent before their acks are awaited, well under the JetStream
+/// context's 5,000.
+const IN_FLIGHT: usize = 1_000;
+
+/// What publishing a batch came to; events go by their index in the batch.
 pub(super) struct Sent {
-    /// The positions of the rows JetStream acknowledged.
+    /// The positions of the events JetStream acknowledged.
     pub(super) published: Vec<i64>,
     /// The stream sequences of the new messages among them (not duplicates).
     pub(super) sequences: Vec<u64>,
-    /// The rows that can never be published, with why.
+    /// The events that can never be published, with why.
     pub(super) parked: Vec<(usize, Poison)>,
-    /// The first failure worth retrying; its row stays in the outbox.
+    /// The first failure worth retrying; its event, and every event not
+    /// sent after it, stays in the outbox.
     pub(super) failure: Option<anyhow::Error>,
-    /// Each row's producer span, recorded when the batch is done (dropped).
+    /// Each event's producer span, recorded when the batch is done (dropped).
     pub(super) hops: Vec<Option<Hop>>,
 }
 
-/// Publishes `rows` and awaits every ack.
+/// Publishes `rows` (a batch's events, in position order) in rounds, each
+/// order's events in turn, awaiting every ack; stops after the first round
+/// with a failure, leaving the rest for the retry.
 pub(super) async fn publish(js: &jetstream::Context, rows: &[OutboxRow]) -> Sent {
-    let mut sent = Sent::default();
-    let pending = send(js, rows, &mut sent).await;
-    await_acks(rows, pending, &mut sent).await;
+    let mut sent = Sent {
+        published: Vec::with_capacity(rows.len()),
+        sequences: Vec::with_capacity(rows.len()),
+        parked: Vec::new(),
+        failure: None,
+        hops: rows.iter().map(|_| None).collect(),
+    };
+    for round in rounds(rows) {
+        for window in round.chunks(IN_FLIGHT) {
+            let pending = send(js, rows, window, &mut sent).await;
+            await_acks(rows, pending, &mut sent).await;
+            if sent.failure.is_some() {
+                return sent;
+            }
+        }
+    }
     sent
 }
 
-/// Sends each row in turn and returns the acks to await, by row; stops at
-/// a failure that is likely the connection's, leaving the rest for the retry.
+/// The batch's events by round: an event's round is how many events of its
+/// order come before it in the batch. Each round keeps position order.
+fn rounds(rows: &[OutboxRow]) -> Vec<Vec<usize>> {
+    let mut seen: HashMap<sqlx::types::Uuid, usize> = HashMap::new();
+    let mut rounds: Vec<Vec<usize>> = Vec::new();
+    for (i, row) in rows.iter().enumerate() {
+        let round = seen.entry(row.stream_id).or_default();
+        if rounds.len() <= *round {
+            rounds.push(Vec::new());
+        }
+        rounds[*round].push(i);
+        *round += 1;
+    }
+    rounds
+}
+
+/// Sends the events at `indexes` in turn and returns the acks to await, by
+/// event; stops at a failure that is likely the connection's, leaving the
+/// rest for the retry.
 async fn send(
     js: &jetstream::Context,
     rows: &[OutboxRow],
+    indexes: &[usize],
     sent: &mut Sent,
 ) -> Vec<(usize, <PublishAckFuture as IntoFuture>::IntoFuture)> {
     // 0 before the first connection: then only the client's own check applies.
     let max_payload = js.client().server_info().max_payload;
-    let mut pending = Vec::with_capacity(rows.len());
-    sent.hops.reserve(rows.len());
-    for (i, row) in rows.iter().enumerate() {
+    let mut pending = Vec::with_capacity(indexes.len());
+    for &i in indexes {
+        let row = &rows[i];
         let hop = producer_hop(row);
         let traceparent = hop
             .as_ref()
             .map(|h| (h.traceparent(), h.tracestate().map(str::to_owned)));
-        sent.hops.push(hop);
+        sent.hops[i] = hop;
         let message = match message(row, traceparent, max_payload) {
             Ok(m) => m,
             Err(p) => {
@@ -109,8 +158,6 @@ async fn await_acks(
     // dead connection costs one timeout, not one per row.
     let (waiting, acks): (Vec<usize>, Vec<_>) = pending.into_iter().unzip();
     let acked = futures::future::join_all(acks).await;
-    sent.published.reserve(acked.len());
-    sent.sequences.reserve(acked.len());
     for (i, ack) in waiting.into_iter().zip(acked) {
         let row = &rows[i];
         match ack {
@@ -208,4 +255,37 @@ fn message(
         publish = publish.header(*name, *value);
     }
     Ok(publish)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::types::Uuid;
+    use store::stream_copy::EventMessage;
+
+    fn event(stream: Uuid, position: i64) -> OutboxRow {
+        OutboxRow {
+            message: EventMessage {
+                position,
+                event_id: Uuid::nil(),
+                subject: "soldonce.order.test".into(),
+                payload: "{}".into(),
+                traceparent: None,
+                tracestate: None,
+            },
+            row: 1,
+            stream_id: stream,
+            created_at: chrono::Utc::now(),
+        }
+    }
+
+    #[test]
+    fn an_orders_second_event_in_a_batch_waits_for_a_round_after_its_first() {
+        let (a, b, c) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+        let rows: Vec<OutboxRow> = [(a, 1), (b, 2), (a, 3), (c, 4), (a, 5), (b, 6)]
+            .into_iter()
+            .map(|(stream, position)| event(stream, position))
+            .collect();
+        assert_eq!(rounds(&rows), vec![vec![0, 1, 3], vec![2, 5], vec![4]]);
+    }
 }

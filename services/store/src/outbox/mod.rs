@@ -144,11 +144,25 @@ pub const CLAIM_SQL: &str = concat!(
      FROM claimed c, LATERAL (SELECT * FROM events e WHERE e.position = ANY(c.positions) OFFSET 0) e"
 );
 
-/// The outbox row of one statement's events, a fragment of the write
-/// path's statement (the event store's append): `appended` returns each event's
-/// position and `xmin`. See the `outbox_row_per_statement` migration.
-pub const QUEUE_SQL: &str = "INSERT INTO outbox (position, positions, tx) \
-     SELECT min(position), array_agg(position ORDER BY position), min(xmin::text::bigint) FROM appended RETURNING 1";
+/// The most events one outbox row holds. A statement that appends more
+/// (an expiry batch of 1,000 orders, a checkout group of 256) writes a row
+/// per 32 of them, so a claim of `OUTBOX_BATCH_SIZE` rows reads at most 32
+/// times as many events.
+pub const EVENTS_PER_ROW: usize = 32;
+
+/// The outbox rows of one statement's events, a fragment of the write
+/// path's statement (the event store's append): `appended` returns each
+/// event's position and `xmin`; a row per [`EVENTS_PER_ROW`] of them, in
+/// position order, each keyed by its first. See the
+/// `outbox_row_per_statement` migration.
+pub const QUEUE_SQL: &str = concat!(
+    "INSERT INTO outbox (position, positions, tx) \
+     SELECT min(position), array_agg(position ORDER BY position), min(tx) \
+     FROM (SELECT position, xmin::text::bigint AS tx, (row_number() OVER (ORDER BY position) - 1) / ",
+    32,
+    " AS part FROM appended) a \
+     GROUP BY part RETURNING 1"
+);
 
 /// Whether the event `e` (of `events`) waits in the outbox, as a condition
 /// on it: one probe of `outbox_tx` by the event's `xmin`, and its position
