@@ -200,7 +200,7 @@ async fn an_order_too_large_for_nats_is_parked_and_every_other_event_flows_in_or
     );
     let (poison_placed, poison_cancelled) = (poison_events[0].0, poison_events[1].0);
     // The premise: only the poison row is over the limit, every other with room for its headers.
-    let waiting: Vec<i64> = sqlx::query_scalar("SELECT position FROM outbox")
+    let waiting: Vec<i64> = sqlx::query_scalar("SELECT unnest(positions) FROM outbox")
         .fetch_all(&app.pool)
         .await
         .expect("positions");

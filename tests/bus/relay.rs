@@ -1334,6 +1334,33 @@ async fn a_statement_of_seventy_events_writes_rows_of_at_most_thirty_two() {
     for (key, listed) in &rows {
         assert_eq!(*key, listed[0], "a row is keyed by its first position");
     }
+    // The first row published in part, its own key among the events left:
+    // the key deleted and written back in one statement.
+    let (key, listed) = rows[0].clone();
+    let mut tx = app.pool.begin().await.expect("begin");
+    let deleted = store::outbox::delete(&mut tx, &[key], key, &[key, listed[5]])
+        .await
+        .expect("settle in part");
+    assert_eq!(deleted.rows, 1);
+    tx.commit().await.expect("commit");
+    let after: Vec<(i64, Vec<i64>)> =
+        sqlx::query_as("SELECT position, positions FROM outbox ORDER BY position")
+            .fetch_all(&app.pool)
+            .await
+            .expect("rows");
+    assert_eq!(
+        after,
+        [
+            (key, vec![key]),
+            (listed[5], vec![listed[5]]),
+            rows[1].clone(),
+            rows[2].clone()
+        ]
+    );
+    assert_eq!(
+        store::outbox::backlog(&app.pool).await.expect("backlog").0,
+        2 + 32 + 6
+    );
 }
 
 /// The outbox is a queue, and the claim walks its position index from the

@@ -109,3 +109,71 @@ async fn events_recorded_before_the_metadata_became_columns_keep_it() {
         serde_json::from_value(rows[3].6.clone()).expect("readable metadata now");
     assert_eq!(meta.source, "unknown");
 }
+
+/// Outbox rows waiting when the outbox became a row per writing statement
+/// become one-event rows under the transaction that wrote their event, and
+/// the claim takes them in order: an order's second event waits behind its
+/// first, whichever row holds it.
+#[tokio::test]
+async fn outbox_rows_waiting_at_the_upgrade_to_rows_per_statement_are_claimed_in_order() {
+    let url = servers::empty_database().await;
+    let pool = PgPool::connect(&url).await.expect("connect");
+    migrations_through(20261215000037)
+        .run(&pool)
+        .await
+        .expect("the release before");
+    let (order, other) = (Uuid::now_v7(), Uuid::now_v7());
+    let mut positions = Vec::new();
+    for (stream, version) in [(order, 1), (other, 1), (order, 2)] {
+        let position: i64 = sqlx::query_scalar(
+            "WITH e AS ( \
+                 INSERT INTO events (event_id, stream_id, version, type, data, correlation_id, causation_id, source) \
+                 VALUES (gen_random_uuid(), $1, $2, 'order.test.v1', '{}', gen_random_uuid(), gen_random_uuid(), 'test') \
+                 RETURNING position) \
+             INSERT INTO outbox (position) SELECT position FROM e RETURNING position",
+        )
+        .bind(stream)
+        .bind(version)
+        .fetch_one(&pool)
+        .await
+        .expect("an event and its outbox row as the release before wrote them");
+        positions.push(position);
+    }
+    store::migrate(&pool).await.expect("this release");
+
+    let rows: Vec<(i64, Vec<i64>, bool)> = sqlx::query_as(
+        "SELECT o.position, o.positions, o.tx = e.xmin::text::bigint \
+         FROM outbox o JOIN events e ON e.position = o.position ORDER BY o.position",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("rows after the upgrade");
+    assert_eq!(
+        rows,
+        positions
+            .iter()
+            .map(|p| (*p, vec![*p], true))
+            .collect::<Vec<_>>(),
+        "one-event rows under their event's transaction"
+    );
+    assert_eq!(store::outbox::backlog(&pool).await.expect("backlog").0, 3);
+    let claim = |pool: PgPool| async move {
+        let mut tx = pool.begin().await.expect("begin");
+        let claimed = store::outbox::claim(&mut tx, 10, &[]).await.expect("claim");
+        let got: Vec<i64> = claimed.rows.iter().map(|r| r.message.position).collect();
+        (tx, got)
+    };
+    let (mut tx, got) = claim(pool.clone()).await;
+    assert_eq!(
+        got,
+        [positions[0], positions[1]],
+        "the order's second event waits behind its first"
+    );
+    store::outbox::delete(&mut tx, &got, positions[1], &[])
+        .await
+        .expect("delete");
+    tx.commit().await.expect("commit");
+    let (tx, got) = claim(pool.clone()).await;
+    assert_eq!(got, [positions[2]]);
+    tx.rollback().await.expect("rollback");
+}

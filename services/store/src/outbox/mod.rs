@@ -117,8 +117,10 @@ pub const CLAIM_SETTINGS: &[(&str, &str)] = &[
 /// version before it (`events_stream_version`, the key every append
 /// already writes), and the rows of the transaction that wrote that one
 /// (`outbox_tx`, by its `xmin`), of which the one that lists its position
-/// holds it back. An event of the same row is no hold: the row's events
-/// leave in position order.
+/// holds it back. An event of the same row is no hold: the relay publishes
+/// a row's events of one order in position order, each once the one before
+/// is acknowledged, and the write path appends each order's events in
+/// version order, so positions follow versions.
 ///
 /// Each row also says whether commits wait for synchronous standbys
 /// (`standbys`), so the relay knows in the same round trip whether it
