@@ -20,6 +20,25 @@ mod settle;
 mod upkeep;
 mod wake;
 
+/// A claimed event for the relay's unit tests: in outbox row `row`, of
+/// stream `stream`, at `position`.
+#[cfg(test)]
+fn test_event(row: i64, stream: sqlx::types::Uuid, position: i64) -> store::outbox::OutboxRow {
+    store::outbox::OutboxRow {
+        message: store::stream_copy::EventMessage {
+            position,
+            event_id: sqlx::types::Uuid::nil(),
+            subject: "soldonce.order.test".into(),
+            payload: "{}".into(),
+            traceparent: None,
+            tracestate: None,
+        },
+        row,
+        stream_id: stream,
+        created_at: chrono::Utc::now(),
+    }
+}
+
 use crate::poison;
 use crate::watch::{Acks, RepairSettings};
 use async_nats::jetstream;

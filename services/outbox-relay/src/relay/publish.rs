@@ -261,30 +261,13 @@ fn message(
 mod tests {
     use super::*;
     use sqlx::types::Uuid;
-    use store::stream_copy::EventMessage;
-
-    fn event(stream: Uuid, position: i64) -> OutboxRow {
-        OutboxRow {
-            message: EventMessage {
-                position,
-                event_id: Uuid::nil(),
-                subject: "soldonce.order.test".into(),
-                payload: "{}".into(),
-                traceparent: None,
-                tracestate: None,
-            },
-            row: 1,
-            stream_id: stream,
-            created_at: chrono::Utc::now(),
-        }
-    }
 
     #[test]
     fn an_orders_second_event_in_a_batch_waits_for_a_round_after_its_first() {
         let (a, b, c) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
         let rows: Vec<OutboxRow> = [(a, 1), (b, 2), (a, 3), (c, 4), (a, 5), (b, 6)]
             .into_iter()
-            .map(|(stream, position)| event(stream, position))
+            .map(|(stream, position)| super::super::test_event(1, stream, position))
             .collect();
         assert_eq!(rounds(&rows), vec![vec![0, 1, 3], vec![2, 5], vec![4]]);
     }

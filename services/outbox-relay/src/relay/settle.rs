@@ -113,30 +113,13 @@ fn settled_rows(rows: &[OutboxRow], settled: &HashSet<i64>) -> (Vec<i64>, Vec<i6
 mod tests {
     use super::*;
     use sqlx::types::Uuid;
-    use store::stream_copy::EventMessage;
-
-    fn event(row: i64, position: i64) -> OutboxRow {
-        OutboxRow {
-            message: EventMessage {
-                position,
-                event_id: Uuid::nil(),
-                subject: "soldonce.order.test".into(),
-                payload: "{}".into(),
-                traceparent: None,
-                tracestate: None,
-            },
-            row,
-            stream_id: Uuid::nil(),
-            created_at: chrono::Utc::now(),
-        }
-    }
 
     #[test]
     fn a_row_goes_once_any_event_of_it_settled_and_leaves_the_others_behind() {
         // Rows 1 (1, 3, 5), 2 (2, 4) and 6 (6), their events interleaved by position.
         let rows: Vec<OutboxRow> = [(1, 1), (2, 2), (1, 3), (2, 4), (1, 5), (6, 6)]
             .into_iter()
-            .map(|(row, position)| event(row, position))
+            .map(|(row, position)| super::super::test_event(row, Uuid::nil(), position))
             .collect();
         // Row 1 all settled; row 2 in part; row 6 not at all (a failed ack).
         let settled: HashSet<i64> = [1, 3, 5, 4].into_iter().collect();
