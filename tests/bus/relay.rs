@@ -1244,7 +1244,7 @@ async fn a_statements_events_share_a_row_that_waits_for_its_orders_earlier_event
     // What a stream repair counts as gone to the stream: events in no row.
     let pool = &app.pool;
     let left_outbox = || async move {
-        store::stream_copy::published_page(pool, 0, 0, 100)
+        store::outbox::published_page(pool, 0, 0, 100)
             .await
             .expect("published page")
     };

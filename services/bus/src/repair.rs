@@ -5,7 +5,7 @@
 //! take back messages it had acknowledged, after the relay deleted their
 //! outbox rows. PostgreSQL's `events` still holds every one of them. A
 //! repair lists the events that left the outbox since a point
-//! ([`store::stream_copy::published_page`]), reads which of them the stream
+//! ([`store::outbox::published_page`]), reads which of them the stream
 //! holds (its messages' `Soldonce-Position` header, headers only, with an
 //! ordered consumer), and republishes the rest in position order with their
 //! own `Nats-Msg-Id`: inside the duplicate window JetStream drops a message
@@ -174,7 +174,7 @@ async fn expected_since(pool: &PgPool, from: i64) -> anyhow::Result<Vec<i64>> {
     let mut expected = Vec::new();
     let mut after = from - 1;
     loop {
-        let page = store::stream_copy::published_page(pool, from, after, PAGE).await?;
+        let page = store::outbox::published_page(pool, from, after, PAGE).await?;
         let Some(&last) = page.last() else { break };
         after = last;
         let full = page.len() as i64 == PAGE;

@@ -99,31 +99,6 @@ pub async fn recorded_at(
     .await?)
 }
 
-/// Positions of the events from `from` on that left the outbox (neither
-/// waiting in `outbox` nor parked in `outbox_parked`): the ones the stream
-/// must hold. At most `limit`, in position order, after `after`; page on
-/// with the last position returned.
-pub async fn published_page(
-    pool: &PgPool,
-    from: i64,
-    after: i64,
-    limit: i64,
-) -> Result<Vec<i64>, StoreError> {
-    Ok(sqlx::query_scalar(&format!(
-        "SELECT e.position FROM events e \
-             WHERE e.position >= $1 AND e.position > $2 \
-               AND NOT {} \
-               AND NOT EXISTS (SELECT 1 FROM outbox_parked p WHERE p.id = e.event_id) \
-             ORDER BY e.position LIMIT $3",
-        crate::outbox::EVENT_WAITS
-    ))
-    .bind(from)
-    .bind(after)
-    .bind(limit)
-    .fetch_all(pool)
-    .await?)
-}
-
 /// [`positions_of`]'s statement: the ids (`$1`) are found through the
 /// BRIN index on `events.event_id` (migration 29), which holds a summary of
 /// each range of pages: event ids rise with positions, so an id falls in

@@ -169,7 +169,7 @@ pub const QUEUE_SQL: &str = concat!(
 /// Whether the event `e` (of `events`) waits in the outbox, as a condition
 /// on it: one probe of `outbox_tx` by the event's `xmin`, and its position
 /// looked for among the positions of the rows found.
-pub const EVENT_WAITS: &str =
+const EVENT_WAITS: &str =
     "EXISTS (SELECT 1 FROM outbox o WHERE o.tx = e.xmin::text::bigint AND e.position = ANY(o.positions))";
 
 /// How many events the outbox rows hold, as an aggregate over `outbox`.
@@ -400,4 +400,29 @@ pub async fn backlog(pool: &PgPool) -> Result<(i64, f64), sqlx::Error> {
     ))
     .fetch_one(pool)
     .await
+}
+
+/// Positions of the events from `from` on that left the outbox (neither
+/// waiting in `outbox` nor parked in `outbox_parked`): the ones the stream
+/// must hold. At most `limit`, in position order, after `after`; page on
+/// with the last position returned.
+pub async fn published_page(
+    pool: &PgPool,
+    from: i64,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<i64>, StoreError> {
+    Ok(sqlx::query_scalar(&format!(
+        "SELECT e.position FROM events e \
+             WHERE e.position >= $1 AND e.position > $2 \
+               AND NOT {} \
+               AND NOT EXISTS (SELECT 1 FROM outbox_parked p WHERE p.id = e.event_id) \
+             ORDER BY e.position LIMIT $3",
+        EVENT_WAITS
+    ))
+    .bind(from)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?)
 }
