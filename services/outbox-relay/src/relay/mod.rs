@@ -145,9 +145,11 @@ impl Relay {
                 stop.clone(),
             ))
         });
+        // The repair publishes pages of thousands before awaiting their acks:
+        // on a context of its own, whose admitted acks the lanes do not share.
         let watch = tokio::spawn(crate::watch::run(
             self.pool.clone(),
-            self.js.clone(),
+            jetstream::new(self.js.client()),
             self.acks.clone(),
             self.repair,
             stop.clone(),
@@ -285,7 +287,7 @@ impl Relay {
         let _held = self.held.hold(lane, &rows);
         // Every new message must be acknowledged above this (see crate::watch).
         let floor = self.acks.floor();
-        let sent = publish::publish(&self.js, &rows).await;
+        let sent = publish::publish(&self.js, &rows, publish::in_flight(self.lanes)).await;
         self.settle(tx, &rows, claimed, floor, sent).await
     }
 }

@@ -2,16 +2,18 @@
 //! `Nats-Msg-Id`, and every PubAck awaited; an event that can never be
 //! published is set apart to be parked.
 //!
-//! One outbox row holds all the events one statement appended, so a batch
-//! can hold two events of one order (a payment's authorization and the
-//! order's confirmation). They go out in rounds: the first event of each
-//! order in the batch, then, once those are acknowledged, the second, and
-//! so on, so a later event of an order never reaches the stream while an
-//! earlier one failed (it is written back to the outbox instead, see
-//! `settle`). A round's events are sent pipelined, at most [`IN_FLIGHT`]
-//! before their acks are awaited: the JetStream context admits 5,000
-//! unacknowledged publishes and then makes the next one wait for an ack,
-//! which a batch that awaits its acks only after sending would never see.
+//! One outbox row holds up to 32 of the events one statement appended, so
+//! a batch can hold two events of one order (a payment's authorization and
+//! the order's confirmation). They go out in rounds: the first event of
+//! each order in the batch, then, once those are acknowledged, the second,
+//! and so on, so a later event of an order never reaches the stream while
+//! an earlier one failed (it is written back to the outbox instead, see
+//! `settle`). A round's events are sent pipelined, a window of at most
+//! [`in_flight`] before their acks are awaited: the lanes share one
+//! JetStream context, which admits [`ACKS_ADMITTED`] unacknowledged
+//! publishes and then makes the next one wait for an ack, which a batch
+//! that awaits its acks only after sending would never see. The stream's
+//! repair publishes on a context of its own.
 
 use super::lag::seconds_between;
 use crate::poison::{self, Poison};
@@ -22,9 +24,16 @@ use std::collections::HashMap;
 use std::future::IntoFuture;
 use store::outbox::OutboxRow;
 
-/// Publishes sent before their acks are awaited, well under the JetStream
-/// context's 5,000.
-const IN_FLIGHT: usize = 1_000;
+/// How many unacknowledged publishes a JetStream context admits before
+/// the next one waits for an ack (async-nats' default).
+pub(super) const ACKS_ADMITTED: usize = 5_000;
+
+/// The publishes each of `lanes` lanes sends before awaiting their acks:
+/// together at most 4,000, under the shared context's [`ACKS_ADMITTED`],
+/// and at most 1,000 each.
+pub(super) fn in_flight(lanes: usize) -> usize {
+    (ACKS_ADMITTED * 4 / 5 / lanes.max(1)).clamp(1, 1_000)
+}
 
 /// What publishing a batch came to; events go by their index in the batch.
 pub(super) struct Sent {
@@ -42,9 +51,9 @@ pub(super) struct Sent {
 }
 
 /// Publishes `rows` (a batch's events, in position order) in rounds, each
-/// order's events in turn, awaiting every ack; stops after the first round
-/// with a failure, leaving the rest for the retry.
-pub(super) async fn publish(js: &jetstream::Context, rows: &[OutboxRow]) -> Sent {
+/// order's events in turn, `window` at a time, awaiting every ack; stops
+/// after the first window with a failure, leaving the rest for the retry.
+pub(super) async fn publish(js: &jetstream::Context, rows: &[OutboxRow], window: usize) -> Sent {
     let mut sent = Sent {
         published: Vec::with_capacity(rows.len()),
         sequences: Vec::with_capacity(rows.len()),
@@ -53,8 +62,8 @@ pub(super) async fn publish(js: &jetstream::Context, rows: &[OutboxRow]) -> Sent
         hops: rows.iter().map(|_| None).collect(),
     };
     for round in rounds(rows) {
-        for window in round.chunks(IN_FLIGHT) {
-            let pending = send(js, rows, window, &mut sent).await;
+        for indexes in round.chunks(window.max(1)) {
+            let pending = send(js, rows, indexes, &mut sent).await;
             await_acks(rows, pending, &mut sent).await;
             if sent.failure.is_some() {
                 return sent;
@@ -270,5 +279,16 @@ mod tests {
             .map(|(stream, position)| super::super::test_event(1, stream, position))
             .collect();
         assert_eq!(rounds(&rows), vec![vec![0, 1, 3], vec![2, 5], vec![4]]);
+    }
+
+    #[test]
+    fn the_lanes_windows_together_stay_under_what_the_context_admits() {
+        for lanes in 1..=16 {
+            let window = in_flight(lanes);
+            assert!((1..=1_000).contains(&window));
+            assert!(window * lanes < ACKS_ADMITTED, "{lanes} lanes of {window}");
+        }
+        assert_eq!(in_flight(2), 1_000);
+        assert_eq!(in_flight(16), 250);
     }
 }
