@@ -1239,7 +1239,7 @@ async fn a_statements_events_share_a_row_that_waits_for_its_orders_earlier_event
     async fn claimed(tx: &mut sqlx::PgConnection) -> (Vec<i64>, usize) {
         let claimed = store::outbox::claim(tx, 10, &[]).await.expect("claim");
         let positions = claimed.rows.iter().map(|r| r.message.position).collect();
-        (positions, claimed.claimed)
+        (positions, claimed.keys.len())
     }
     // What a stream repair counts as gone to the stream: events in no row.
     let pool = &app.pool;

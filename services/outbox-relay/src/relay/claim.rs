@@ -30,12 +30,10 @@ impl Held {
             .collect()
     }
 
-    /// Notes that `lane` holds the rows of the events `rows` until the
+    /// Notes that `lane` holds the outbox rows keyed `keys` until the
     /// returned guard is dropped (once its transaction has ended).
-    pub(super) fn hold(&self, lane: usize, rows: &[OutboxRow]) -> HeldBy<'_> {
-        let mut positions: Vec<i64> = rows.iter().map(|r| r.row).collect();
-        positions.sort_unstable();
-        positions.dedup();
+    pub(super) fn hold(&self, lane: usize, keys: &[i64]) -> HeldBy<'_> {
+        let positions = keys.to_vec();
         self.by_lane
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -63,17 +61,17 @@ impl Drop for HeldBy<'_> {
 impl Relay {
     /// Claims the next batch for `lane` in a new transaction, which later
     /// deletes its rows and parks poison events; `None` when the outbox has
-    /// nothing to claim. Returns the batch's events and how many rows hold
-    /// them.
+    /// nothing to claim. Returns the batch's events and the keys of the rows
+    /// that hold them.
     pub(super) async fn claim(
         &self,
         lane: usize,
-    ) -> anyhow::Result<Option<(Transaction<'static, Postgres>, Vec<OutboxRow>, usize)>> {
+    ) -> anyhow::Result<Option<(Transaction<'static, Postgres>, Vec<OutboxRow>, Vec<i64>)>> {
         let mut tx = self.pool.begin().await?;
         let others = self.held.others(lane);
         let store::outbox::Claimed {
             rows,
-            claimed,
+            keys,
             needs_replication,
         } = store::outbox::claim(&mut tx, self.batch_size, &others).await?;
         let found = if rows.is_empty() { "none" } else { "rows" };
@@ -91,6 +89,6 @@ impl Relay {
         if needs_replication {
             store::outbox::await_replication(&self.pool).await?;
         }
-        Ok(Some((tx, rows, claimed)))
+        Ok(Some((tx, rows, keys)))
     }
 }

@@ -280,14 +280,14 @@ impl Relay {
     /// claiming transaction deletes the settled rows and parks the poison
     /// events.
     async fn relay_batch(&self, lane: usize) -> anyhow::Result<Batch> {
-        let Some((tx, rows, claimed)) = self.claim(lane).await? else {
+        let Some((tx, rows, keys)) = self.claim(lane).await? else {
             return Ok(Batch::default());
         };
         // Left out of the other lanes' claims until this batch's transaction ends.
-        let _held = self.held.hold(lane, &rows);
+        let _held = self.held.hold(lane, &keys);
         // Every new message must be acknowledged above this (see crate::watch).
         let floor = self.acks.floor();
         let sent = publish::publish(&self.js, &rows, publish::in_flight(self.lanes)).await;
-        self.settle(tx, &rows, claimed, floor, sent).await
+        self.settle(tx, &rows, keys.len(), floor, sent).await
     }
 }

@@ -180,8 +180,8 @@ pub const EVENTS_WAITING: &str = "coalesce(sum(cardinality(positions)), 0)::bigi
 pub struct Claimed {
     /// Every event of the rows claimed, in position order.
     pub rows: Vec<OutboxRow>,
-    /// How many outbox rows hold them.
-    pub claimed: usize,
+    /// The keys of the outbox rows that hold them, in order.
+    pub keys: Vec<i64>,
     /// Whether the server had synchronous standbys named when it claimed:
     /// then the relay must pass [`await_replication`] before it publishes.
     /// When none are named, no commit the claim saw waited for one, so the
@@ -224,7 +224,7 @@ pub async fn claim(
     keys.dedup();
     Ok(Claimed {
         needs_replication,
-        claimed: keys.len(),
+        keys,
         rows,
     })
 }
