@@ -3,8 +3,8 @@
 use futures::stream::{self, StreamExt};
 use localservers::{Nats, PgOptions, Postgres};
 use soldonce_tests::relay::{
-    read_stream, record_event, spawn_in_process, spawn_in_process_polling, spawn_in_process_with,
-    spawn_process, stream_len, test_metadata,
+    append_in_one_statement, read_stream, record_event, spawn_in_process, spawn_in_process_polling,
+    spawn_in_process_with, spawn_process, stream_len, test_metadata,
 };
 use soldonce_tests::{eventually, servers, TestApp};
 use std::collections::HashSet;
@@ -1185,43 +1185,14 @@ async fn a_statements_events_share_a_row_that_waits_for_its_orders_earlier_event
     .await;
     // One statement: the other order's first event, then the order's
     // second, so the order's event is not the row's key.
-    let append = |events: &str| {
-        format!(
-            "WITH appended AS ( \
-                 INSERT INTO events (event_id, stream_id, version, type, data, correlation_id, causation_id, source) \
-                 SELECT gen_random_uuid(), s, v, 'order.test.v1', '{{}}', gen_random_uuid(), gen_random_uuid(), 'test' \
-                 FROM (VALUES {events}) AS x(s, v) RETURNING position, xmin) {}",
-            store::outbox::QUEUE_SQL
-        )
-    };
-    sqlx::query(&append(&format!(
-        "('{other}'::uuid, 1), ('{order}'::uuid, 2)"
-    )))
-    .execute(&mut *conn)
-    .await
-    .expect("one statement's two events");
-    sqlx::query(&append(&format!("('{order}'::uuid, 3)")))
-        .execute(&mut *conn)
-        .await
-        .expect("the order's third event");
-    let position = |stream: Uuid, version: i32| {
-        let pool = app.pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(
-                "SELECT position FROM events WHERE stream_id = $1 AND version = $2",
-            )
-            .bind(stream)
-            .bind(version)
-            .fetch_one(&pool)
-            .await
-            .expect("position")
-        }
-    };
-    let (other_first, second, third) = (
-        position(other, 1).await,
-        position(order, 2).await,
-        position(order, 3).await,
-    );
+    let t = "order.test.v1";
+    let shared = append_in_one_statement(
+        &mut conn,
+        &[(Uuid::now_v7(), other, 1, t), (Uuid::now_v7(), order, 2, t)],
+    )
+    .await;
+    let (other_first, second) = (shared[0], shared[1]);
+    let third = append_in_one_statement(&mut conn, &[(Uuid::now_v7(), order, 3, t)]).await[0];
     let rows: Vec<(i64, Vec<i64>)> =
         sqlx::query_as("SELECT position, positions FROM outbox ORDER BY position")
             .fetch_all(&app.pool)
@@ -1321,6 +1292,107 @@ async fn a_statements_events_share_a_row_that_waits_for_its_orders_earlier_event
     );
 }
 
+/// Two events of one order in one outbox row go out in rounds, the second
+/// only once the first is acknowledged: when the stream refuses the first
+/// (a failure worth retrying, not poison), the second is not published
+/// either, though the stream would take it. Once the stream takes the
+/// first, both arrive, once each and in order. The stream refuses the first
+/// for real: at most one message per subject, new ones refused, and its
+/// subject already holds one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orders_later_event_never_reaches_the_stream_while_an_earlier_one_in_its_row_is_refused()
+{
+    let (app, nats, relay) = relay_process_polling("100ms").await;
+    let js = bus::connect(&nats.url()).await.expect("connect nats");
+    let original = js
+        .get_stream(bus::STREAM)
+        .await
+        .expect("stream")
+        .info()
+        .await
+        .expect("info")
+        .config
+        .clone();
+    let mut refusing = original.clone();
+    refusing.max_messages_per_subject = 1;
+    refusing.discard = async_nats::jetstream::stream::DiscardPolicy::New;
+    refusing.discard_new_per_subject = true;
+    js.update_stream(refusing)
+        .await
+        .expect("one message per subject, new ones refused");
+    let (order, first, second) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    let (first_type, second_type) = ("test.first.v1", "test.second.v1");
+    let blocker = Uuid::now_v7();
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nats-Msg-Id", blocker.to_string().as_str());
+    js.publish_with_headers(
+        events::names::subject(first_type, order),
+        headers,
+        "{}".into(),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("the first event's subject now holds a message");
+
+    let mut conn = app.pool.acquire().await.expect("connection");
+    append_in_one_statement(
+        &mut conn,
+        &[
+            (first, order, 1, first_type),
+            (second, order, 2, second_type),
+        ],
+    )
+    .await;
+    drop(conn);
+    assert_eq!(
+        app.count("SELECT count(*) FROM outbox").await,
+        1,
+        "both events in one row"
+    );
+    // The relay has tried, and failed, twice.
+    eventually("two failed passes", Duration::from_secs(30), || async {
+        let errors = relay
+            .metrics()
+            .await
+            .get(&(
+                "soldonce_outbox_publish_errors_total".to_owned(),
+                String::new(),
+            ))
+            .copied()
+            .unwrap_or(0.0);
+        (errors >= 2.0).then_some(())
+    })
+    .await;
+    let seen = super::poison::stream_sequences(&nats.url()).await;
+    assert_eq!(
+        seen.keys().copied().collect::<HashSet<_>>(),
+        HashSet::from([blocker]),
+        "neither event reached the stream, though it takes the second's subject"
+    );
+    assert_eq!(
+        store::outbox::backlog(&app.pool).await.expect("backlog").0,
+        2,
+        "both events still wait"
+    );
+    assert_eq!(app.count("SELECT count(*) FROM outbox_parked").await, 0);
+
+    js.update_stream(original)
+        .await
+        .expect("the stream takes every message again");
+    eventually("the outbox to drain", Duration::from_secs(60), || async {
+        (app.count("SELECT count(*) FROM outbox").await == 0).then_some(())
+    })
+    .await;
+    let seen = super::poison::stream_sequences(&nats.url()).await;
+    let at = |id: Uuid| match seen.get(&id).map(Vec::as_slice) {
+        Some([seq]) => *seq,
+        other => panic!("{id} on the stream at {other:?}, not once"),
+    };
+    assert!(at(first) < at(second), "the order's events in their order");
+    assert_eq!(seen.len(), 3);
+}
+
 /// A statement that appends more events than one outbox row holds writes a
 /// row per `EVENTS_PER_ROW` of them, in position order, each keyed by its
 /// first: a claim of N rows never reads more than N × 32 events. Counted
@@ -1328,16 +1400,12 @@ async fn a_statements_events_share_a_row_that_waits_for_its_orders_earlier_event
 #[tokio::test]
 async fn a_statement_of_seventy_events_writes_rows_of_at_most_thirty_two() {
     let app = TestApp::spawn().await;
-    sqlx::query(&format!(
-        "WITH appended AS ( \
-             INSERT INTO events (event_id, stream_id, version, type, data, correlation_id, causation_id, source) \
-             SELECT gen_random_uuid(), gen_random_uuid(), 1, 'order.test.v1', '{{}}', gen_random_uuid(), gen_random_uuid(), 'test' \
-             FROM generate_series(1, 70) RETURNING position, xmin) {}",
-        store::outbox::QUEUE_SQL
-    ))
-    .execute(&app.pool)
-    .await
-    .expect("seventy events in one statement");
+    let seventy: Vec<(Uuid, Uuid, i32, &str)> = (0..70)
+        .map(|_| (Uuid::now_v7(), Uuid::now_v7(), 1, "order.test.v1"))
+        .collect();
+    let mut conn = app.pool.acquire().await.expect("connection");
+    append_in_one_statement(&mut conn, &seventy).await;
+    drop(conn);
     let rows: Vec<(i64, Vec<i64>)> =
         sqlx::query_as("SELECT position, positions FROM outbox ORDER BY position")
             .fetch_all(&app.pool)

@@ -133,6 +133,46 @@ pub fn test_metadata() -> events::Metadata {
     events::Metadata::spontaneous("test", Uuid::now_v7())
 }
 
+/// Appends events written by hand (`(event id, stream id, version, type)`,
+/// empty data) in one statement, the way the write path appends a batch:
+/// their outbox rows are that statement's, up to 32 events a row. Returns
+/// their positions, in the order given.
+pub async fn append_in_one_statement(
+    conn: &mut sqlx::PgConnection,
+    events: &[(Uuid, Uuid, i32, &str)],
+) -> Vec<i64> {
+    let ids: Vec<Uuid> = events.iter().map(|e| e.0).collect();
+    let streams: Vec<Uuid> = events.iter().map(|e| e.1).collect();
+    let versions: Vec<i32> = events.iter().map(|e| e.2).collect();
+    let types: Vec<&str> = events.iter().map(|e| e.3).collect();
+    sqlx::query(&format!(
+        "WITH appended AS ( \
+             INSERT INTO events (event_id, stream_id, version, type, data, correlation_id, causation_id, source) \
+             SELECT i, s, v, t, '{{}}', gen_random_uuid(), gen_random_uuid(), 'test' \
+             FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[]) WITH ORDINALITY AS x(i, s, v, t, n) ORDER BY n \
+             RETURNING position, xmin) {}",
+        store::outbox::QUEUE_SQL
+    ))
+    .bind(&ids)
+    .bind(&streams)
+    .bind(&versions)
+    .bind(&types)
+    .execute(&mut *conn)
+    .await
+    .expect("append events in one statement");
+    let mut positions = Vec::with_capacity(ids.len());
+    for id in &ids {
+        positions.push(
+            sqlx::query_scalar("SELECT position FROM events WHERE event_id = $1")
+                .bind(id)
+                .fetch_one(&mut *conn)
+                .await
+                .expect("position"),
+        );
+    }
+    positions
+}
+
 /// Records one event written by hand, `type_name` about `stream_id` at the
 /// stream's next version, with its outbox row, in `conn`'s transaction, the
 /// way the write path does (the outbox row names the event by position);

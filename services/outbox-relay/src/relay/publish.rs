@@ -121,6 +121,9 @@ async fn send(
                 Some(p) => sent.parked.push((i, p)),
                 None => {
                     // The connection is likely gone: leave the rest of the batch for the retry.
+                    if let Some(hop) = sent.hops[i].as_mut() {
+                        hop.fail(&e);
+                    }
                     sent.failure = Some(
                         anyhow::Error::new(e)
                             .context(format!("publishing event {}", row.message.event_id)),
