@@ -112,6 +112,9 @@ async fn assert_all_charged_and_delivered(saga: &Saga, ids: &[String]) {
         0,
         "no order expired for a lost event"
     );
+    // Every capture recorded too (captures run after shipment, apart from
+    // delivery), so psp-sim's books are final.
+    saga.wait_quiescent(Duration::from_secs(60)).await;
     // psp-sim's own books: one succeeded payment per order.
     let payments = soldonce_tests::saga::psp_listing(&saga.app, &saga.psp_url, "payments").await;
     let succeeded = payments
@@ -124,7 +127,6 @@ async fn assert_all_charged_and_delivered(saga: &Saga, ids: &[String]) {
         "one succeeded payment per order at the PSP"
     );
     assert_eq!(payments.len(), ids.len(), "no second payment for any order");
-    saga.wait_quiescent(Duration::from_secs(60)).await;
     let seen = read_stream(&saga.nats.url()).await;
     let events = saga.app.count("SELECT count(*) FROM events").await;
     assert_eq!(

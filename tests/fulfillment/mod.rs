@@ -501,6 +501,53 @@ async fn the_warehouse_look_says_when_the_next_shipment_falls_due() {
     assert_eq!(look(10).await.next_due, None, "the only open one is held");
 }
 
+/// The warehouse loop knows when the next shipment falls due, and when it
+/// knows of none it still looks once a second: shipments another
+/// fulfillment process made (no notification reaches this one, and no
+/// `order.confirmed` either, the relay being stopped) move on to delivery.
+/// Counted two ways: the shipments' rows and their delivery events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_warehouse_loop_delivers_shipments_it_was_never_told_of() {
+    let mut saga = Saga::start_with(soldonce_tests::saga::SagaOptions {
+        worker: false,
+        ..Default::default()
+    })
+    .await;
+    saga.stop_relay();
+    saga.app.add_product("MUG", 2500, 10).await;
+    // Nothing open at its first look: it knows of no shipment to wait for.
+    saga.start_fulfillment(Duration::from_millis(100)).await;
+    let mut shipments: Vec<uuid::Uuid> =
+        soldonce_tests::saga::shipped_orders(&saga.app, "MUG", 2500, 3)
+            .await
+            .into_iter()
+            .map(|(_, shipment)| shipment)
+            .collect();
+    shipments.sort();
+    let app = &saga.app;
+    soldonce_tests::eventually(
+        "every shipment delivered",
+        Duration::from_secs(30),
+        || async {
+            (app.count("SELECT count(*) FROM shipments WHERE state = 'delivered'")
+                .await
+                == 3)
+                .then_some(())
+        },
+    )
+    .await;
+    let delivered: Vec<uuid::Uuid> = sqlx::query_scalar(
+        "SELECT stream_id FROM events WHERE type = 'shipment.delivered.v1' ORDER BY stream_id",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .expect("delivery events");
+    assert_eq!(
+        delivered, shipments,
+        "one delivery event per shipment, no other"
+    );
+}
+
 /// A shipment's warehouse steps before the last update its row in place
 /// (HOT updates): no new entry in any of the table's indexes. Counted two
 /// ways: PostgreSQL's counts of updates and HOT updates, and the entries
