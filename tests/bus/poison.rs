@@ -315,15 +315,7 @@ async fn a_message_the_stream_refuses_or_cannot_route_is_parked_with_its_reason(
     let relay = RelayProcess::start(&app.database_url, &nats.url()).await;
     // Under the server's max_payload but over the stream's own limit: JetStream refuses it (error 10054).
     let js = bus::connect(&nats.url()).await.expect("connect nats");
-    let mut config = js
-        .get_stream(bus::STREAM)
-        .await
-        .expect("stream")
-        .info()
-        .await
-        .expect("info")
-        .config
-        .clone();
+    let mut config = soldonce_tests::relay::stream_config(&js).await;
     config.max_message_size = 4096;
     js.update_stream(config)
         .await

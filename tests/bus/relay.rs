@@ -1304,15 +1304,7 @@ async fn an_orders_later_event_never_reaches_the_stream_while_an_earlier_one_in_
 {
     let (app, nats, relay) = relay_process_polling("100ms").await;
     let js = bus::connect(&nats.url()).await.expect("connect nats");
-    let original = js
-        .get_stream(bus::STREAM)
-        .await
-        .expect("stream")
-        .info()
-        .await
-        .expect("info")
-        .config
-        .clone();
+    let original = soldonce_tests::relay::stream_config(&js).await;
     let mut refusing = original.clone();
     refusing.max_messages_per_subject = 1;
     refusing.discard = async_nats::jetstream::stream::DiscardPolicy::New;

@@ -11,15 +11,7 @@ use uuid::Uuid;
 
 /// Sets the stream's own message size limit (-1: none).
 async fn limit_message_size(js: &async_nats::jetstream::Context, bytes: i32) {
-    let mut config = js
-        .get_stream(bus::STREAM)
-        .await
-        .expect("stream")
-        .info()
-        .await
-        .expect("info")
-        .config
-        .clone();
+    let mut config = soldonce_tests::relay::stream_config(js).await;
     config.max_message_size = bytes;
     js.update_stream(config)
         .await

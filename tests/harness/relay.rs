@@ -120,6 +120,19 @@ pub async fn read_stream(nats_url: &str) -> HashMap<Uuid, (usize, serde_json::Va
     seen
 }
 
+/// The soldonce stream's configuration as the server has it, to change
+/// and put back with `update_stream`.
+pub async fn stream_config(js: &jetstream::Context) -> jetstream::stream::Config {
+    js.get_stream(bus::STREAM)
+        .await
+        .expect("stream")
+        .info()
+        .await
+        .expect("info")
+        .config
+        .clone()
+}
+
 /// How many messages the stream holds (0 before it exists).
 pub async fn stream_len(js: &jetstream::Context) -> u64 {
     match js.get_stream(bus::STREAM).await {
