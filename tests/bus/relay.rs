@@ -1160,6 +1160,14 @@ async fn an_event_waits_in_the_outbox_until_the_one_before_it_in_its_order_has_l
     );
 }
 
+/// Every outbox row: its key and the positions it lists, in key order.
+async fn outbox_rows(pool: &sqlx::PgPool) -> Vec<(i64, Vec<i64>)> {
+    sqlx::query_as("SELECT position, positions FROM outbox ORDER BY position")
+        .fetch_all(pool)
+        .await
+        .expect("outbox rows")
+}
+
 /// Events of one statement share one outbox row (the write path's
 /// fragment, `store::outbox::QUEUE_SQL`), keyed by its first position. Such
 /// a row waits while an event of it has the event before it in its order
@@ -1193,11 +1201,7 @@ async fn a_statements_events_share_a_row_that_waits_for_its_orders_earlier_event
     .await;
     let (other_first, second) = (shared[0], shared[1]);
     let third = append_in_one_statement(&mut conn, &[(Uuid::now_v7(), order, 3, t)]).await[0];
-    let rows: Vec<(i64, Vec<i64>)> =
-        sqlx::query_as("SELECT position, positions FROM outbox ORDER BY position")
-            .fetch_all(&app.pool)
-            .await
-            .expect("rows");
+    let rows = outbox_rows(&app.pool).await;
     assert_eq!(
         rows,
         [
@@ -1398,11 +1402,7 @@ async fn a_statement_of_seventy_events_writes_rows_of_at_most_thirty_two() {
     let mut conn = app.pool.acquire().await.expect("connection");
     append_in_one_statement(&mut conn, &seventy).await;
     drop(conn);
-    let rows: Vec<(i64, Vec<i64>)> =
-        sqlx::query_as("SELECT position, positions FROM outbox ORDER BY position")
-            .fetch_all(&app.pool)
-            .await
-            .expect("rows");
+    let rows = outbox_rows(&app.pool).await;
     let positions: Vec<i64> = sqlx::query_scalar("SELECT position FROM events ORDER BY position")
         .fetch_all(&app.pool)
         .await
@@ -1427,11 +1427,7 @@ async fn a_statement_of_seventy_events_writes_rows_of_at_most_thirty_two() {
         .expect("settle in part");
     assert_eq!(deleted.rows, 1);
     tx.commit().await.expect("commit");
-    let after: Vec<(i64, Vec<i64>)> =
-        sqlx::query_as("SELECT position, positions FROM outbox ORDER BY position")
-            .fetch_all(&app.pool)
-            .await
-            .expect("rows");
+    let after = outbox_rows(&app.pool).await;
     assert_eq!(
         after,
         [

@@ -146,11 +146,18 @@ pub const CLAIM_SQL: &str = concat!(
      FROM claimed c, LATERAL (SELECT * FROM events e WHERE e.position = ANY(c.positions) OFFSET 0) e"
 );
 
+/// [`EVENTS_PER_ROW`] as a literal, for [`QUEUE_SQL`]'s `concat!`.
+macro_rules! events_per_row {
+    () => {
+        32
+    };
+}
+
 /// The most events one outbox row holds. A statement that appends more
 /// (an expiry batch of 1,000 orders, a checkout group of 256) writes a row
 /// per 32 of them, so a claim of `OUTBOX_BATCH_SIZE` rows reads at most 32
 /// times as many events.
-pub const EVENTS_PER_ROW: usize = 32;
+pub const EVENTS_PER_ROW: usize = events_per_row!();
 
 /// The outbox rows of one statement's events, a fragment of the write
 /// path's statement (the event store's append): `appended` returns each
@@ -161,7 +168,7 @@ pub const QUEUE_SQL: &str = concat!(
     "INSERT INTO outbox (position, positions, tx) \
      SELECT min(position), array_agg(position ORDER BY position), min(tx) \
      FROM (SELECT position, xmin::text::bigint AS tx, (row_number() OVER (ORDER BY position) - 1) / ",
-    32,
+    events_per_row!(),
     " AS part FROM appended) a \
      GROUP BY part RETURNING 1"
 );
