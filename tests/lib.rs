@@ -186,3 +186,37 @@ pub async fn one_connection_pool(url: &str) -> sqlx::PgPool {
         .await
         .expect("a one-connection pool")
 }
+
+/// The entries in the first leaf page of each of these B-tree indexes (the
+/// whole index while it is small; 0 for one that never held any), dead
+/// ones included: an update that is not HOT adds one to each index whose
+/// condition its new row meets, and a HOT update adds none. Needs
+/// `pageinspect`, created here.
+pub async fn index_entries(pool: &sqlx::PgPool, indexes: &[&str]) -> Vec<i64> {
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pageinspect")
+        .execute(pool)
+        .await
+        .expect("pageinspect");
+    let mut entries = Vec::with_capacity(indexes.len());
+    for index in indexes {
+        // An index that never held an entry has only its metapage.
+        let pages: i64 = sqlx::query_scalar(
+            "SELECT pg_relation_size($1::regclass) / current_setting('block_size')::bigint",
+        )
+        .bind(index)
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{index}: {e}"));
+        if pages < 2 {
+            entries.push(0);
+            continue;
+        }
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM bt_page_items($1, 1)")
+            .bind(index)
+            .fetch_one(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{index}: {e}"));
+        entries.push(n);
+    }
+    entries
+}

@@ -561,10 +561,6 @@ async fn a_shipments_steps_before_delivery_write_no_index_entries() {
     app.add_product("MUG", 2500, N).await;
     soldonce_tests::saga::shipped_orders(&app, "MUG", 2500, N as usize).await;
     let pool = soldonce_tests::one_connection_pool(&app.database_url).await;
-    sqlx::query("CREATE EXTENSION IF NOT EXISTS pageinspect")
-        .execute(&pool)
-        .await
-        .expect("pageinspect");
     // Updates and HOT updates of shipments so far, and the entries in each index's one page.
     let counts = || {
         let pool = pool.clone();
@@ -579,16 +575,11 @@ async fn a_shipments_steps_before_delivery_write_no_index_entries() {
             .fetch_one(&pool)
             .await
             .expect("updates");
-            let mut entries = vec![];
-            for index in ["shipments_pkey", "shipments_order_id_key", "shipments_open"] {
-                let n: i64 = sqlx::query_scalar(&format!(
-                    "SELECT count(*) FROM bt_page_items('{index}', 1)"
-                ))
-                .fetch_one(&pool)
-                .await
-                .unwrap_or_else(|e| panic!("{index}: {e}"));
-                entries.push(n);
-            }
+            let entries = soldonce_tests::index_entries(
+                &pool,
+                &["shipments_pkey", "shipments_order_id_key", "shipments_open"],
+            )
+            .await;
             (updates, hot, entries)
         }
     };

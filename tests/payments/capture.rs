@@ -514,4 +514,85 @@ async fn a_capture_the_psp_sits_on_holds_back_no_other() {
         1.0,
         "only the first capture was held"
     );
+    // The held capture is leased to the worker waiting on the PSP: a claim
+    // now finds nothing due.
+    let claimed = store::captures::claim_due(&saga.app.pool, 100, Duration::from_secs(30))
+        .await
+        .expect("a claim");
+    assert!(claimed.is_empty(), "claimed while leased: {claimed:?}");
+}
+
+/// A capture's claim and its recording update rows in place (HOT updates):
+/// the payment worker's claim writes no entry in any index of `payments`,
+/// and the capture's recording none in any index of `orders`; deciding the
+/// capture (the order leaves the authorized ones, the payment joins the
+/// captures due) and recording it on the payment (it leaves them) do.
+/// Counted two ways: the entries in each index, and PostgreSQL's counts of
+/// HOT updates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_captures_claim_and_its_recording_write_no_index_entries() {
+    const N: i64 = 4;
+    let saga = Saga::start_with(SagaOptions::default()).await;
+    saga.app.add_product("MUG", 2500, 10).await;
+    let mut ids = vec![];
+    for _ in 0..N {
+        let id = saga.order("MUG").await;
+        assert_eq!(saga.settled_state(&id, SETTLE).await, "confirmed");
+        ids.push(id.parse::<uuid::Uuid>().expect("uuid"));
+    }
+    let pool = &saga.app.pool;
+    let orders = [
+        "orders_pkey",
+        "orders_account",
+        "orders_pending_expiry",
+        "orders_account_pending",
+        "orders_authorized",
+    ];
+    let payments = ["payments_pkey", "payments_order", "payments_capture_due"];
+    let before = (
+        soldonce_tests::index_entries(pool, &orders).await,
+        soldonce_tests::index_entries(pool, &payments).await,
+    );
+    ship_and_decide(&saga, &ids).await;
+    saga.app
+        .wait_count(
+            "every capture recorded",
+            "SELECT count(*) FROM payments WHERE capture_state = 'captured' AND captured_minor = 2500",
+            N,
+        )
+        .await;
+    assert_eq!(
+        saga.app
+            .count("SELECT count(*) FROM payments WHERE capture_attempts = 1")
+            .await,
+        N,
+        "each capture claimed once"
+    );
+    let after = (
+        soldonce_tests::index_entries(pool, &orders).await,
+        soldonce_tests::index_entries(pool, &payments).await,
+    );
+    let written = |before: &[i64], after: &[i64]| -> Vec<i64> {
+        after.iter().zip(before).map(|(a, b)| a - b).collect()
+    };
+    assert_eq!(
+        written(&before.0, &after.0),
+        [N, N, 0, 0, 0],
+        "orders: the decision wrote one entry in each index the order stays in, the recording none"
+    );
+    assert_eq!(
+        written(&before.1, &after.1),
+        [2 * N, 2 * N, N],
+        "payments: the decision and the recording one entry each in every index the payment is in, the claim none"
+    );
+    eventually("the HOT updates counted", SETTLE, || async {
+        let hot: Vec<i64> = sqlx::query_scalar(
+            "SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE relname IN ('orders', 'payments') ORDER BY relname",
+        )
+        .fetch_all(pool)
+        .await
+        .expect("counts");
+        (hot.iter().all(|h| *h >= N)).then_some(())
+    })
+    .await;
 }

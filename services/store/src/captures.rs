@@ -70,7 +70,7 @@ impl Capture {
 }
 
 /// Decides the capture of up to `limit` orders whose payment is only
-/// authorized and whose shipment has shipped, oldest authorization first,
+/// authorized and whose shipment has shipped, oldest order first,
 /// in one transaction; returns how many were decided. Orders another sweep
 /// holds are skipped.
 ///
@@ -81,9 +81,9 @@ impl Capture {
 /// what that missed (a process stopped between the two transactions, an
 /// order its step skipped because another writer held it).
 pub async fn decide_shipped(pool: &PgPool, limit: i64, source: &str) -> Result<usize, StoreError> {
-    let sql = "SELECT o.id FROM orders o WHERE o.capture = 'authorized' \
+    let sql = "SELECT o.id FROM orders o WHERE o.authorized \
          AND EXISTS (SELECT 1 FROM shipments s WHERE s.order_id = o.id AND s.state IN ('shipped', 'delivered')) \
-         ORDER BY o.updated_at, o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED";
+         ORDER BY o.created_at, o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED";
     decide(pool, sqlx::query_scalar(sql).bind(limit), source).await
 }
 
@@ -95,7 +95,7 @@ pub async fn decide_for(pool: &PgPool, orders: &[Uuid], source: &str) -> Result<
     if orders.is_empty() {
         return Ok(0);
     }
-    let sql = "SELECT o.id FROM orders o WHERE o.id = ANY($1) AND o.capture = 'authorized' \
+    let sql = "SELECT o.id FROM orders o WHERE o.id = ANY($1) AND o.authorized \
          AND EXISTS (SELECT 1 FROM shipments s WHERE s.order_id = o.id AND s.state IN ('shipped', 'delivered')) \
          ORDER BY o.id FOR UPDATE OF o SKIP LOCKED";
     decide(pool, sqlx::query_scalar(sql).bind(orders), source).await
@@ -153,7 +153,10 @@ async fn decide<'q>(
     Ok(payments.len())
 }
 
-/// Claims up to `limit` due captures for `lease`; other owners skip them meanwhile. Each
+/// Claims up to `limit` due captures for `lease`; other owners skip them meanwhile. The
+/// lease is its own column, which no index holds, so a claim updates the payment's row
+/// in place; a leased capture keeps its place among the due ones, and a claim passes
+/// over the leased ones (the captures in flight). Each
 /// comes with its order's trace, read as `on_order_traces` reads it (one probe of the
 /// order's first event).
 pub async fn claim_due(
@@ -163,8 +166,9 @@ pub async fn claim_due(
 ) -> Result<Vec<Capture>, StoreError> {
     Ok(sqlx::query_as(
         "WITH claimed AS ( \
-           UPDATE payments p SET capture_next_attempt_at = now() + make_interval(secs => $2), capture_attempts = p.capture_attempts + 1 \
+           UPDATE payments p SET capture_leased_until = now() + make_interval(secs => $2), capture_attempts = p.capture_attempts + 1 \
              FROM (SELECT payment_id FROM payments WHERE capture_state = 'pending' AND capture_next_attempt_at <= now() \
+                     AND (capture_leased_until IS NULL OR capture_leased_until <= now()) \
                    ORDER BY capture_next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED) due \
             WHERE p.payment_id = due.payment_id \
            RETURNING p.payment_id, p.order_id, p.amount_minor, p.currency, p.capture_attempts) \
@@ -306,7 +310,7 @@ pub async fn postpone(
     error: &str,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "UPDATE payments SET capture_next_attempt_at = now() + make_interval(secs => $2), capture_error = left($3, 500) \
+        "UPDATE payments SET capture_next_attempt_at = now() + make_interval(secs => $2), capture_leased_until = NULL, capture_error = left($3, 500) \
          WHERE payment_id = $1 AND capture_state = 'pending'",
     )
     .bind(payment_id)
@@ -341,11 +345,14 @@ pub async fn outstanding(pool: &PgPool) -> Result<(i64, Option<DateTime<Utc>>), 
     .await?)
 }
 
-/// Age in seconds of the oldest authorization not captured yet: an order
-/// confirmed on it that has not shipped (0 when there is none).
+/// Age in seconds of the oldest authorization not captured yet (an order
+/// confirmed on it whose capture is not decided: it has not shipped),
+/// counted from the order's placement, at most the payment window before
+/// its authorization: the index of authorized orders holds their creation
+/// time, which no update moves (0 when there is none).
 pub async fn oldest_authorization_seconds(pool: &PgPool) -> Result<f64, StoreError> {
     Ok(sqlx::query_scalar(
-        "SELECT coalesce(extract(epoch FROM now() - min(updated_at)), 0)::float8 FROM orders WHERE capture = 'authorized'",
+        "SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 FROM orders WHERE authorized",
     )
     .fetch_one(pool)
     .await?)
