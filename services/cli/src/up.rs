@@ -271,14 +271,11 @@ async fn first_exit(
 
 /// Worker threads for each service's runtime when the operator sets none:
 /// the services started here, PostgreSQL and NATS share this machine, so
-/// each gets its share of the cores, but at least two where there are two
-/// cores: with one thread, a transaction's next statement waits for
-/// whatever else its service is doing (a PSP call, an acknowledgement, a
-/// request), and that wait cost more than a second thread's wake-ups
-/// (docs/benchmarks.md, "Worker threads").
+/// each gets its share of the cores, at least one. A thread per core in
+/// every service only adds wake-ups and context switches between them
+/// (measured on 2 cores: docs/benchmarks.md, "Worker threads").
 fn worker_share(only: &[String]) -> usize {
-    let cores = platform::runtime::cores();
-    (cores / (started(only).count() + 2)).max(cores.min(2))
+    (platform::runtime::cores() / (started(only).count() + 2)).max(1)
 }
 
 /// The services `up` starts: all, or those `--only` names.

@@ -5,10 +5,11 @@
 //!
 //! Unset, a service runs one worker thread per core it may use, tokio's
 //! default: right for a service alone on its host or in its container.
-//! When every service shares one host (`soldonce up`, the compose file),
-//! those launchers give each service its share of the cores, at least two:
-//! with one thread, a transaction's next statement waits for whatever else
-//! the service is doing (docs/benchmarks.md, "Worker threads").
+//! When every service shares one small host (`soldonce up`, the compose
+//! file), each extra worker thread mostly adds wake-ups and context
+//! switches between the services' threads and PostgreSQL's backends; those
+//! launchers give each service one thread (docs/benchmarks.md, "Worker
+//! threads").
 
 use crate::config::{self, ConfigError};
 use crate::telemetry::Logging;
