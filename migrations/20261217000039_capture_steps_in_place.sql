@@ -11,8 +11,8 @@
 -- and read `capture`, which each of these steps moves: every update of an
 -- order wrote a new entry in each of its indexes. The authorized orders
 -- are now marked by `authorized`, a stored generated column that changes
--- when an order's money is authorized and when its capture is decided,
--- and the index holds `created_at`, which never changes: the capture's
+-- only when an order's money becomes authorized and when it stops being so
+-- (its capture decided, or the authorization voided), and the index holds `created_at`, which never changes: the capture's
 -- recording (`decided` → `captured`) becomes a HOT update. The sweep for
 -- missed captures takes the oldest order first, and
 -- `soldonce_authorizations_oldest_seconds` reads the oldest authorized
