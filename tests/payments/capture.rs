@@ -26,6 +26,17 @@ async fn psp_payment_in(saga: &Saga, order_id: &str, status: &str) -> serde_json
     .await
 }
 
+/// Waits until `n` payments are captured, each whole (2500).
+async fn captures_recorded(saga: &Saga, what: &str, n: i64) {
+    saga.app
+        .wait_count(
+            what,
+            "SELECT count(*) FROM payments WHERE capture_state = 'captured' AND captured_minor = 2500",
+            n,
+        )
+        .await;
+}
+
 /// The order as checkout shows it.
 async fn view(saga: &Saga, order_id: &str) -> serde_json::Value {
     saga.app
@@ -74,13 +85,7 @@ async fn an_authorized_order_is_captured_once_when_it_ships_and_not_before() {
         assert_eq!(taken["amount_minor"], 2500, "{taken}");
     }
     saga.wait_quiescent(SETTLE).await;
-    saga.app
-        .wait_count(
-            "every capture recorded",
-            "SELECT count(*) FROM payments WHERE capture_state = 'captured' AND captured_minor = 2500",
-            4,
-        )
-        .await;
+    captures_recorded(&saga, "every capture recorded", 4).await;
     assert_eq!(
         saga.app
             .count("SELECT count(*) FROM events WHERE type = 'order.capture_decided.v1'")
@@ -485,13 +490,7 @@ async fn a_capture_the_psp_sits_on_holds_back_no_other() {
         let taken = psp_payment_in(&saga, &id.to_string(), "succeeded").await;
         assert_eq!(taken["amount_captured"], 2500, "{taken}");
     }
-    saga.app
-        .wait_count(
-            "the three captures recorded",
-            "SELECT count(*) FROM payments WHERE capture_state = 'captured' AND captured_minor = 2500",
-            3,
-        )
-        .await;
+    captures_recorded(&saga, "the three captures recorded", 3).await;
     let held = saga.psp_payments(&ids[0].to_string()).await;
     assert_eq!(held.len(), 1, "{held:?}");
     assert_eq!(held[0]["status"], "requires_capture", "{held:?}");
@@ -554,13 +553,7 @@ async fn a_captures_claim_and_its_recording_write_no_index_entries() {
         soldonce_tests::index_entries(pool, &payments).await,
     );
     ship_and_decide(&saga, &ids).await;
-    saga.app
-        .wait_count(
-            "every capture recorded",
-            "SELECT count(*) FROM payments WHERE capture_state = 'captured' AND captured_minor = 2500",
-            N,
-        )
-        .await;
+    captures_recorded(&saga, "every capture recorded", N).await;
     assert_eq!(
         saga.app
             .count("SELECT count(*) FROM payments WHERE capture_attempts = 1")
