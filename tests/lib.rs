@@ -187,9 +187,9 @@ pub async fn one_connection_pool(url: &str) -> sqlx::PgPool {
         .expect("a one-connection pool")
 }
 
-/// The entries in the first leaf page of each of these B-tree indexes (the
-/// whole index while it is small; 0 for one that never held any), dead
-/// ones included: an update that is not HOT adds one to each index whose
+/// The entries of each of these B-tree indexes, which must be small enough
+/// to fit one leaf page (0 for one that never held any), dead ones
+/// included: an update that is not HOT adds one to each index whose
 /// condition its new row meets, and a HOT update adds none. Needs
 /// `pageinspect`, created here.
 pub async fn index_entries(pool: &sqlx::PgPool, indexes: &[&str]) -> Vec<i64> {
@@ -211,6 +211,8 @@ pub async fn index_entries(pool: &sqlx::PgPool, indexes: &[&str]) -> Vec<i64> {
             entries.push(0);
             continue;
         }
+        // Past one leaf page, the first would hold only some of the entries.
+        assert_eq!(pages, 2, "{index} has outgrown one leaf page");
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM bt_page_items($1, 1)")
             .bind(index)
             .fetch_one(pool)

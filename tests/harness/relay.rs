@@ -173,17 +173,14 @@ pub async fn append_in_one_statement(
     .execute(&mut *conn)
     .await
     .expect("append events in one statement");
-    let mut positions = Vec::with_capacity(ids.len());
-    for id in &ids {
-        positions.push(
-            sqlx::query_scalar("SELECT position FROM events WHERE event_id = $1")
-                .bind(id)
-                .fetch_one(&mut *conn)
-                .await
-                .expect("position"),
-        );
-    }
-    positions
+    sqlx::query_scalar(
+        "SELECT e.position FROM unnest($1::uuid[]) WITH ORDINALITY AS x(id, n) \
+         JOIN events e ON e.event_id = x.id ORDER BY x.n",
+    )
+    .bind(&ids)
+    .fetch_all(&mut *conn)
+    .await
+    .expect("positions")
 }
 
 /// Records one event written by hand, `type_name` about `stream_id` at the

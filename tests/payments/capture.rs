@@ -578,14 +578,20 @@ async fn a_captures_claim_and_its_recording_write_no_index_entries() {
         [2 * N, 2 * N, N],
         "payments: the decision and the recording one entry each in every index the payment is in, the claim none"
     );
-    eventually("the HOT updates counted", SETTLE, || async {
+    // Each backend reports its counts within a second or so of its work.
+    let hot = eventually("the HOT updates counted", SETTLE, || async {
         let hot: Vec<i64> = sqlx::query_scalar(
             "SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE relname IN ('orders', 'payments') ORDER BY relname",
         )
         .fetch_all(pool)
         .await
         .expect("counts");
-        (hot.iter().all(|h| *h >= N)).then_some(())
+        hot.iter().all(|h| *h >= N).then_some(hot)
     })
     .await;
+    assert_eq!(
+        hot,
+        [N, N],
+        "one HOT update per order (the recording) and per payment (the claim), no other"
+    );
 }
