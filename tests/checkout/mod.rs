@@ -6,4 +6,5 @@ mod idempotency;
 mod isolation;
 mod limits;
 mod orders;
+mod references;
 mod tokens;

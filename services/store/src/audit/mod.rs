@@ -4,7 +4,8 @@
 //! - per SKU, `reserved` = units on `payment_pending` orders, `sold` = units
 //!   on confirmed orders, and each bucket = its ledger sum;
 //! - each order's projection row = the fold of its events, and (full pass)
-//!   no event id names two events;
+//!   no event id names two events and every row names what exists (its
+//!   order, account or product);
 //! - money: no order confirmed twice; every confirmed order's payment is
 //!   attached to it and every attached payment settles its order; every
 //!   decided refund is carried out within `compensation_grace`; every
@@ -27,6 +28,7 @@
 //! - `report.rs` — what an audit found, its options, full or incremental
 //! - `stock.rs` — each SKU's buckets against its ledger and its orders
 //! - `projection.rs` — each order's projection row against the fold of its events; event ids named twice
+//! - `references.rs` — rows that name an order, account or product that does not exist
 //! - `money.rs` — payments, refunds, captures and reconciliation; open findings
 //! - `operations.rs` — shipments, dead letters, parked and lagging outbox rows
 //! - `delta.rs`, `frontier.rs` — where the last run stopped and what came after
@@ -37,6 +39,7 @@ mod frontier;
 mod money;
 mod operations;
 mod projection;
+mod references;
 mod report;
 mod runs;
 mod stock;
@@ -45,6 +48,7 @@ use crate::StoreError;
 use delta::Checkpoint;
 use operations::check_operations;
 use projection::{check_event_ids, check_projection};
+use references::check_references;
 use sqlx::{PgConnection, PgPool};
 use stock::check_stock;
 
@@ -65,6 +69,7 @@ pub async fn full(pool: &PgPool, options: &AuditOptions) -> Result<Audit, StoreE
     let sums = check_stock(&mut tx, &mut report).await?;
     check_projection(&mut tx, None, &mut report).await?;
     check_event_ids(&mut tx, &mut report).await?;
+    check_references(&mut tx, &mut report).await?;
     money::check(&mut tx, options, None, &mut report).await?;
     check_operations(&mut tx, options, true, &mut report).await?;
     let checkpoint = delta::of_full_pass(&mut tx, options, sums).await?;
