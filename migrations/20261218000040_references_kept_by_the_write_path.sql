@@ -5,7 +5,7 @@
 -- twice, its product twice, the order itself once); the lock on a row
 -- the transaction had just inserted still wrote a WAL record, and two
 -- groups locking one product's or one account's row at once made a
--- multixact of it. Checkout alone on one hot SKU placed about 15% more
+-- multixact of it. Checkout alone on one hot SKU placed about 11% more
 -- orders a second without them (docs/benchmarks.md, "Foreign keys").
 --
 -- What they guarded still holds:
