@@ -8,34 +8,97 @@ use super::report::{AuditReport, MAX_LISTED};
 use crate::StoreError;
 use sqlx::PgConnection;
 
-/// Each reference, as the rows that break it: the reference, the row (its
-/// key) and what it names. Anti-joins on the referenced keys.
-const DANGLING_SQL: &str = "\
-    (SELECT 'order_lines.order_id', l.order_id || ' ' || l.sku, 'order ' || l.order_id \
-       FROM order_lines l WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = l.order_id) \
-       ORDER BY 2 LIMIT $1) \
-    UNION ALL (SELECT 'order_lines.sku', l.order_id || ' ' || l.sku, 'product ' || l.sku \
-       FROM order_lines l WHERE NOT EXISTS (SELECT 1 FROM products p WHERE p.sku = l.sku) \
-       ORDER BY 2 LIMIT $1) \
-    UNION ALL (SELECT 'orders.account_id', o.id::text, 'account ' || o.account_id \
-       FROM orders o WHERE NOT EXISTS (SELECT 1 FROM accounts a WHERE a.id = o.account_id) \
-       ORDER BY 2 LIMIT $1) \
-    UNION ALL (SELECT 'idempotency_keys.account_id', k.account_id || ' ' || k.key, 'account ' || k.account_id \
-       FROM idempotency_keys k WHERE NOT EXISTS (SELECT 1 FROM accounts a WHERE a.id = k.account_id) \
-       ORDER BY 2 LIMIT $1) \
-    UNION ALL (SELECT 'stock_ledger.sku', s.id::text, 'product ' || s.sku \
-       FROM stock_ledger s WHERE NOT EXISTS (SELECT 1 FROM products p WHERE p.sku = s.sku) \
-       ORDER BY 2 LIMIT $1) \
-    UNION ALL (SELECT 'shipments.order_id', s.id::text, 'order ' || s.order_id \
-       FROM shipments s WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = s.order_id) \
-       ORDER BY 2 LIMIT $1)";
+/// One reference: the rows of `table` (named by `row`, an expression of
+/// its key) whose `column` names no `target`'s `key`; `what` names the
+/// target in a violation.
+struct Reference {
+    table: &'static str,
+    column: &'static str,
+    row: &'static str,
+    target: &'static str,
+    key: &'static str,
+    what: &'static str,
+}
+
+const REFERENCES: [Reference; 6] = [
+    Reference {
+        table: "order_lines",
+        column: "order_id",
+        row: "r.order_id || ' ' || r.sku",
+        target: "orders",
+        key: "id",
+        what: "order",
+    },
+    Reference {
+        table: "order_lines",
+        column: "sku",
+        row: "r.order_id || ' ' || r.sku",
+        target: "products",
+        key: "sku",
+        what: "product",
+    },
+    Reference {
+        table: "orders",
+        column: "account_id",
+        row: "r.id::text",
+        target: "accounts",
+        key: "id",
+        what: "account",
+    },
+    Reference {
+        table: "idempotency_keys",
+        column: "account_id",
+        row: "r.account_id || ' ' || r.key",
+        target: "accounts",
+        key: "id",
+        what: "account",
+    },
+    Reference {
+        table: "stock_ledger",
+        column: "sku",
+        row: "r.id::text",
+        target: "products",
+        key: "sku",
+        what: "product",
+    },
+    Reference {
+        table: "shipments",
+        column: "order_id",
+        row: "r.id::text",
+        target: "orders",
+        key: "id",
+        what: "order",
+    },
+];
+
+/// Every reference's breaking rows in one statement (anti-joins on the
+/// referenced keys, at most `$1` each): the reference, the row, and what
+/// it names.
+fn dangling_sql() -> String {
+    REFERENCES
+        .iter()
+        .map(|r| {
+            format!(
+                "(SELECT '{table}.{column}', {row}, '{what} ' || r.{column} FROM {table} r \
+                 WHERE NOT EXISTS (SELECT 1 FROM {target} t WHERE t.{key} = r.{column}) ORDER BY 2 LIMIT $1)",
+                table = r.table,
+                column = r.column,
+                row = r.row,
+                what = r.what,
+                target = r.target,
+                key = r.key,
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ")
+}
 
 /// Flags each row that names what is not there (`dangling_reference`).
 pub(super) async fn check_references(
     conn: &mut PgConnection,
     report: &mut AuditReport,
 ) -> Result<(), StoreError> {
-    let dangling: Vec<(String, String, String)> = sqlx::query_as(DANGLING_SQL)
+    let dangling: Vec<(String, String, String)> = sqlx::query_as(&dangling_sql())
         .bind(i64::try_from(MAX_LISTED).unwrap_or(i64::MAX))
         .fetch_all(&mut *conn)
         .await?;
