@@ -41,7 +41,7 @@ CREATE TRIGGER accounts_named_by_orders BEFORE DELETE ON accounts
 CREATE FUNCTION refuse_deleting_named_product() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM order_lines WHERE sku = OLD.sku) THEN
-        RAISE EXCEPTION 'product % is on orders: retire it (active = false) instead of deleting it', OLD.sku
+        RAISE EXCEPTION 'product % is on orders: deactivate it (soldonce product deactivate) instead of deleting it', OLD.sku
             USING ERRCODE = 'foreign_key_violation';
     END IF;
     RETURN OLD;

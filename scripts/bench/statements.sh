@@ -16,7 +16,9 @@
 # CLOSED=1 runs the saga's case as a closed loop at saturation (300
 # connections, `seconds` × 1,000 orders) instead of 300 orders/s.
 # Besides the statements it prints the WAL an order wrote, by record type
-# and by relation (table or index), the bytes of an event's row by type,
+# and by relation (table or index), an order's steps (order.placed →
+# order.confirmed split where psp-sim took the charge), the bytes of an
+# event's row by type,
 # and the statements run on a kept generic plan (made once, on the tables as
 # they were then: the ones to watch for a plan made on an empty table).
 # STALE=1 analyzes every table just before the load, while the order's
@@ -33,6 +35,7 @@ cd "$(dirname "$0")/../.."
 case="${1:-10k}"
 secs="${2:-15}"
 rate="${RATE:-300}"
+psp_latency_ms=20
 [[ "$rate" =~ ^[1-9][0-9]*$ ]] || { echo "statements.sh: RATE must be a positive number of orders per second, not '$rate'" >&2; exit 2; }
 case "$case" in
   hot) sku=BENCH-0 count=1 ;;
@@ -99,7 +102,7 @@ if [ "$case" = expiry ]; then
   echo "PostgreSQL's CPU by the service it served, ms per order: $(pg_cpu_per_order "$dir/pgcpu.before" "$orders")"
   kill "$expiry"; wait "$expiry" 2>/dev/null || true; expiry=""
 else
-  export PSP_FAULTS='{"latency_ms": 20}' FULFILLMENT_STEP_DELAY=20ms
+  export PSP_FAULTS="{\"latency_ms\": $psp_latency_ms}" FULFILLMENT_STEP_DELAY=20ms
   start_system psp-sim,checkout,outbox-relay,payment-worker,fulfillment
   seed_bench_products
   # STALE=1: every plan made on empty tables, and kept (see the header).
@@ -210,4 +213,30 @@ if [ "$case" != expiry ]; then
            round((extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY gap)) * 1000)::numeric, 1) AS p50_ms,
            round((extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY gap)) * 1000)::numeric, 1) AS p99_ms
     FROM e WHERE after IS NOT NULL GROUP BY after, type HAVING count(*) >= $orders / 100 ORDER BY min(gap) IS NULL, percentile_cont(0.5) WITHIN GROUP (ORDER BY gap) DESC"
+  # order.placed → order.confirmed split at the PSP: psp-sim stamps each
+  # charge when it creates it, after the injected latency and just before
+  # it answers, so the charge was asked for $psp_latency_ms ms before its stamp.
+  python3 - "$PSP_URL" >"$dir/psp.csv" <<'PY'
+import json, sys, urllib.request
+url, cursor = sys.argv[1], None
+while True:
+    page = json.load(urllib.request.urlopen(f"{url}/v1/payments?limit=1000" + (f"&cursor={cursor}" if cursor else "")))
+    for p in page["data"]:
+        print(f'{p["reference"]},{p["created_at"]}')
+    if not page["has_more"] or not page["data"]:
+        break
+    cursor = page["next_cursor"]
+PY
+  sql "CREATE TABLE bench_psp_charges (order_id uuid, created_at timestamptz)" >/dev/null
+  psql -q "$DATABASE_URL" -c "\\copy bench_psp_charges FROM '$dir/psp.csv' CSV"
+  echo "order.placed → order.confirmed at the PSP (psp-sim's stamp on each charge; the PSP's injected $psp_latency_ms ms between the two steps):"
+  psql "$DATABASE_URL" -P pager=off -c "WITH s AS (
+    SELECT c.created_at - interval '$psp_latency_ms ms' - p.recorded_at AS asked, f.recorded_at - c.created_at AS answered
+    FROM events p JOIN events f ON f.stream_id = p.stream_id AND f.type = 'order.confirmed.v1'
+    JOIN bench_psp_charges c ON c.order_id = p.stream_id WHERE p.type = 'order.placed.v1')
+    SELECT step, count(*) AS orders,
+           round((extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY gap)) * 1000)::numeric, 1) AS p50_ms,
+           round((extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY gap)) * 1000)::numeric, 1) AS p99_ms
+    FROM (SELECT 'order.placed → the PSP asked to charge' AS step, 1 AS n, asked AS gap FROM s
+          UNION ALL SELECT 'the PSP answered → order.confirmed', 2, answered FROM s) x GROUP BY step, n ORDER BY n"
 fi

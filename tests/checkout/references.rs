@@ -70,7 +70,10 @@ async fn what_orders_name_stays_and_the_audit_names_rows_that_name_nothing() {
     assert_eq!(dangling(&audit().await), Vec::<String>::new());
 
     for (statement, says) in [
-        ("DELETE FROM products WHERE sku = 'REF-KEPT'", "retire it"),
+        (
+            "DELETE FROM products WHERE sku = 'REF-KEPT'",
+            "deactivate it",
+        ),
         (
             "DELETE FROM accounts WHERE id = (SELECT account_id FROM orders LIMIT 1)",
             "has orders",

@@ -23,7 +23,8 @@ async fn place_one_mug(system: &System, key: &str) {
 /// A port picked free can be taken before the service binds it (by another
 /// test's server, or as any outgoing connection's local port). The service
 /// then moves to a new port, and psp-sim, which sends its webhooks to
-/// checkout, is restarted to follow it.
+/// checkout, is restarted to follow it. The attempt that failed logged
+/// why as a JSON line, as every line of the log is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_whose_port_was_taken_meanwhile_moves_and_the_services_naming_it_follow() {
     let mut system = System::start().await;
@@ -39,6 +40,20 @@ async fn a_service_whose_port_was_taken_meanwhile_moves_and_the_services_naming_
     system.launch("checkout").await;
     let checkout = system.url("checkout");
     assert_ne!(checkout, before, "checkout moved");
+    // The attempt that found its port taken said why in a JSON line of its
+    // log, as every other line is.
+    let log = std::fs::read_to_string(system.dir().join("checkout.log")).expect("checkout's log");
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["level"] == "ERROR"
+            && l["service"] == "checkout"
+            && l.to_string().contains("Address already in use")),
+        "the reason checkout stopped, as a JSON line: {log}"
+    );
     place_one_mug(&system, "moved").await;
     let app = &system.app;
     eventually("the order to be paid", Duration::from_secs(30), || async {

@@ -65,7 +65,9 @@ pub fn per_core(most: usize) -> usize {
 /// and the logging settings (as [`config::load`] does: `--check-config`, or
 /// one line and exit code 2 on an error), builds the runtime, starts
 /// telemetry for `service` and runs `body` on it. The runtime's worker count
-/// is exported as the gauge `soldonce_runtime_workers`.
+/// is exported as the gauge `soldonce_runtime_workers`. An error from `body`
+/// is logged as the service's last line, with its causes, and the process
+/// exits with code 1.
 pub fn run<S, F>(
     service: &'static str,
     read: impl Fn() -> Result<S, ConfigError>,
@@ -115,8 +117,17 @@ where
         .set(1.0);
         body(settings).await
     });
+    if let Err(error) = &result {
+        // Why the service stops, as one of its log lines (JSON by default)
+        // with its causes, not as text after them: `main` returning the
+        // error would print it plainly to the same stderr.
+        tracing::error!(error = %format!("{error:#}"), "{service} stopped: {error:#}");
+    }
     crate::otel::shutdown();
-    result
+    if result.is_err() {
+        std::process::exit(1);
+    }
+    Ok(())
 }
 
 /// Sets `soldonce_runtime_workers` to the current runtime's worker count.

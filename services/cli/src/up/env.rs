@@ -76,16 +76,17 @@ pub(super) fn with_overrides(env: Vec<(&'static str, String)>) -> Vec<(&'static 
         .collect()
 }
 
-/// The env file's text: exports a shell sources to reach this system.
+/// The env file's text: exports a shell sources to reach this system
+/// (`PSP_URL` is psp-sim's, e.g. for its `/admin/faults`).
 pub(super) fn exports(urls: &Urls, token: &str, console: Option<&ConsoleSite>) -> String {
     let Urls {
         checkout: checkout_url,
         database: database_url,
         nats: nats_url,
-        ..
+        psp_addr,
     } = urls;
     format!(
-        "export DATABASE_URL='{database_url}'\nexport NATS_URL='{nats_url}'\nexport CHECKOUT_URL='{checkout_url}'\nexport SOLDONCE_TOKEN='{token}'\n{}",
+        "export DATABASE_URL='{database_url}'\nexport NATS_URL='{nats_url}'\nexport CHECKOUT_URL='{checkout_url}'\nexport PSP_URL='http://{psp_addr}'\nexport SOLDONCE_TOKEN='{token}'\n{}",
         if let Some(ConsoleSite { addr: console_addr, token: console_token }) = console {
             format!("export CONSOLE_URL='http://{console_addr}/'\nexport CONSOLE_TOKEN='{console_token}'\n")
         } else {
