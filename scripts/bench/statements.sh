@@ -202,20 +202,9 @@ if [ -n "${PERF:-}" ]; then
   perf report -i "$perf_data" --no-children --sort dso,sym --stdio --percent-limit 0.4 2>/dev/null | grep -v '^#' | grep -v '^$' | head -60
 fi
 if [ "$case" != expiry ]; then
-  # Where an order's time goes: each of its events after the one before it
-  # (its shipment's events with it), recorded times, p50 and p99.
-  echo "an order's steps, each from the event before it (recorded times), read after everything above:"
-  psql "$DATABASE_URL" -P pager=off -c "WITH e AS (
-    SELECT type, recorded_at - lag(recorded_at) OVER (PARTITION BY o ORDER BY recorded_at, position) AS gap,
-           lag(type) OVER (PARTITION BY o ORDER BY recorded_at, position) AS after
-    FROM (SELECT *, CASE WHEN type LIKE 'shipment.%' THEN (data->>'order_id')::uuid ELSE stream_id END AS o FROM events) x)
-    SELECT after || ' → ' || type AS step, count(*) AS orders,
-           round((extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY gap)) * 1000)::numeric, 1) AS p50_ms,
-           round((extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY gap)) * 1000)::numeric, 1) AS p99_ms
-    FROM e WHERE after IS NOT NULL GROUP BY after, type HAVING count(*) >= $orders / 100 ORDER BY min(gap) IS NULL, percentile_cont(0.5) WITHIN GROUP (ORDER BY gap) DESC"
-  # order.placed → order.confirmed split at the PSP: psp-sim stamps each
-  # charge when it creates it, after the injected latency and just before
-  # it answers, so the charge was asked for $psp_latency_ms ms before its stamp.
+  # The PSP's side of each charge: psp-sim stamps a charge when it creates
+  # it, after the injected latency and just before it answers, so the
+  # charge was asked for $psp_latency_ms ms before its stamp.
   python3 - "$PSP_URL" >"$dir/psp.csv" <<'PY'
 import json, sys, urllib.request
 url, cursor = sys.argv[1], None
@@ -229,14 +218,26 @@ while True:
 PY
   sql "CREATE TABLE bench_psp_charges (order_id uuid, created_at timestamptz)" >/dev/null
   psql -q "$DATABASE_URL" -c "\\copy bench_psp_charges FROM '$dir/psp.csv' CSV"
-  echo "order.placed → order.confirmed at the PSP (psp-sim's stamp on each charge; the PSP's injected $psp_latency_ms ms between the two steps):"
-  psql "$DATABASE_URL" -P pager=off -c "WITH s AS (
+  # Where an order's time goes: each of its events after the one before it
+  # (its shipment's events with it), recorded times, p50 and p99; and
+  # order.placed → order.confirmed split where the PSP took the charge.
+  echo "an order's steps, each from the event before it (recorded times; the two steps through the PSP leave out its injected $psp_latency_ms ms), read after everything above:"
+  psql "$DATABASE_URL" -P pager=off -c "WITH e AS (
+    SELECT after || ' → ' || type AS step, gap FROM (
+      SELECT type, recorded_at - lag(recorded_at) OVER (PARTITION BY o ORDER BY recorded_at, position) AS gap,
+             lag(type) OVER (PARTITION BY o ORDER BY recorded_at, position) AS after
+      FROM (SELECT *, CASE WHEN type LIKE 'shipment.%' THEN (data->>'order_id')::uuid ELSE stream_id END AS o FROM events) x) y
+    WHERE after IS NOT NULL),
+  psp AS (
     SELECT c.created_at - interval '$psp_latency_ms ms' - p.recorded_at AS asked, f.recorded_at - c.created_at AS answered
     FROM events p JOIN events f ON f.stream_id = p.stream_id AND f.type = 'order.confirmed.v1'
-    JOIN bench_psp_charges c ON c.order_id = p.stream_id WHERE p.type = 'order.placed.v1')
+    JOIN bench_psp_charges c ON c.order_id = p.stream_id WHERE p.type = 'order.placed.v1'),
+  steps AS (
+    SELECT * FROM e
+    UNION ALL SELECT 'order.placed.v1 → the PSP asked to charge', asked FROM psp
+    UNION ALL SELECT 'the PSP answered → order.confirmed.v1', answered FROM psp)
     SELECT step, count(*) AS orders,
            round((extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY gap)) * 1000)::numeric, 1) AS p50_ms,
            round((extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY gap)) * 1000)::numeric, 1) AS p99_ms
-    FROM (SELECT 'order.placed → the PSP asked to charge' AS step, 1 AS n, asked AS gap FROM s
-          UNION ALL SELECT 'the PSP answered → order.confirmed', 2, answered FROM s) x GROUP BY step, n ORDER BY n"
+    FROM steps GROUP BY step HAVING count(*) >= $orders / 100 ORDER BY min(gap) IS NULL, percentile_cont(0.5) WITHIN GROUP (ORDER BY gap) DESC"
 fi

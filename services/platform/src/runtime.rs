@@ -121,7 +121,7 @@ where
         // Why the service stops, as one of its log lines (JSON by default)
         // with its causes, not as text after them: `main` returning the
         // error would print it plainly to the same stderr.
-        tracing::error!(error = %format!("{error:#}"), "{service} stopped: {error:#}");
+        tracing::error!(error = %format!("{error:#}"), "stopped");
     }
     crate::otel::shutdown();
     if result.is_err() {
