@@ -15,6 +15,13 @@
 # RATE=N places N orders/s instead of 300.
 # CLOSED=1 runs the saga's case as a closed loop at saturation (300
 # connections, `seconds` × 1,000 orders) instead of 300 orders/s.
+# Before the measured load, 2 s of the open loop warm the system up (its
+# services' connections opened, their statements prepared, as on a store
+# that has been taking orders); they are followed to their end, their
+# placed → confirmed printed, the order tables emptied and WAL segments
+# readied for reuse (a new cluster has none, and creating one stalls every
+# commit), as `soldonce bench saga` does. WARM_UP=0 measures from a cold
+# start instead; STALE=1 implies it.
 # Besides the statements it prints the WAL an order wrote, by record type
 # and by relation (table or index), an order's steps (order.placed →
 # order.confirmed split where psp-sim took the charge), the bytes of an
@@ -29,6 +36,9 @@
 # prints the functions that used the most CPU (needs perf and the right to
 # sample the whole machine: root, or kernel.perf_event_paranoid <= 0);
 # PERF_DATA=file keeps the samples, for `perf report -i file`.
+# WAITS=1 samples what PostgreSQL's busy backends wait for (pg_stat_activity,
+# every 10 ms, one psql session) during the load: a core, the WAL's flush,
+# a new WAL segment, a row lock (with the waiting statement).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . deploy/setup.sh >&2
@@ -73,11 +83,29 @@ sql "CREATE EXTENSION pg_stat_statements" >/dev/null
 # Samples every core from now until perf_stop.
 perf_data="${PERF_DATA:-$dir/perf.data}"
 perf_start() {
+  waits_start
   [ -n "${PERF:-}" ] || return 0
   perf record -a -F 997 -o "$perf_data" >/dev/null 2>&1 &
   perf_pid=$!
 }
-perf_stop() { [ -z "${PERF:-}" ] || { kill -INT "$perf_pid"; wait "$perf_pid" || true; }; }
+perf_stop() { [ -z "${PERF:-}" ] || { kill -INT "$perf_pid"; wait "$perf_pid" || true; }; waits_stop; }
+# WAITS=1: what the busy backends wait for, sampled from pg_stat_activity
+# every 10 ms (one psql session) from perf_start until perf_stop.
+waits_start() {
+  [ -n "${WAITS:-}" ] || return 0
+  while :; do
+    echo "SELECT coalesce(wait_event_type || ':' || wait_event, 'on a core'), CASE WHEN wait_event_type = 'Lock' THEN application_name || ': ' || left(regexp_replace(query, '\s+', ' ', 'g'), 80) ELSE '' END FROM pg_stat_activity WHERE state NOT IN ('idle', 'idle in transaction') AND backend_type = 'client backend' AND pid <> pg_backend_pid(); SELECT pg_sleep(0.01);"
+  done | psql -qtA -F '|' "$DATABASE_URL" >"$dir/waits" 2>/dev/null &
+  waits_pid=$!
+}
+waits_stop() {
+  [ -n "${WAITS:-}" ] || return 0
+  kill "$waits_pid" 2>/dev/null; wait "$waits_pid" 2>/dev/null || true
+  echo "what PostgreSQL's busy backends waited for, samples every 10 ms during the load (WAITS=1):"
+  awk -F'|' 'NF >= 1 && $1 != "" { n[$1]++ } END { for (k in n) printf "  %6d  %s\n", n[k], k }' "$dir/waits" | sort -rn | head -12
+  echo "  row lock waits, by the waiting statement:"
+  awk -F'|' '$2 != "" { n[$2]++ } END { for (k in n) printf "  %6d  %s\n", n[k], k }' "$dir/waits" | sort -rn | head -6
+}
 reset_statistics() {
   sql "SELECT pg_stat_statements_reset(), pg_stat_reset(), pg_stat_reset_shared('wal')" >/dev/null
   wal_start=$(sql "SELECT pg_current_wal_lsn()")
@@ -105,6 +133,16 @@ else
   export PSP_FAULTS="{\"latency_ms\": $psp_latency_ms}" FULFILLMENT_STEP_DELAY=20ms
   start_system psp-sim,checkout,outbox-relay,payment-worker,fulfillment
   seed_bench_products
+  if [ -z "${STALE:-}" ] && [ "${WARM_UP:-2}" != 0 ]; then
+    load --sku "$sku" --sku-count "$count" --rate "$rate" --duration "${WARM_UP:-2}s" >/dev/null
+    wait_settled; wait_delivered; wait_captured
+    echo "warm-up (not counted below): $(sql "SELECT count(*) || ' orders at $rate/s, order.placed → order.confirmed p50 ' || round((extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY f.recorded_at - p.recorded_at)) * 1000)::numeric, 1) || ' ms, p99 ' || round((extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY f.recorded_at - p.recorded_at)) * 1000)::numeric, 1) || ' ms' FROM events p JOIN events f ON f.stream_id = p.stream_id AND f.type = 'order.confirmed.v1' WHERE p.type = 'order.placed.v1'")"
+    # As `soldonce bench saga` empties them between its loops, and readies
+    # WAL segments for reuse as a running database has them (store::bench).
+    sql "TRUNCATE orders, order_lines, events, outbox, idempotency_keys, inbox, webhook_receipts, payments, shipments CASCADE" >/dev/null
+    for _ in $(seq 0 5); do sql "SELECT pg_logical_emit_message(false, 'soldonce-bench', '')" >/dev/null; sql "SELECT pg_switch_wal()" >/dev/null; done
+    sql "CHECKPOINT" >/dev/null
+  fi
   # STALE=1: every plan made on empty tables, and kept (see the header).
   if [ -n "${STALE:-}" ]; then
     for statement in "ALTER SYSTEM SET autovacuum = off" "SELECT pg_reload_conf()" ANALYZE; do sql "$statement" >/dev/null; done
@@ -134,6 +172,9 @@ else
   echo "PostgreSQL's CPU by the service it served, ms per order: $(pg_cpu_per_order "$dir/pgcpu.before" "$orders")"
 fi
 echo "transactions per order: $(sql "SELECT round(xact_commit::numeric / $orders, 2) || ' committed, ' || round(xact_rollback::numeric / $orders, 2) || ' rolled back' FROM pg_stat_database WHERE datname = current_database()")"
+# The worker's reply and the PSP's webhook race to confirm an order; the
+# webhook learns it itself only when the worker has not, a few looks later.
+[ "$case" = expiry ] || echo "orders confirmed, by who learned the payment first: $(sql "SELECT string_agg(source || ' ' || n, ', ' ORDER BY n DESC) FROM (SELECT source, count(*) AS n FROM events WHERE type = 'order.confirmed.v1' GROUP BY source) x")"
 echo "WAL per order: $(sql "SELECT round(wal_records::numeric / $orders, 1) || ' records, ' || round(wal_fpi::numeric / $orders, 2) || ' full-page images, ' || round(wal_bytes / $orders / 1024, 1) || ' kB' FROM pg_stat_wal"); events per order: $(sql "SELECT round(count(*)::numeric / $orders, 2) FROM events")"
 # The WAL written from the run's start to now, read back with pg_waldump
 # from the private server's segments (pg_stat_wal above also counts what
@@ -240,4 +281,17 @@ PY
            round((extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY gap)) * 1000)::numeric, 1) AS p50_ms,
            round((extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY gap)) * 1000)::numeric, 1) AS p99_ms
     FROM steps GROUP BY step HAVING count(*) >= $orders / 100 ORDER BY min(gap) IS NULL, percentile_cont(0.5) WITHIN GROUP (ORDER BY gap) DESC"
+fi
+if [ "$case" != expiry ]; then
+  # Whether the slowest orders came together (a stall) or spread over the
+  # load (queueing): the slowest 1% by the second of the load they were
+  # placed in.
+  echo "the slowest 1% of orders (order.placed → order.confirmed), by the second of the load they were placed in (second 0 began $(sql "SELECT to_char(min(recorded_at), 'HH24:MI:SS.MS TZ') FROM events WHERE type = 'order.placed.v1'")):"
+  psql "$DATABASE_URL" -P pager=off -c "WITH l AS (
+      SELECT p.recorded_at AS at, f.recorded_at - p.recorded_at AS took
+      FROM events p JOIN events f ON f.stream_id = p.stream_id AND f.type = 'order.confirmed.v1' WHERE p.type = 'order.placed.v1'),
+    slowest AS (SELECT * FROM l ORDER BY took DESC LIMIT (SELECT count(*) / 100 FROM l))
+    SELECT floor(extract(epoch FROM at - (SELECT min(at) FROM l)))::int AS second, count(*) AS orders,
+           round((extract(epoch FROM min(took)) * 1000)::numeric, 1) AS fastest_ms, round((extract(epoch FROM max(took)) * 1000)::numeric, 1) AS slowest_ms
+    FROM slowest GROUP BY 1 ORDER BY 1"
 fi

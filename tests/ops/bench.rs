@@ -194,6 +194,14 @@ async fn the_saga_bench_confirms_every_order_it_accepted() {
             .is_some_and(|ms| ms > 0.0),
         "{open}"
     );
+    // The warm-up's orders were followed to their end and then emptied:
+    // the figures above count none of them.
+    assert!(
+        open["warm_up"]["orders"]
+            .as_u64()
+            .is_some_and(|n| n > 0 && n <= 600),
+        "2 s at 300/s warmed up first: {open}"
+    );
     assert!(
         open["cpu"]["ms_per_order"]
             .as_f64()

@@ -191,6 +191,10 @@ fn figures(report: &SagaReport) -> Vec<(&'static str, String, f64)> {
             o.to_confirmed.map(|m| m.p99_ms),
         );
         add(
+            "open: warm-up 202 → confirmed p99 (ms)",
+            o.warm_up.map(|m| m.p99_ms),
+        );
+        add(
             "open: 202 → delivered p99 (ms)",
             o.to_delivered.map(|m| m.p99_ms),
         );

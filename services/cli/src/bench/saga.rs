@@ -6,7 +6,8 @@
 //! order's own times; the stages' histograms between two scrapes; messages
 //! per batch; CPU per order) and then a closed loop at 300 connections
 //! (accepted and settled orders/s; CPU per order), optionally against the
-//! same closed loop with checkout alone. The order tables are emptied
+//! same closed loop with checkout alone. Each open loop follows a warm-up
+//! of 2 s at its rate, reported apart. The order tables are emptied
 //! between phases, once the services are done with them.
 
 use super::bins::BinDir;
@@ -27,6 +28,14 @@ use std::time::{Duration, Instant};
 pub const RATE: f64 = 300.0;
 /// Buyers of the closed loop.
 pub const CONNECTIONS: usize = 300;
+/// The open loop's warm-up, at its rate, before the orders it measures: a
+/// store that has been taking orders has its services' connections open
+/// and their statements prepared, and its database has WAL segments ready
+/// for reuse ([`store::bench::recycle_wal_segments`]). From a start, the
+/// first half second's orders waited for the connections (2 s of warm-up
+/// is 600 orders); the warm-up's own times are reported apart
+/// ([`OpenLoop::warm_up`]).
+const WARM_UP: Duration = Duration::from_secs(2);
 /// The longest a phase may take to settle before the run fails.
 const SETTLE: Duration = Duration::from_secs(600);
 /// The services of the saga, started in this order.
@@ -270,8 +279,7 @@ async fn open_loop(
     seconds: u64,
     progress: &Progress,
 ) -> Result<OpenLoop, CliError> {
-    system.wait(Until::Idle, SETTLE).await?;
-    system.empty_orders().await?;
+    let warm_up = warm_up(system, case, progress).await?;
     let client = reqwest::Client::new();
     let before = Scrape::take(&client, &system.metrics()).await;
     let cpu_before = Snapshot::take();
@@ -303,6 +311,7 @@ async fn open_loop(
         http_p99_ms: load.p99_ms,
         orders,
         confirmed: u64::try_from(totals.state("confirmed")).unwrap_or(0),
+        warm_up,
         to_confirmed: timings.confirmed.map(Milestone::from),
         to_delivered: timings.delivered.map(Milestone::from),
         to_captured: timings.captured.map(Milestone::from),
@@ -310,6 +319,40 @@ async fn open_loop(
         messages: after.messages(&before),
         cpu: cpu_after.since(&cpu_before, orders),
     })
+}
+
+/// Drives [`WARM_UP`] of the open loop on an empty store and follows it
+/// to its end; leaves the store empty again. Returns its `202` →
+/// confirmed: for the run's first case, the system's first orders since
+/// it started.
+async fn warm_up(
+    system: &mut System,
+    case: Case,
+    progress: &Progress,
+) -> Result<Option<Milestone>, CliError> {
+    progress.phase(format!(
+        "{}: warming up, {RATE}/s for {} s (not measured)",
+        case.name(),
+        WARM_UP.as_secs()
+    ));
+    system.wait(Until::Idle, SETTLE).await?;
+    system.empty_orders().await?;
+    let drive = Drive::Open {
+        rate: RATE,
+        duration: WARM_UP,
+    };
+    system.drive(case.skus(), drive, false).await?;
+    system.wait(Until::Finished, SETTLE).await?;
+    let confirmed = store::timings::since_placed(&system.pool)
+        .await
+        .map_err(|e| anyhow::anyhow!("reading the warm-up's times: {e}"))?
+        .confirmed;
+    system.wait(Until::Idle, SETTLE).await?;
+    system.empty_orders().await?;
+    store::bench::recycle_wal_segments(&system.pool)
+        .await
+        .map_err(|e| anyhow::anyhow!("readying WAL segments: {e}"))?;
+    Ok(confirmed.map(Milestone::from))
 }
 
 /// The closed loop of one case: accepted, and settled through the saga.

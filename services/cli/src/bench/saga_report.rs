@@ -76,6 +76,10 @@ pub struct OpenLoop {
     pub orders: u64,
     /// Of those, confirmed.
     pub confirmed: u64,
+    /// The warm-up before the loop (2 s at its rate, not counted in the
+    /// figures): its `202` → confirmed. The first case's is the system's
+    /// first orders since it started.
+    pub warm_up: Option<Milestone>,
     pub to_confirmed: Option<Milestone>,
     pub to_delivered: Option<Milestone>,
     pub to_captured: Option<Milestone>,
@@ -256,6 +260,20 @@ fn case_markdown(md: &mut String, r: &SagaReport, case: &CaseReport) {
                 let _ = writeln!(md, "| {name} | - | - | 0 |");
             }
         }
+    }
+    if let Some(w) = o.warm_up {
+        let _ = writeln!(
+            md,
+            "\nBefore it, a warm-up of {} orders at the same rate, not counted above{}: 202 → confirmed p50 {} ms, p99 {} ms.",
+            thousands(w.orders as i64),
+            if r.cases.first().is_some_and(|c| c.case == case.case) {
+                " (the system's first orders since it started)"
+            } else {
+                ""
+            },
+            figure(w.p50_ms),
+            figure(w.p99_ms)
+        );
     }
     stages_markdown(md, o);
     if let Some(c) = &case.closed {
