@@ -200,12 +200,13 @@ async fn measure_cases(
     system.seed_products().await?;
     let mut cases = Vec::new();
     for &case in &plan.cases {
+        let warmed = warm_up(system, case, progress).await?;
         progress.phase(format!(
             "{}: open loop at {RATE}/s for {} s",
             case.name(),
             plan.seconds
         ));
-        let open = open_loop(system, case, plan.seconds, progress).await?;
+        let open = open_loop(system, case, plan.seconds, warmed, progress).await?;
         progress.line(format!("[{} open] {}", case.name(), open.line()));
         let alone_rate = alone.iter().find(|(c, _)| *c == case).map(|(_, r)| *r);
         let closed = if plan.closed {
@@ -272,14 +273,15 @@ async fn measure_alone(plan: &Plan, progress: &Progress) -> Result<Vec<(Case, f6
     measured.map(|()| rates)
 }
 
-/// The open loop of one case, and every figure read from it.
+/// The open loop of one case, after its warm-up (whose `202` → confirmed
+/// is `warm_up`), and every figure read from it.
 async fn open_loop(
     system: &mut System,
     case: Case,
     seconds: u64,
+    warm_up: Option<Milestone>,
     progress: &Progress,
 ) -> Result<OpenLoop, CliError> {
-    let warm_up = warm_up(system, case, progress).await?;
     let client = reqwest::Client::new();
     let before = Scrape::take(&client, &system.metrics()).await;
     let cpu_before = Snapshot::take();
