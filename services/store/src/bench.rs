@@ -1,8 +1,8 @@
 //! What a benchmark does to a database of its own between phases: empty
 //! the order tables, leave WAL segments ready for reuse, and analyze the
-//! outbox the way autovacuum often leaves a queue table between two bursts. Never for a database that holds
-//! anyone's orders: the benchmarks call these only on the private servers
-//! they start.
+//! outbox the way autovacuum often leaves a queue table between two
+//! bursts. Never for a database that holds anyone's orders: the
+//! benchmarks call these only on the private servers they start.
 
 use crate::StoreError;
 use sqlx::PgPool;

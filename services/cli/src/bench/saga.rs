@@ -32,9 +32,9 @@ pub const CONNECTIONS: usize = 300;
 /// store that has been taking orders has its services' connections open
 /// and their statements prepared, and its database has WAL segments ready
 /// for reuse ([`store::bench::recycle_wal_segments`]). From a start, the
-/// first half second's orders waited for the connections (2 s of warm-up
-/// is 600 orders); the warm-up's own times are reported apart
-/// ([`OpenLoop::warm_up`]).
+/// first second's orders waited for the connections to open and their
+/// first statements to be planned (2 s of warm-up is 600 orders); the
+/// warm-up's own times are reported apart ([`OpenLoop::warm_up`]).
 const WARM_UP: Duration = Duration::from_secs(2);
 /// The longest a phase may take to settle before the run fails.
 const SETTLE: Duration = Duration::from_secs(600);
