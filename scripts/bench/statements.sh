@@ -79,6 +79,9 @@ expiry=""
 trap '[ -n "$expiry" ] && kill "$expiry" 2>/dev/null; [ -n "$up" ] && kill "$up" 2>/dev/null; kill "$pg" 2>/dev/null; wait; rm -rf "$dir"' EXIT
 for _ in $(seq 150); do pg_isready -q -h 127.0.0.1 -p "$port" && break; sleep 0.2; done
 export DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
+# Each confirmed order's placement and its time to confirmation (the
+# warm-up's figures and the slowest 1% read it).
+placed_to_confirmed="SELECT p.recorded_at AS placed, f.recorded_at - p.recorded_at AS took FROM events p JOIN events f ON f.stream_id = p.stream_id AND f.type = 'order.confirmed.v1' WHERE p.type = 'order.placed.v1'"
 sql "CREATE EXTENSION pg_stat_statements" >/dev/null
 # Samples every core from now until perf_stop.
 perf_data="${PERF_DATA:-$dir/perf.data}"
@@ -136,7 +139,7 @@ else
   if [ -z "${STALE:-}" ] && [ "${WARM_UP:-2}" != 0 ]; then
     load --sku "$sku" --sku-count "$count" --rate "$rate" --duration "${WARM_UP:-2}s" >/dev/null
     wait_settled; wait_delivered; wait_captured
-    echo "warm-up (not counted below): $(sql "SELECT count(*) || ' orders at $rate/s, order.placed → order.confirmed p50 ' || round((extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY f.recorded_at - p.recorded_at)) * 1000)::numeric, 1) || ' ms, p99 ' || round((extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY f.recorded_at - p.recorded_at)) * 1000)::numeric, 1) || ' ms' FROM events p JOIN events f ON f.stream_id = p.stream_id AND f.type = 'order.confirmed.v1' WHERE p.type = 'order.placed.v1'")"
+    echo "warm-up (not counted below): $(sql "SELECT count(*) || ' orders at $rate/s, order.placed → order.confirmed p50 ' || round((extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY took)) * 1000)::numeric, 1) || ' ms, p99 ' || round((extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY took)) * 1000)::numeric, 1) || ' ms' FROM ($placed_to_confirmed) l")"
     # As `soldonce bench saga` empties them between its loops, and readies
     # WAL segments for reuse as a running database has them (store::bench).
     sql "TRUNCATE orders, order_lines, events, outbox, idempotency_keys, inbox, webhook_receipts, payments, shipments CASCADE" >/dev/null
@@ -287,11 +290,9 @@ if [ "$case" != expiry ]; then
   # load (queueing): the slowest 1% by the second of the load they were
   # placed in.
   echo "the slowest 1% of orders (order.placed → order.confirmed), by the second of the load they were placed in (second 0 began $(sql "SELECT to_char(min(recorded_at), 'HH24:MI:SS.MS TZ') FROM events WHERE type = 'order.placed.v1'")):"
-  psql "$DATABASE_URL" -P pager=off -c "WITH l AS (
-      SELECT p.recorded_at AS at, f.recorded_at - p.recorded_at AS took
-      FROM events p JOIN events f ON f.stream_id = p.stream_id AND f.type = 'order.confirmed.v1' WHERE p.type = 'order.placed.v1'),
+  psql "$DATABASE_URL" -P pager=off -c "WITH l AS ($placed_to_confirmed),
     slowest AS (SELECT * FROM l ORDER BY took DESC LIMIT (SELECT count(*) / 100 FROM l))
-    SELECT floor(extract(epoch FROM at - (SELECT min(at) FROM l)))::int AS second, count(*) AS orders,
+    SELECT floor(extract(epoch FROM placed - (SELECT min(placed) FROM l)))::int AS second, count(*) AS orders,
            round((extract(epoch FROM min(took)) * 1000)::numeric, 1) AS fastest_ms, round((extract(epoch FROM max(took)) * 1000)::numeric, 1) AS slowest_ms
     FROM slowest GROUP BY 1 ORDER BY 1"
 fi
